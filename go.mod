@@ -1,0 +1,9 @@
+module github.com/lockyard/lockyard
+
+go 1.24
+
+require (
+	github.com/gomodule/redigo v1.9.3
+	github.com/google/uuid v1.6.0
+	github.com/petermattis/goid v0.0.0-20260820044319-269ab09b5261
+)

@@ -1,0 +1,62 @@
+package registry
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// Errors returned by the registry and its locks. Callers test for them with
+// errors.Is; the returned errors wrap them with the key and the cause.
+var (
+	// ErrLockLost means the Redis key expired or was taken by another holder
+	// before this holder released it, or its validity deadline passed.
+	ErrLockLost = errors.New("lockyard: lock lost")
+	// ErrNotOwner means the calling goroutine does not hold the lock (for
+	// RenewLock: this registry does not hold it).
+	ErrNotOwner = errors.New("lockyard: not the lock owner")
+	// ErrInvalidKey means the key is empty, longer than MaxKeyLen, or (for a
+	// registry key) begins with '{', which is reserved for fence counters.
+	ErrInvalidKey = errors.New("lockyard: invalid key")
+	// ErrCacheFull means the lock cache is at capacity and every cached lock
+	// is held or waited for.
+	ErrCacheFull = errors.New("lockyard: lock cache full")
+	// ErrClosed means the registry was closed.
+	ErrClosed = errors.New("lockyard: registry closed")
+	// ErrInvalidConfig means New was given a nil pool or an option with a
+	// value out of range.
+	ErrInvalidConfig = errors.New("lockyard: invalid configuration")
+)
+
+// transientPrefixes are Redis error replies that go away by themselves
+// (server loading, busy script, failover, cluster reconfiguration).
+var transientPrefixes = []string{"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "NOREPLICAS", "MOVED", "ASK"}
+
+// isTransient reports whether retrying the call that failed with err may
+// succeed: network and pool errors and the error replies above. Other Redis
+// error replies (WRONGTYPE, OOM, script errors) and ErrClosed are final.
+func isTransient(err error) bool {
+	if errors.Is(err, ErrClosed) {
+		return false
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		for _, p := range transientPrefixes {
+			if strings.HasPrefix(string(re), p) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// isAmbiguous reports whether a call that failed with err may nevertheless
+// have run on the server: only an error reply proves the script did not run
+// to completion; after a timeout or a broken connection the reply, not the
+// request, may have been lost.
+func isAmbiguous(err error) bool {
+	var re redis.Error
+	return !errors.As(err, &re)
+}

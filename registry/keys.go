@@ -1,0 +1,83 @@
+package registry
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
+
+// MaxKeyLen is the longest lock key, and registry key, accepted in bytes.
+// Redis allows longer keys, but each cached lock keeps its key in memory and
+// every command carries it; longer keys get ErrInvalidKey.
+const MaxKeyLen = 4096
+
+// checkKey returns an error wrapping ErrInvalidKey for an unusable lock key.
+// Every other string, including ones with NUL bytes or invalid UTF-8, is a
+// valid, binary-safe key.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: key of %d bytes exceeds MaxKeyLen (%d)", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+// checkRegistryKey is checkKey plus the reservation of a leading '{' for
+// fence counter keys, so that no lock key of any registry can equal one.
+func checkRegistryKey(registryKey string) error {
+	if err := checkKey(registryKey); err != nil {
+		return fmt.Errorf("registry key: %w", err)
+	}
+	if registryKey[0] == '{' {
+		return fmt.Errorf("%w: registry key must not begin with '{' (reserved for fence counters)", ErrInvalidKey)
+	}
+	return nil
+}
+
+// fenceKey returns the fencing counter key of the lock key lockKey:
+// "{registryKey:key}:fence". Its hash tag is the whole lock key, so in Redis
+// Cluster both share a slot whenever the lock key has no braces of its own.
+// No lock key starts with '{' (see checkRegistryKey), so it never collides
+// with one.
+func fenceKey(lockKey string) string {
+	return "{" + lockKey + "}:fence"
+}
+
+// channelName returns the Spring-compatible release channel of a lock key:
+// "registryKey-channel:registryKey:key".
+func channelName(registryKey, lockKey string) string {
+	return registryKey + "-channel:" + lockKey
+}
+
+// channelPattern returns the PSUBSCRIBE pattern matching every release
+// channel of the registry, with glob characters in registryKey escaped.
+func channelPattern(registryKey string) string {
+	var b strings.Builder
+	for i := 0; i < len(registryKey); i++ {
+		switch c := registryKey[i]; c {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteString("-channel:*")
+	return b.String()
+}
+
+// newToken returns a lock value unique to one acquisition: the registry's
+// client id (a random UUID, useful to see who holds a key) followed by 128
+// fresh random bits.
+func newToken(clientID string) string {
+	var rnd [16]byte
+	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails (Go 1.24+)
+	buf := make([]byte, 0, len(clientID)+1+2*len(rnd))
+	buf = append(buf, clientID...)
+	buf = append(buf, ':')
+	buf = hex.AppendEncode(buf, rnd[:])
+	return string(buf)
+}

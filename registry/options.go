@@ -1,0 +1,156 @@
+package registry
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// LockType selects how a waiter learns that a lock was released.
+type LockType int
+
+const (
+	// SpinLock waiters poll Redis every idleBetweenTries, or sooner when the
+	// holder's key expires sooner. Default.
+	SpinLock LockType = iota
+	// PubSubLock waiters are woken by the message that every release
+	// publishes, and poll only as a fallback.
+	PubSubLock
+)
+
+// String returns the name of t.
+func (t LockType) String() string {
+	switch t {
+	case SpinLock:
+		return "SpinLock"
+	case PubSubLock:
+		return "PubSubLock"
+	}
+	return fmt.Sprintf("LockType(%d)", int(t))
+}
+
+// Defaults and limits of the options.
+const (
+	DefaultExpireAfter      = 60 * time.Second
+	DefaultIdleBetweenTries = 100 * time.Millisecond
+	DefaultCacheCapacity    = 100_000
+	DefaultCommandTimeout   = 5 * time.Second
+	// MaxDuration bounds every duration option (one year).
+	MaxDuration = 365 * 24 * time.Hour
+)
+
+// Option configures a Registry in New.
+type Option func(*config) error
+
+// config is the unexported configuration an Option edits.
+type config struct {
+	expireAfter    time.Duration
+	idle           time.Duration
+	lockType       LockType
+	capacity       int
+	autoRenew      bool
+	fencing        bool
+	logger         *slog.Logger
+	commandTimeout time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		expireAfter:    DefaultExpireAfter,
+		idle:           DefaultIdleBetweenTries,
+		lockType:       SpinLock,
+		capacity:       DefaultCacheCapacity,
+		commandTimeout: DefaultCommandTimeout,
+	}
+}
+
+func checkDuration(name string, d, min time.Duration) error {
+	if d < min || d > MaxDuration {
+		return fmt.Errorf("%w: %s %v out of range [%v, %v]", ErrInvalidConfig, name, d, min, MaxDuration)
+	}
+	return nil
+}
+
+// WithExpireAfter sets the lock's time to live in Redis (default 60s,
+// millisecond precision). A holder keeps the lock for this long unless it
+// renews it. d below 1ms or above MaxDuration makes New fail.
+func WithExpireAfter(d time.Duration) Option {
+	return func(c *config) error {
+		c.expireAfter = d
+		return checkDuration("expireAfter", d, time.Millisecond)
+	}
+}
+
+// WithIdleBetweenTries sets how long a SpinLock waiter sleeps between
+// attempts (default 100ms); it sleeps less when the holder's key expires
+// sooner. d <= 0 or above MaxDuration makes New fail.
+func WithIdleBetweenTries(d time.Duration) Option {
+	return func(c *config) error {
+		c.idle = d
+		return checkDuration("idleBetweenTries", d, 1)
+	}
+}
+
+// WithLockType selects SpinLock (default) or PubSubLock.
+func WithLockType(t LockType) Option {
+	return func(c *config) error {
+		if t != SpinLock && t != PubSubLock {
+			return fmt.Errorf("%w: unknown lock type %v", ErrInvalidConfig, t)
+		}
+		c.lockType = t
+		return nil
+	}
+}
+
+// WithCacheCapacity bounds the number of cached locks (default 100 000).
+// When full, Obtain of a new key evicts the least recently used unheld locks.
+// n <= 0 makes New fail.
+func WithCacheCapacity(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: cache capacity %d must be positive", ErrInvalidConfig, n)
+		}
+		c.capacity = n
+		return nil
+	}
+}
+
+// WithAutoRenew makes the registry renew every lock it holds every
+// expireAfter/3 until it is released.
+func WithAutoRenew() Option {
+	return func(c *config) error {
+		c.autoRenew = true
+		return nil
+	}
+}
+
+// WithFencing makes every acquisition take a fencing token, strictly
+// increasing per key across all holders; see RedisLock.Token.
+func WithFencing() Option {
+	return func(c *config) error {
+		c.fencing = true
+		return nil
+	}
+}
+
+// WithLogger sets the logger for lost locks and Redis errors that cannot be
+// returned (Lock, Unlock). Default slog.Default(). A nil logger makes New fail.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidConfig)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithCommandTimeout bounds each Redis call (default 5s). Calls made for a
+// context-taking method end sooner if their context does; Lock, TryLock and
+// Unlock rely on this bound alone against a server that never answers.
+func WithCommandTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		c.commandTimeout = d
+		return checkDuration("commandTimeout", d, time.Millisecond)
+	}
+}

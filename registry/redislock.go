@@ -1,0 +1,303 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/reentrant"
+)
+
+var _ sync.Locker = (*RedisLock)(nil)
+
+// RedisLock is a distributed lock on one key, obtained from a Registry. It
+// pairs a local reentrant mutex owned by a goroutine with a key in Redis:
+// goroutines of one registry queue locally in FIFO order, and only the head
+// of the queue talks to Redis. The holding goroutine may lock again; each
+// Lock needs an Unlock by the same goroutine, and only the outermost one
+// releases the key in Redis.
+type RedisLock struct {
+	reg   *Registry
+	key   string // full Redis key: registryKey + ":" + key
+	local reentrant.Mutex
+	// hold is the current acquisition in Redis, nil when not held. Only the
+	// goroutine that owns local stores it; anyone may load it.
+	hold     atomic.Pointer[hold]
+	lastUsed atomic.Int64 // registry clock of the last Obtain, lock or unlock
+}
+
+func newRedisLock(r *Registry, key string) *RedisLock {
+	l := &RedisLock{reg: r, key: r.prefix + ":" + key}
+	l.touch()
+	return l
+}
+
+// Key returns the full Redis key of the lock: registryKey + ":" + key.
+func (l *RedisLock) Key() string { return l.key }
+
+// userKey returns the key the lock was obtained with.
+func (l *RedisLock) userKey() string { return l.key[len(l.reg.prefix)+1:] }
+
+// Token returns the fencing token of the current hold: strictly increasing
+// per key across every holder, in every registry and process. It is 0 when
+// the lock is not held or the registry was made without WithFencing. Pass it
+// to the storage you protect, which should reject a token lower than the
+// highest it has seen.
+func (l *RedisLock) Token() int64 {
+	if h := l.hold.Load(); h != nil {
+		return h.fence
+	}
+	return 0
+}
+
+func (l *RedisLock) touch() { l.lastUsed.Store(l.reg.now()) }
+
+// Lock blocks until the calling goroutine holds the lock. Redis errors do not
+// make it fail: it logs them and retries with capped backoff (use
+// LockContext to see them). It panics with an error wrapping ErrClosed if the
+// registry is or gets closed.
+func (l *RedisLock) Lock() {
+	if err := l.lock(context.Background(), true); err != nil {
+		panic(fmt.Errorf("lockyard: Lock(%q): %w", l.key, err))
+	}
+}
+
+// LockContext blocks until the calling goroutine holds the lock or ctx ends.
+// One deadline covers the local queue and the Redis attempts. It retries
+// transient Redis errors until ctx ends, then returns an error matching
+// ctx.Err() that also wraps the last Redis error; other Redis errors (such as
+// WRONGTYPE) and ErrClosed return at once. On error nothing is held.
+func (l *RedisLock) LockContext(ctx context.Context) error {
+	return l.lock(ctx, false)
+}
+
+// TryLock makes one attempt, locally and in Redis, without waiting for
+// another holder, and reports whether the calling goroutine holds the lock.
+// A Redis error counts as not acquired and is logged. After Close it returns
+// false.
+func (l *RedisLock) TryLock() bool {
+	if l.reg.isClosed() {
+		return false
+	}
+	ok, reentered := l.local.TryLock()
+	if !ok || reentered {
+		return ok
+	}
+	acquired, _, err := l.obtain(context.Background())
+	if err != nil {
+		l.reg.log.Warn("lockyard: TryLock failed", "key", l.key, "err", err)
+	}
+	if !acquired {
+		l.mustUnlockLocal()
+		return false
+	}
+	l.touch()
+	return true
+}
+
+// Unlock releases one hold of the calling goroutine; the outermost one
+// releases the key in Redis, even if the registry was closed. It panics if
+// the calling goroutine does not hold the lock. A lost lock or a Redis error
+// is logged (at error level) instead of returned: use UnlockContext to see it.
+func (l *RedisLock) Unlock() {
+	err := l.UnlockContext(context.Background())
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNotOwner):
+		panic(fmt.Sprintf("lockyard: Unlock of %q by a goroutine that does not hold it", l.key))
+	case errors.Is(err, ErrLockLost):
+		l.reg.log.Error("lockyard: lock was lost before Unlock", "key", l.key, "err", err)
+	default:
+		l.reg.log.Error("lockyard: release failed; the key expires by its TTL", "key", l.key, "err", err)
+	}
+}
+
+// UnlockContext releases one hold of the calling goroutine. The outermost
+// one runs the compare-and-delete release script in Redis, even if ctx is
+// already done (it then uses its own bounded timeout), and frees the local
+// mutex in every case. It returns ErrNotOwner if the calling goroutine does
+// not hold the lock, ErrLockLost if the key expired or was taken before the
+// release (the other holder's key is left untouched), or the Redis error.
+func (l *RedisLock) UnlockContext(ctx context.Context) error {
+	last, err := l.local.Leave()
+	if err != nil {
+		return fmt.Errorf("%w: %q", ErrNotOwner, l.key)
+	}
+	if !last {
+		return nil
+	}
+	h := l.hold.Load()
+	err = l.release(ctx, h)
+	h.end()
+	l.hold.Store(nil)
+	l.touch()
+	l.mustUnlockLocal()
+	return err
+}
+
+// lock acquires the local mutex, then the Redis key. With retryAll every
+// Redis error is retried (Lock); otherwise only transient ones.
+func (l *RedisLock) lock(ctx context.Context, retryAll bool) error {
+	r := l.reg
+	if r.isClosed() {
+		return ErrClosed
+	}
+	reentered, err := l.local.Lock(ctx, r.closed)
+	switch {
+	case errors.Is(err, reentrant.ErrAborted):
+		return ErrClosed
+	case err != nil:
+		return fmt.Errorf("lockyard: waiting for %q: %w", l.key, err)
+	case reentered:
+		return nil
+	}
+	if err := l.acquire(ctx, retryAll); err != nil {
+		l.mustUnlockLocal()
+		l.touch()
+		return err
+	}
+	l.touch()
+	return nil
+}
+
+// acquire runs the obtain script until it succeeds, sleeping between tries
+// as pollDelay says, or with backoff after errors. The caller owns local.
+func (l *RedisLock) acquire(ctx context.Context, retryAll bool) error {
+	r := l.reg
+	var (
+		bo      backoff
+		lastErr error
+	)
+	for {
+		ok, pttl, err := l.obtain(ctx)
+		if ok {
+			return nil
+		}
+		delay := pollDelay(r.cfg.idle, pttl)
+		if err != nil {
+			lastErr = err
+			if ctx.Err() != nil {
+				return l.waitErr(ctx.Err(), lastErr)
+			}
+			if !retryAll && !isTransient(err) {
+				return fmt.Errorf("lockyard: obtaining %q: %w", l.key, err)
+			}
+			r.log.Warn("lockyard: obtain failed, retrying", "key", l.key, "err", err)
+			delay = bo.delay()
+		} else {
+			bo.reset()
+		}
+		if err := r.sleep(ctx, delay); err != nil {
+			return l.waitErr(err, lastErr)
+		}
+	}
+}
+
+// waitErr is the error of a wait ended by end (ctx.Err() or ErrClosed),
+// wrapping the last Redis error seen, if any.
+func (l *RedisLock) waitErr(end, lastErr error) error {
+	if lastErr == nil {
+		return fmt.Errorf("lockyard: waiting for %q: %w", l.key, end)
+	}
+	return fmt.Errorf("lockyard: waiting for %q: %w (last error: %w)", l.key, end, lastErr)
+}
+
+// obtain runs the obtain script once. On success it stores the new hold. On
+// failure it returns the holder's remaining TTL in ms (-1: none, or
+// unknown after an error).
+func (l *RedisLock) obtain(ctx context.Context) (ok bool, pttl int64, err error) {
+	r := l.reg
+	token := newToken(r.clientID)
+	ttl := r.cfg.expireAfter
+	sent := r.now()
+	var reply []any
+	if r.cfg.fencing {
+		reply, err = redis.Values(r.call(ctx, obtainScript, 2, l.key, fenceKey(l.key), token, ttl.Milliseconds()))
+	} else {
+		reply, err = redis.Values(r.call(ctx, obtainScript, 1, l.key, token, ttl.Milliseconds()))
+	}
+	if err != nil {
+		if isAmbiguous(err) {
+			l.cleanup(token) // the script may have set the key before the reply was lost
+		}
+		return false, -1, err
+	}
+	var acquired, n int64
+	if _, err := redis.Scan(reply, &acquired, &n); err != nil {
+		return false, -1, fmt.Errorf("lockyard: unexpected obtain reply %v: %w", reply, err)
+	}
+	if acquired == 0 {
+		return false, n, nil
+	}
+	deadline := sent + int64(ttl-drift(ttl))
+	if r.now() >= deadline { // the reply came too late to be of use
+		l.cleanup(token)
+		return false, 0, nil
+	}
+	l.hold.Store(newHold(token, n, deadline))
+	return true, 0, nil
+}
+
+// cleanup deletes, in the background and best effort, a key this registry
+// may have set with token without knowing it, so that it does not block
+// others until its TTL runs out.
+func (l *RedisLock) cleanup(token string) {
+	l.reg.spawn(func() {
+		_, _ = l.reg.call(context.Background(), releaseScript, l.key, token, channelName(l.reg.prefix, l.key))
+	})
+}
+
+// release runs the release script for h with a context that ignores the
+// caller's cancellation but keeps the command timeout.
+func (l *RedisLock) release(ctx context.Context, h *hold) error {
+	r := l.reg
+	n, err := redis.Int(r.call(context.WithoutCancel(ctx), releaseScript, l.key, h.token, channelName(r.prefix, l.key)))
+	switch {
+	case err != nil:
+		return fmt.Errorf("lockyard: releasing %q: %w", l.key, err)
+	case n == 0:
+		return fmt.Errorf("%w: %q expired or was taken by another holder", ErrLockLost, l.key)
+	case h.lost(r.now()):
+		return fmt.Errorf("%w: validity of %q ended before release", ErrLockLost, l.key)
+	}
+	return nil
+}
+
+// renew resets the TTL of the current hold if the registry holds the lock.
+func (l *RedisLock) renew(ctx context.Context) error {
+	r := l.reg
+	h := l.hold.Load()
+	if h == nil {
+		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, l.key)
+	}
+	ttl := r.cfg.expireAfter
+	sent := r.now()
+	if h.lost(sent) {
+		h.markLost()
+		return fmt.Errorf("%w: validity of %q ended before renewal", ErrLockLost, l.key)
+	}
+	n, err := redis.Int(r.call(ctx, renewScript, l.key, h.token, ttl.Milliseconds()))
+	switch {
+	case err != nil:
+		return fmt.Errorf("lockyard: renewing %q: %w", l.key, err)
+	case n == 0:
+		h.markLost()
+		return fmt.Errorf("%w: %q expired or was taken by another holder", ErrLockLost, l.key)
+	}
+	if !h.extend(r.now(), sent+int64(ttl-drift(ttl))) {
+		h.markLost()
+		return fmt.Errorf("%w: renewal of %q completed after its validity ended", ErrLockLost, l.key)
+	}
+	return nil
+}
+
+// mustUnlockLocal frees the local mutex held by the calling goroutine.
+func (l *RedisLock) mustUnlockLocal() {
+	if err := l.local.Unlock(); err != nil {
+		panic("lockyard: internal error: local mutex not held: " + err.Error())
+	}
+}

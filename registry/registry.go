@@ -1,0 +1,209 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/google/uuid"
+)
+
+// Pool hands out Redis connections. *redis.Pool (redigo) satisfies it; the
+// connections must implement redis.ConnWithContext, as redigo's do.
+type Pool interface {
+	GetContext(ctx context.Context) (redis.Conn, error)
+}
+
+// Registry hands out one *RedisLock per key under a key prefix, the
+// registryKey. It is safe for concurrent use. Create it with New and Close it
+// when done; Close stops its background goroutines but deletes no key.
+type Registry struct {
+	client   client
+	prefix   string // registryKey
+	clientID string // random UUID, the first part of every token of this registry
+	cfg      config
+	log      *slog.Logger
+	epoch    time.Time // origin of now, read on the monotonic clock
+
+	locks sync.Map     // key string -> *RedisLock
+	size  atomic.Int64 // entries in locks
+	// insertMu serialises cache insertions and evictions so that the size
+	// bound holds; cache hits do not take it.
+	insertMu sync.Mutex
+
+	closed    chan struct{} // closed by Close
+	closeOnce sync.Once
+	// goMu guards wg.Add against Close's wg.Wait: no goroutine starts once
+	// closed is closed.
+	goMu sync.Mutex
+	wg   sync.WaitGroup
+}
+
+// New returns a registry of locks whose Redis keys are registryKey + ":" +
+// key. It does not contact Redis. It fails with ErrInvalidConfig for a nil
+// pool or an option out of range, and with ErrInvalidKey for an empty or
+// over-long registryKey or one that begins with '{'.
+func New(pool Pool, registryKey string, opts ...Option) (*Registry, error) {
+	if isNil(pool) {
+		return nil, fmt.Errorf("%w: nil pool", ErrInvalidConfig)
+	}
+	return newRegistry(poolClient{pool}, registryKey, opts...)
+}
+
+func newRegistry(c client, registryKey string, opts ...Option) (*Registry, error) {
+	if err := checkRegistryKey(registryKey); err != nil {
+		return nil, err
+	}
+	cfg := defaultConfig()
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidConfig, i)
+		}
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	return &Registry{
+		client:   c,
+		prefix:   registryKey,
+		clientID: uuid.NewString(),
+		cfg:      cfg,
+		log:      cfg.logger.With("registry", registryKey),
+		epoch:    time.Now(),
+		closed:   make(chan struct{}),
+	}, nil
+}
+
+// isNil reports whether v is nil or an interface holding a nil pointer.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Interface, reflect.Slice:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// now returns the registry clock: nanoseconds since New, on the monotonic clock.
+func (r *Registry) now() int64 { return int64(time.Since(r.epoch)) }
+
+func (r *Registry) isClosed() bool {
+	select {
+	case <-r.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Obtain returns the lock for key, the same *RedisLock for the same key while
+// it stays cached. It does not contact Redis. It fails with ErrInvalidKey,
+// ErrClosed, or ErrCacheFull when a new key does not fit because every
+// cached lock is held or waited for.
+func (r *Registry) Obtain(key string) (*RedisLock, error) {
+	if r.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if v, ok := r.locks.Load(key); ok {
+		l := v.(*RedisLock)
+		l.touch()
+		return l, nil
+	}
+	return r.insert(key)
+}
+
+// RenewLock resets the time to live of the lock on key that this registry
+// holds, whichever goroutine holds it. It returns ErrNotOwner if the registry
+// holds no lock on key, and ErrLockLost (marking the hold lost) if the Redis
+// key is gone or carries another token.
+func (r *Registry) RenewLock(ctx context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	v, ok := r.locks.Load(key)
+	if !ok {
+		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, key)
+	}
+	return v.(*RedisLock).renew(ctx)
+}
+
+// ExecuteLocked runs fn while holding the lock on key, waiting for it as
+// LockContext does. fn's context is cancelled, with cause ErrLockLost, when
+// the lock is lost: its validity ends at the obtain's send time plus
+// expireAfter (minus a drift margin) unless renewed. The lock is released
+// when fn returns or panics. The result joins fn's error with the release's:
+// after a loss it matches ErrLockLost and is never nil.
+func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx context.Context) error) (err error) {
+	l, err := r.Obtain(key)
+	if err != nil {
+		return err
+	}
+	if err := l.LockContext(ctx); err != nil {
+		return err
+	}
+	h := l.hold.Load()
+	fctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(h.watch(r), func() { cancel(ErrLockLost) })
+	defer func() {
+		stop()
+		cancel(nil)
+		lost := h.lost(r.now())
+		uerr := l.UnlockContext(ctx)
+		if lost && !errors.Is(uerr, ErrLockLost) {
+			uerr = errors.Join(uerr, fmt.Errorf("%w: validity of %q ended before release", ErrLockLost, key))
+		}
+		err = errors.Join(err, uerr)
+	}()
+	return fn(fctx)
+}
+
+// Close stops the registry's background goroutines, waits for them, and
+// makes every waiter return ErrClosed. Afterwards Obtain, LockContext and
+// ExecuteLocked return ErrClosed, TryLock returns false and Lock panics;
+// held locks can still be released. Keys held in Redis are not deleted.
+// Close is idempotent and always returns nil.
+func (r *Registry) Close() error {
+	r.goMu.Lock()
+	r.closeOnce.Do(func() { close(r.closed) })
+	r.goMu.Unlock()
+	r.wg.Wait()
+	return nil
+}
+
+// spawn runs fn in a goroutine that Close waits for, unless the registry is
+// closed; it reports whether fn was started.
+func (r *Registry) spawn(fn func()) bool {
+	r.goMu.Lock()
+	defer r.goMu.Unlock()
+	if r.isClosed() {
+		return false
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+// call runs one script, bounded by ctx and by the command timeout.
+func (r *Registry) call(ctx context.Context, s *redis.Script, keysAndArgs ...any) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.commandTimeout)
+	defer cancel()
+	return r.client.runScript(ctx, s, keysAndArgs...)
+}

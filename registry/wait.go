@@ -1,0 +1,57 @@
+package registry
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+)
+
+// Backoff after Redis errors: exponential from minBackoff, capped, with
+// jitter, so that a fleet of waiters does not hammer a struggling server.
+const (
+	minBackoff = 10 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// backoff is the delay schedule after consecutive errors. The zero value
+// starts at minBackoff.
+type backoff struct{ next time.Duration }
+
+// delay returns the next delay, jittered into [d/2, d], and doubles d.
+func (b *backoff) delay() time.Duration {
+	d := max(b.next, minBackoff)
+	b.next = min(2*d, maxBackoff)
+	return d/2 + rand.N(d/2+1)
+}
+
+func (b *backoff) reset() { b.next = 0 }
+
+// pollDelay returns how long a waiter sleeps after losing a race to a holder
+// whose key has pttl milliseconds left (-1: no expiry). Within idle it wakes
+// just after the key expires (+1ms for Redis' millisecond rounding, plus up
+// to 1ms of jitter), so it never sleeps past the holder's expiry by more than
+// that; otherwise it sleeps idle shortened by up to a quarter at random, so
+// that waiters of many processes spread out instead of polling in step.
+func pollDelay(idle time.Duration, pttl int64) time.Duration {
+	if pttl >= 0 {
+		if left := time.Duration(pttl) * time.Millisecond; left < idle {
+			return left + time.Millisecond + rand.N(time.Millisecond)
+		}
+	}
+	return idle - rand.N(idle/4+1)
+}
+
+// sleep waits for d, or until ctx is done (ctx.Err()) or the registry is
+// closed (ErrClosed).
+func (r *Registry) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.closed:
+		return ErrClosed
+	}
+}
