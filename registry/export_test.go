@@ -1,0 +1,12 @@
+package registry
+
+// Test-only views of internals.
+
+// IsCached reports whether key has a cached lock.
+func (r *Registry) IsCached(key string) bool {
+	_, ok := r.locks.Load(key)
+	return ok
+}
+
+// CacheLen returns the number of cached locks.
+func (r *Registry) CacheLen() int { return int(r.size.Load()) }

@@ -1,0 +1,239 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+// backend is one Redis a test runs against: miniredis (mr set) or the real
+// redis-server.
+type backend struct {
+	name string
+	addr string
+	mr   *miniredis.Miniredis
+}
+
+// forBackends runs fn as a subtest on miniredis and on the real server.
+func forBackends(t *testing.T, fn func(t *testing.T, b *backend)) {
+	t.Helper()
+	t.Run("miniredis", func(t *testing.T) {
+		mr := miniredis.RunT(t)
+		fn(t, &backend{name: "miniredis", addr: mr.Addr(), mr: mr})
+	})
+	t.Run("redis", func(t *testing.T) {
+		fn(t, &backend{name: "redis", addr: real.Addr})
+	})
+}
+
+// realBackend returns the real server as a backend.
+func realBackend() *backend { return &backend{name: "redis", addr: real.Addr} }
+
+// pool returns a pool closed at the end of the test.
+func (b *backend) pool(t *testing.T) *redis.Pool {
+	t.Helper()
+	p := redistest.NewPool(b.addr)
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// do runs one command directly, failing the test on error.
+func (b *backend) do(t *testing.T, cmd string, args ...any) any {
+	t.Helper()
+	v, err := redistest.Do(b.addr, cmd, args...)
+	if err != nil {
+		t.Fatalf("%s %v: %v", cmd, args, err)
+	}
+	return v
+}
+
+// expire makes the key's TTL run out: FastForward on miniredis, a deadline
+// poll on the real server.
+func (b *backend) expire(t *testing.T, key string, ttl time.Duration) {
+	t.Helper()
+	if b.mr != nil {
+		b.mr.FastForward(ttl)
+		return
+	}
+	waitFor(t, ttl+5*time.Second, "key "+key+" to expire", func() bool {
+		n, _ := redis.Int(b.do(t, "EXISTS", key), nil)
+		return n == 0
+	})
+}
+
+var prefixSeq atomic.Int64
+
+// prefix returns a registry key unique to the test.
+func prefix(t *testing.T) string {
+	name := strings.NewReplacer("/", ".", " ", "_").Replace(t.Name())
+	return fmt.Sprintf("lockyard-test.%s.%d", name, prefixSeq.Add(1))
+}
+
+// newReg returns a registry on pool with a unique prefix, closed at the end
+// of the test.
+func newReg(t *testing.T, pool registry.Pool, opts ...registry.Option) *registry.Registry {
+	t.Helper()
+	return newRegPrefix(t, pool, prefix(t), opts...)
+}
+
+func newRegPrefix(t *testing.T, pool registry.Pool, prefix string, opts ...registry.Option) *registry.Registry {
+	t.Helper()
+	r, err := registry.New(pool, prefix, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func obtain(t *testing.T, r *registry.Registry, key string) *registry.RedisLock {
+	t.Helper()
+	l, err := r.Obtain(key)
+	if err != nil {
+		t.Fatalf("Obtain(%q): %v", key, err)
+	}
+	return l
+}
+
+// waitFor polls cond every few milliseconds until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval of a deadline loop
+	}
+}
+
+// inGoroutine runs fn in another goroutine and returns its result.
+func inGoroutine[T any](fn func() T) T {
+	ch := make(chan T, 1)
+	go func() { ch <- fn() }()
+	return <-ch
+}
+
+// recvWithin returns the value from ch, failing the test if none comes in d.
+func recvWithin[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("timed out after %v waiting for %s", d, what)
+		panic("unreachable")
+	}
+}
+
+// notWithin fails the test if ch yields a value within d.
+func notWithin[T any](t *testing.T, ch <-chan T, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		t.Fatalf("%s happened (%v), but should not have yet", what, v)
+	case <-time.After(d):
+	}
+}
+
+// logRecorder is a slog handler that keeps the records it gets.
+type logRecorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r)
+	return nil
+}
+func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
+
+// count returns how many records at level or above contain msg.
+func (h *logRecorder) count(level slog.Level, msg string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, r := range h.recs {
+		if r.Level >= level && strings.Contains(r.Message, msg) {
+			n++
+		}
+	}
+	return n
+}
+
+func mustIs(t *testing.T, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("got error %v, want one matching %v", err, target)
+	}
+}
+
+func mustNil(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bg returns a context for a test step that must finish well within 10s.
+func bg(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// holder holds a lock in a goroutine of its own until release is called.
+type holder struct {
+	release chan struct{}
+	done    chan error // the UnlockContext result
+}
+
+// holdIn makes a new goroutine take l with TryLock and keep it until
+// release; it reports whether the TryLock succeeded.
+func holdIn(t *testing.T, l *registry.RedisLock) (*holder, bool) {
+	t.Helper()
+	h := &holder{release: make(chan struct{}), done: make(chan error, 1)}
+	got := make(chan bool)
+	go func() {
+		ok := l.TryLock()
+		got <- ok
+		if !ok {
+			return
+		}
+		<-h.release
+		h.done <- l.UnlockContext(context.Background())
+	}()
+	ok := <-got
+	if ok {
+		t.Cleanup(func() { h.unlock() })
+	}
+	return h, ok
+}
+
+// unlock makes the holder release and returns its UnlockContext result; a
+// second call returns nil.
+func (h *holder) unlock() error {
+	select {
+	case <-h.release:
+		return nil
+	default:
+	}
+	close(h.release)
+	return <-h.done
+}

@@ -1,0 +1,106 @@
+package registry_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+// Child processes are this test binary re-executed with these variables.
+const (
+	childEnv       = "LOCKYARD_TEST_CHILD" // the child's job: "counter"
+	childAddrEnv   = "LOCKYARD_TEST_ADDR"
+	childPrefixEnv = "LOCKYARD_TEST_PREFIX"
+	childItersEnv  = "LOCKYARD_TEST_ITERS"
+)
+
+const (
+	childGoroutines = 4
+	counterKey      = "counter"
+)
+
+// runChild is the body of a child process; it returns the exit code.
+func runChild() int {
+	iters, _ := strconv.Atoi(os.Getenv(childItersEnv))
+	pool := redistest.NewPool(os.Getenv(childAddrEnv))
+	defer pool.Close()
+	r, err := registry.New(pool, os.Getenv(childPrefixEnv), registry.WithIdleBetweenTries(2*time.Millisecond))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer r.Close()
+	l, err := r.Obtain("shared")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	var (
+		wg     sync.WaitGroup
+		failed sync.Once
+		code   int
+	)
+	for range childGoroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range iters {
+				l.Lock()
+				err := incrementNonAtomically(pool, os.Getenv(childPrefixEnv)+":"+counterKey)
+				l.Unlock()
+				if err != nil {
+					failed.Do(func() { fmt.Fprintln(os.Stderr, err); code = 1 })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return code
+}
+
+// incrementNonAtomically reads, then writes: it loses updates unless callers
+// are mutually exclusive.
+func incrementNonAtomically(pool *redis.Pool, key string) error {
+	c := pool.Get()
+	defer c.Close()
+	n, err := redis.Int(c.Do("GET", key))
+	if err != nil && err != redis.ErrNil {
+		return err
+	}
+	_, err = c.Do("SET", key, n+1)
+	return err
+}
+
+// Mutual exclusion across OS processes: a GET/SET counter comes out exact.
+func TestCrossProcessMutualExclusion(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	const procs, iters = 3, 40
+	cmds := make([]*exec.Cmd, procs)
+	for i := range cmds {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childEnv+"=counter", childAddrEnv+"="+b.addr,
+			childPrefixEnv+"="+pfx, childItersEnv+"="+strconv.Itoa(iters))
+		cmd.Stderr = os.Stderr
+		mustNil(t, cmd.Start())
+		cmds[i] = cmd
+	}
+	for _, cmd := range cmds {
+		mustNil(t, cmd.Wait())
+	}
+	got, err := redis.Int(b.do(t, "GET", pfx+":"+counterKey), nil)
+	mustNil(t, err)
+	if want := procs * childGoroutines * iters; got != want {
+		t.Fatalf("counter = %d, want %d: mutual exclusion was violated", got, want)
+	}
+}
