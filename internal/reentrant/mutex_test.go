@@ -1,0 +1,144 @@
+package reentrant
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+func run[T any](fn func() T) T {
+	ch := make(chan T, 1)
+	go func() { ch <- fn() }()
+	return <-ch
+}
+
+func TestReentrancyAndOwnership(t *testing.T) {
+	var m Mutex
+	if re, err := m.Lock(context.Background(), nil); re || err != nil {
+		t.Fatalf("first Lock = %v, %v", re, err)
+	}
+	if !m.Reenter() || m.Depth() != 2 {
+		t.Fatal("owner could not re-enter")
+	}
+	if ok, re := m.TryLock(); !ok || !re || m.Depth() != 3 {
+		t.Fatal("owner's TryLock did not re-enter")
+	}
+	if run(func() bool { ok, _ := m.TryLock(); return ok }) {
+		t.Fatal("another goroutine's TryLock succeeded")
+	}
+	if err := run(m.Unlock); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("non-owner Unlock = %v", err)
+	}
+	if last, _ := m.Leave(); last || m.Depth() != 2 {
+		t.Fatal("Leave at depth 3")
+	}
+	m.Unlock()
+	if last, _ := m.Leave(); !last || m.Depth() != 1 {
+		t.Fatal("Leave at depth 1 must report last and change nothing")
+	}
+	m.Unlock()
+	if m.Busy() || m.Depth() != 0 {
+		t.Fatal("still held after the last Unlock")
+	}
+}
+
+// Waiters get the mutex in arrival order; a waiter alone makes it busy.
+func TestFIFOHandOff(t *testing.T) {
+	var m Mutex
+	m.Lock(context.Background(), nil)
+	const n = 8
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.Lock(context.Background(), nil)
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			m.Unlock()
+		}()
+		for m.Waiters() != i+1 { // queue them in a known order
+			time.Sleep(time.Millisecond)
+		}
+	}
+	m.Unlock()
+	wg.Wait()
+	for i, v := range order {
+		if v != i {
+			t.Fatalf("acquisition order %v, want FIFO", order)
+		}
+	}
+}
+
+func TestWaiterIsBusyAndCancellable(t *testing.T) {
+	var m Mutex
+	m.Lock(context.Background(), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { _, err := m.Lock(ctx, nil); done <- err }()
+	for m.Waiters() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	abort := make(chan struct{})
+	aborted := make(chan error)
+	go func() { _, err := m.Lock(context.Background(), abort); aborted <- err }()
+	for m.Waiters() != 2 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait = %v", err)
+	}
+	close(abort)
+	if err := <-aborted; !errors.Is(err, ErrAborted) {
+		t.Fatalf("aborted wait = %v", err)
+	}
+	m.Unlock()
+	if m.Busy() {
+		t.Fatal("cancelled waiters left the mutex busy")
+	}
+}
+
+// A waiter whose ctx ends just as ownership is handed to it passes it on.
+func TestCancelRacingHandOff(t *testing.T) {
+	for range 200 {
+		var m Mutex
+		m.Lock(context.Background(), nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() {
+			_, err := m.Lock(ctx, nil)
+			if err == nil {
+				m.Unlock()
+			}
+			done <- err
+		}()
+		for m.Waiters() != 1 {
+			time.Sleep(10 * time.Microsecond)
+		}
+		go cancel()
+		m.Unlock()
+		<-done
+		if m.Busy() {
+			t.Fatal("mutex left busy after a cancel racing a hand-off")
+		}
+	}
+}
+
+func BenchmarkReentrantLockUnlock(b *testing.B) {
+	var m Mutex
+	m.Lock(context.Background(), nil)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Lock(ctx, nil)
+		m.Leave()
+	}
+}
