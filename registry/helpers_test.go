@@ -237,3 +237,13 @@ func (h *holder) unlock() error {
 	close(h.release)
 	return <-h.done
 }
+
+// newMiniredis starts a miniredis closed at the end of tb.
+func newMiniredis(tb testing.TB) *miniredis.Miniredis {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(mr.Close)
+	return mr
+}

@@ -1,0 +1,195 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+// After SCRIPT FLUSH the next call falls back from EVALSHA to EVAL, once,
+// and no error reaches the caller.
+func TestScriptFlushRecovery(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		cp := &redistest.CountingPool{Pool: b.pool(t)}
+		l := obtain(t, newReg(t, cp), "k")
+		l.Lock()
+		l.Unlock()
+		b.do(t, "SCRIPT", "FLUSH")
+		cp.Commands()
+		mustNil(t, l.LockContext(bg(t)))
+		mustNil(t, l.UnlockContext(bg(t)))
+		want := []string{"EVALSHA", "EVAL", "EVALSHA", "EVAL"}
+		if got := cp.Commands(); !slices.Equal(got, want) {
+			t.Fatalf("commands after SCRIPT FLUSH = %v, want %v", got, want)
+		}
+	})
+}
+
+// Redis unreachable: LockContext returns an error matching ctx.Err() that
+// wraps the network error; Lock() blocks, logging, and succeeds once the
+// server is back.
+func TestRedisUnreachableThenBack(t *testing.T) {
+	srv, err := redistest.Start()
+	mustNil(t, err)
+	defer srv.Close()
+	rec := &logRecorder{}
+	r := newReg(t, srv.Pool(), registry.WithLogger(slog.New(rec)))
+	l := obtain(t, r, "k")
+	srv.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = l.LockContext(ctx)
+	mustIs(t, err, context.DeadlineExceeded)
+	var ne net.Error
+	if !errors.As(err, &ne) {
+		t.Fatalf("LockContext error %v does not wrap the network error", err)
+	}
+	if inGoroutine(l.TryLock) {
+		t.Fatal("TryLock succeeded with Redis down")
+	}
+
+	locked := make(chan struct{})
+	go func() {
+		l.Lock()
+		close(locked)
+		l.Unlock()
+	}()
+	waitFor(t, 5*time.Second, "Lock to log a failure", func() bool { return rec.count(slog.LevelWarn, "obtain failed") > 0 })
+	notWithin(t, locked, 100*time.Millisecond, "Lock returning with Redis down")
+	mustNil(t, srv.Restart())
+	recvWithin(t, locked, 10*time.Second, "Lock after Redis came back")
+}
+
+// A server that accepts connections but never answers: every call ends at
+// the command timeout; nothing hangs, nothing panics, nothing stays held.
+func TestSilentServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	mustNil(t, err)
+	defer ln.Close()
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c) // read nothing, answer nothing
+		}
+	}()
+	pool := &redis.Pool{DialContext: func(ctx context.Context) (redis.Conn, error) {
+		return redis.DialContext(ctx, "tcp", ln.Addr().String())
+	}}
+	defer pool.Close()
+	r := newReg(t, pool, registry.WithCommandTimeout(200*time.Millisecond), registry.WithLogger(slog.New(&logRecorder{})))
+	l := obtain(t, r, "k")
+	start := time.Now()
+	if l.TryLock() {
+		t.Fatal("TryLock succeeded against a silent server")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	mustIs(t, l.LockContext(ctx), context.DeadlineExceeded)
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("calls against a silent server took %v", el)
+	}
+	mustIs(t, l.UnlockContext(bg(t)), registry.ErrNotOwner)
+}
+
+// oddKeys are valid keys that need binary-safe handling.
+var oddKeys = []string{"{tag}", "a:b", "with space", "tab\there", "new\nline", "nul\x00byte",
+	"\xff\xfe invalid utf-8", "ключ", "🔒", "*", "?", "[a-z]", "\\", "a:b:", ":"}
+
+// Odd keys round-trip exactly, never block each other, and block themselves.
+func TestOddKeys(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		r := newRegPrefix(t, b.pool(t), pfx)
+		var locks []*registry.RedisLock
+		for _, k := range oddKeys {
+			l := obtain(t, r, k)
+			if !l.TryLock() { // all held at once by one goroutine
+				t.Fatalf("TryLock(%q) failed", k)
+			}
+			if inGoroutine(l.TryLock) {
+				t.Fatalf("key %q did not block another goroutine", k)
+			}
+			if n, _ := redis.Int(b.do(t, "EXISTS", l.Key()), nil); n != 1 || l.Key() != pfx+":"+k {
+				t.Fatalf("key %q not stored as %q", k, l.Key())
+			}
+			locks = append(locks, l)
+		}
+		for _, l := range locks {
+			mustNil(t, l.UnlockContext(bg(t)))
+			if n, _ := redis.Int(b.do(t, "EXISTS", l.Key()), nil); n != 0 {
+				t.Fatalf("key %q left behind", l.Key())
+			}
+		}
+		_, err := r.Obtain("")
+		mustIs(t, err, registry.ErrInvalidKey)
+		_, err = r.Obtain(string(make([]byte, registry.MaxKeyLen+1)))
+		mustIs(t, err, registry.ErrInvalidKey)
+		mustNil(t, obtain(t, r, string(make([]byte, registry.MaxKeyLen))).LockContext(bg(t)))
+	})
+}
+
+// FuzzKeys: any two keys either both fail validation alike, or block each
+// other exactly when they are equal, and round-trip exactly into Redis.
+func FuzzKeys(f *testing.F) {
+	for i, k := range oddKeys {
+		f.Add(k, oddKeys[(i+1)%len(oddKeys)])
+		f.Add(k, k)
+	}
+	f.Add("", "x")
+	mr := newMiniredis(f)
+	pool := redistest.NewPool(mr.Addr())
+	defer pool.Close()
+	f.Fuzz(func(t *testing.T, a, b string) {
+		r, err := registry.New(pool, "fuzz", registry.WithLogger(slog.New(&logRecorder{})))
+		mustNil(t, err)
+		defer r.Close()
+		la, err := r.Obtain(a)
+		if a == "" || len(a) > registry.MaxKeyLen {
+			mustIs(t, err, registry.ErrInvalidKey)
+			return
+		}
+		mustNil(t, err)
+		if la.Key() != "fuzz:"+a {
+			t.Fatalf("Key() = %q, want %q", la.Key(), "fuzz:"+a)
+		}
+		mustNil(t, la.LockContext(context.Background()))
+		defer la.Unlock()
+		if !mr.Exists("fuzz:" + a) {
+			t.Fatalf("key %q not in Redis", "fuzz:"+a)
+		}
+		lb, err := r.Obtain(b)
+		if err != nil {
+			mustIs(t, err, registry.ErrInvalidKey)
+			return
+		}
+		got := inGoroutine(func() bool {
+			ok := lb.TryLock()
+			if ok {
+				lb.Unlock()
+			}
+			return ok
+		})
+		if got == (a == b) {
+			t.Fatalf("keys %q and %q: second TryLock = %v", a, b, got)
+		}
+	})
+}
