@@ -28,8 +28,8 @@ func TestCacheLRU(t *testing.T) {
 			t.Fatalf("cache holds %d locks, capacity 3", r.CacheLen())
 		}
 		// Locking counts as use: c becomes newer than a.
-		lc.Lock()
-		lc.Unlock()
+		mustNil(t, lc.LockContext(bg(t)))
+		mustNil(t, lc.UnlockContext(bg(t)))
 		obtain(t, r, "e") // evicts a
 		if r.IsCached("a") || !r.IsCached("c") {
 			t.Fatal("locking did not refresh c's place in the LRU order")

@@ -21,8 +21,8 @@ func TestScriptFlushRecovery(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		cp := &redistest.CountingPool{Pool: b.pool(t)}
 		l := obtain(t, newReg(t, cp), "k")
-		l.Lock()
-		l.Unlock()
+		mustNil(t, l.LockContext(bg(t)))
+		mustNil(t, l.UnlockContext(bg(t)))
 		b.do(t, "SCRIPT", "FLUSH")
 		cp.Commands()
 		mustNil(t, l.LockContext(bg(t)))

@@ -66,8 +66,8 @@ func TestReentrantCostsNoCommands(t *testing.T) {
 		cp := &redistest.CountingPool{Pool: b.pool(t)}
 		r := newReg(t, cp)
 		l := obtain(t, r, "re")
-		l.Lock() // warm the script cache
-		l.Unlock()
+		mustNil(t, l.LockContext(bg(t))) // warm the script cache
+		mustNil(t, l.UnlockContext(bg(t)))
 		cp.Commands()
 
 		l.Lock()

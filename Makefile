@@ -1,0 +1,34 @@
+# lockyard: make help lists the targets.
+GO          ?= go
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+TEST_TIMEOUT ?= 8m
+
+.PHONY: help test demo lint fuzz redis-server
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+test: redis-server ## gofmt, vet, and every test (miniredis and a real redis-server) with -race
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+demo: ## the oversell story on an embedded Redis (or REDIS_ADDR)
+	$(GO) run ./examples/oversell
+
+lint: ## go vet and staticcheck
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+fuzz: ## fuzz the key handling for 60s
+	$(GO) test -run '^$$' -fuzz FuzzKeys -fuzztime 60s ./registry/
+
+redis-server: ## install Debian's redis-server if it is missing (the real-Redis test tier needs it)
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing redis-server (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	  else \
+	    echo "redis-server is missing: run 'sudo apt-get install -y redis-server' (or your OS's package), then make test"; exit 1; \
+	  fi; }
+	@redis-server --version

@@ -1,0 +1,70 @@
+// Package registry provides distributed locks on Redis, in the manner of
+// Spring Integration's RedisLockRegistry and wire-compatible with it.
+//
+// # Model
+//
+// A Registry has a key prefix, the registryKey, and hands out one *RedisLock
+// per key (Obtain), cached so that the goroutines of a process share it. A
+// RedisLock pairs a local mutex with a key in Redis, registryKey + ":" + key:
+//
+//   - Locally, goroutines queue in FIFO order and ownership passes directly
+//     to the next in line. Only the goroutine at the head of the queue talks
+//     to Redis, so a process never sends more than one attempt at a time per
+//     key, and no goroutine starves.
+//   - In Redis, an atomic Lua script sets the key if it is absent, with a
+//     millisecond TTL of expireAfter (never SETNX then EXPIRE) and a value
+//     unique to the acquisition (the registry's UUID and 128 random bits). A
+//     waiter that finds the key taken learns its remaining TTL and sleeps for
+//     the shorter of that and idleBetweenTries, with jitter.
+//   - Release is one compare-and-delete script: it deletes the key only if
+//     it still carries this acquisition's value, and publishes a message on
+//     the Spring-compatible channel registryKey-channel:registryKey:key.
+//
+// # Ownership and reentrancy
+//
+// A lock is held by a goroutine, as in Java, not by a process: the goroutine
+// that locked must unlock. It may lock again (Lock, LockContext, TryLock);
+// each acquisition needs its own unlock, and only the outermost pair talks to
+// Redis, so an uncontended Lock+Unlock costs exactly two commands and nested
+// ones cost none. Unlock by a goroutine that does not hold the lock panics,
+// as for sync.Mutex; UnlockContext returns ErrNotOwner instead.
+//
+// # TTL and validity
+//
+// A hold is valid from the moment the obtain request was sent until
+// expireAfter later, minus a small margin for clock drift (1% of the TTL plus
+// 2ms). RenewLock extends it, measured from the renewal's send time. Once
+// validity ends the hold is lost for good: the holder's work may overlap the
+// next holder's. ExecuteLocked cancels fn's context with cause ErrLockLost at
+// that moment, and UnlockContext reports ErrLockLost; the release never
+// deletes a key that another holder has since taken.
+//
+// # Concurrency
+//
+// Registry methods and RedisLock methods are safe for concurrent use. Lock
+// and unlock calls must pair up on one goroutine. Close may be called at any
+// time, more than once; it wakes every waiter with ErrClosed and stops the
+// registry's background goroutines. A goroutine may still release a lock it
+// holds after Close.
+//
+// # Errors
+//
+// Errors wrap the sentinels ErrLockLost, ErrNotOwner, ErrInvalidKey,
+// ErrCacheFull, ErrClosed and ErrInvalidConfig, and the Redis or context
+// error behind them; test with errors.Is and errors.As. LockContext retries
+// network and transient Redis errors until its context ends, then returns an
+// error matching ctx.Err() that also wraps the last Redis error; other Redis
+// errors (WRONGTYPE, OOM, script errors) return at once. Lock has no error to
+// return: it retries every failure with capped backoff, logging each one.
+// Every Redis call is bounded by the command timeout (WithCommandTimeout).
+//
+// # What a single Redis master does not guarantee
+//
+// Redis replicates asynchronously: if the master fails over to a replica
+// that had not yet received a lock key, a second holder can take the lock.
+// And a holder paused for longer than its TTL (GC, swap, SIGSTOP) can go on
+// working after its lock expired; it learns of the loss only afterwards.
+// Where either would corrupt data, pass the fencing token (WithFencing,
+// RedisLock.Token) to the storage you protect and have it reject stale
+// tokens; lockyard's other safeguards only narrow these windows.
+package registry

@@ -1,0 +1,102 @@
+package registry_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/registry"
+)
+
+// exampleRedis starts an embedded Redis; real code dials its own server.
+func exampleRedis() (*redis.Pool, func()) {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", mr.Addr()) }}
+	return pool, func() { pool.Close(); mr.Close() }
+}
+
+// A lock is a sync.Locker shared by every goroutine and replica.
+func Example() {
+	pool, done := exampleRedis()
+	defer done()
+
+	reg, err := registry.New(pool, "orders", registry.WithExpireAfter(30*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer reg.Close()
+
+	lock, err := reg.Obtain("order-42")
+	if err != nil {
+		panic(err)
+	}
+	lock.Lock()
+	fmt.Println("holding", lock.Key())
+	lock.Unlock()
+	// Output: holding orders:order-42
+}
+
+// ExecuteLocked runs a function under the lock and tells it when the lock
+// is lost.
+func ExampleRegistry_ExecuteLocked() {
+	pool, done := exampleRedis()
+	defer done()
+	reg, _ := registry.New(pool, "jobs")
+	defer reg.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := reg.ExecuteLocked(ctx, "nightly-report", func(ctx context.Context) error {
+		// ctx is cancelled with cause registry.ErrLockLost if the lock is lost.
+		fmt.Println("running the nightly report")
+		return nil
+	})
+	fmt.Println("err:", err)
+	// Output:
+	// running the nightly report
+	// err: <nil>
+}
+
+// TryLock does not wait: the job runs on whichever replica gets there first.
+func ExampleRedisLock_TryLock() {
+	pool, done := exampleRedis()
+	defer done()
+	replicaA, _ := registry.New(pool, "jobs")
+	defer replicaA.Close()
+	replicaB, _ := registry.New(pool, "jobs")
+	defer replicaB.Close()
+
+	a, _ := replicaA.Obtain("cleanup")
+	b, _ := replicaB.Obtain("cleanup")
+	fmt.Println("replica A got it:", a.TryLock())
+	fmt.Println("replica B got it:", b.TryLock())
+	a.Unlock()
+	// Output:
+	// replica A got it: true
+	// replica B got it: false
+}
+
+// LockContext waits at most until ctx ends.
+func ExampleRedisLock_LockContext() {
+	pool, done := exampleRedis()
+	defer done()
+	reg, _ := registry.New(pool, "stock", registry.WithIdleBetweenTries(10*time.Millisecond))
+	defer reg.Close()
+	lock, _ := reg.Obtain("sku-1")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := lock.LockContext(ctx); err != nil {
+		fmt.Println("not acquired:", err)
+		return
+	}
+	defer lock.Unlock()
+	fmt.Println("acquired")
+	// Output: acquired
+}

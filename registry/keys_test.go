@@ -1,0 +1,33 @@
+package registry
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestChannelPatternEscapesGlobs(t *testing.T) {
+	cases := map[string]string{
+		"orders":  "orders-channel:*",
+		"a*b?c":   `a\*b\?c-channel:*`,
+		`[x]\y`:   `\[x\]\\y-channel:*`,
+		"sp ace:": "sp ace:-channel:*",
+	}
+	for in, want := range cases {
+		if got := channelPattern(in); got != want {
+			t.Errorf("channelPattern(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestNamesOfKeys(t *testing.T) {
+	if got := channelName("orders", "orders:42"); got != "orders-channel:orders:42" {
+		t.Errorf("channelName = %q", got)
+	}
+	if got := fenceKey("orders:42"); got != "{orders:42}:fence" {
+		t.Errorf("fenceKey = %q", got)
+	}
+	a, b := newToken("id"), newToken("id")
+	if a == b || !strings.HasPrefix(a, "id:") || len(a) != len("id:")+32 {
+		t.Errorf("tokens %q, %q: want distinct id:<32 hex>", a, b)
+	}
+}
