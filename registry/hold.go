@@ -123,3 +123,10 @@ func (h *hold) end() {
 		h.timer.Stop()
 	}
 }
+
+// released reports whether end was called.
+func (h *hold) released() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ended
+}

@@ -17,7 +17,7 @@ import (
 
 // Child processes are this test binary re-executed with these variables.
 const (
-	childEnv       = "LOCKYARD_TEST_CHILD" // the child's job: "counter"
+	childEnv       = "LOCKYARD_TEST_CHILD" // the child's job: "counter" or "fence"
 	childAddrEnv   = "LOCKYARD_TEST_ADDR"
 	childPrefixEnv = "LOCKYARD_TEST_PREFIX"
 	childItersEnv  = "LOCKYARD_TEST_ITERS"
@@ -33,7 +33,12 @@ func runChild() int {
 	iters, _ := strconv.Atoi(os.Getenv(childItersEnv))
 	pool := redistest.NewPool(os.Getenv(childAddrEnv))
 	defer pool.Close()
-	r, err := registry.New(pool, os.Getenv(childPrefixEnv), registry.WithIdleBetweenTries(2*time.Millisecond))
+	fence := os.Getenv(childEnv) == "fence"
+	opts := []registry.Option{registry.WithIdleBetweenTries(2 * time.Millisecond)}
+	if fence {
+		opts = append(opts, registry.WithFencing())
+	}
+	r, err := registry.New(pool, os.Getenv(childPrefixEnv), opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -55,7 +60,12 @@ func runChild() int {
 			defer wg.Done()
 			for range iters {
 				l.Lock()
-				err := incrementNonAtomically(pool, os.Getenv(childPrefixEnv)+":"+counterKey)
+				var err error
+				if fence { // printed under the lock: lines come out in token order
+					_, err = fmt.Println(l.Token())
+				} else {
+					err = incrementNonAtomically(pool, os.Getenv(childPrefixEnv)+":"+counterKey)
+				}
 				l.Unlock()
 				if err != nil {
 					failed.Do(func() { fmt.Fprintln(os.Stderr, err); code = 1 })

@@ -28,10 +28,16 @@ type RedisLock struct {
 	// goroutine that owns local stores it; anyone may load it.
 	hold     atomic.Pointer[hold]
 	lastUsed atomic.Int64 // registry clock of the last Obtain, lock or unlock
+	// wake carries release notices to the remote waiter (PubSubLock only;
+	// nil otherwise). Buffered: a notice sent before the wait is kept.
+	wake chan struct{}
 }
 
 func newRedisLock(r *Registry, key string) *RedisLock {
 	l := &RedisLock{reg: r, key: r.prefix + ":" + key}
+	if r.cfg.lockType == PubSubLock {
+		l.wake = make(chan struct{}, 1)
+	}
 	l.touch()
 	return l
 }
@@ -52,6 +58,24 @@ func (l *RedisLock) Token() int64 {
 		return h.fence
 	}
 	return 0
+}
+
+// closedChan is returned by Lost when there is no hold to lose.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Lost returns a channel that is closed when the current hold is lost: its
+// validity (the obtain's send time plus expireAfter, minus a drift margin,
+// moved by each renewal) ended, or a renewal found the key gone. It is the
+// lost-lock signal for code that holds the lock through Lock/Unlock, as
+// ExecuteLocked's context is for fn. A clean release does not close it. If
+// the lock is not held, the channel is already closed. Safe to call from any
+// goroutine; the first call for a hold arms one timer, stopped at release.
+func (l *RedisLock) Lost() <-chan struct{} {
+	h := l.hold.Load()
+	if h == nil {
+		return closedChan
+	}
+	return h.watch(l.reg).Done()
 }
 
 func (l *RedisLock) touch() { l.lastUsed.Store(l.reg.now()) }
@@ -131,6 +155,7 @@ func (l *RedisLock) UnlockContext(ctx context.Context) error {
 		return nil
 	}
 	h := l.hold.Load()
+	l.reg.untrack(l, h)
 	err = l.release(ctx, h)
 	h.end()
 	l.hold.Store(nil)
@@ -173,6 +198,7 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool) error {
 		lastErr error
 	)
 	for {
+		l.prepareWait()
 		ok, pttl, err := l.obtain(ctx)
 		if ok {
 			return nil
@@ -191,7 +217,7 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool) error {
 		} else {
 			bo.reset()
 		}
-		if err := r.sleep(ctx, delay); err != nil {
+		if err := r.sleep(ctx, delay, l.wake); err != nil {
 			return l.waitErr(err, lastErr)
 		}
 	}
@@ -238,7 +264,9 @@ func (l *RedisLock) obtain(ctx context.Context) (ok bool, pttl int64, err error)
 		l.cleanup(token)
 		return false, 0, nil
 	}
-	l.hold.Store(newHold(token, n, deadline))
+	h := newHold(token, n, deadline)
+	l.hold.Store(h)
+	r.track(l, h)
 	return true, 0, nil
 }
 

@@ -24,6 +24,7 @@ type Pool interface {
 // registryKey. It is safe for concurrent use. Create it with New and Close it
 // when done; Close stops its background goroutines but deletes no key.
 type Registry struct {
+	pool     Pool
 	client   client
 	prefix   string // registryKey
 	clientID string // random UUID, the first part of every token of this registry
@@ -37,12 +38,23 @@ type Registry struct {
 	// bound holds; cache hits do not take it.
 	insertMu sync.Mutex
 
+	// bgCtx bounds the Redis calls of background goroutines; Close cancels it.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+
+	// heldMu guards held: the holds the watchdog renews (WithAutoRenew).
+	heldMu sync.Mutex
+	held   map[*RedisLock]*hold
+
 	closed    chan struct{} // closed by Close
 	closeOnce sync.Once
 	// goMu guards wg.Add against Close's wg.Wait: no goroutine starts once
 	// closed is closed.
 	goMu sync.Mutex
 	wg   sync.WaitGroup
+	// renewStarted and subStarted record (under goMu) that the watchdog and
+	// the subscriber were started.
+	renewStarted, subStarted bool
 }
 
 // New returns a registry of locks whose Redis keys are registryKey + ":" +
@@ -53,10 +65,6 @@ func New(pool Pool, registryKey string, opts ...Option) (*Registry, error) {
 	if isNil(pool) {
 		return nil, fmt.Errorf("%w: nil pool", ErrInvalidConfig)
 	}
-	return newRegistry(poolClient{pool}, registryKey, opts...)
-}
-
-func newRegistry(c client, registryKey string, opts ...Option) (*Registry, error) {
 	if err := checkRegistryKey(registryKey); err != nil {
 		return nil, err
 	}
@@ -72,8 +80,13 @@ func newRegistry(c client, registryKey string, opts ...Option) (*Registry, error
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
+	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Registry{
-		client:   c,
+		pool:     pool,
+		client:   poolClient{pool},
+		bgCtx:    bgCtx,
+		bgCancel: bgCancel,
+		held:     make(map[*RedisLock]*hold),
 		prefix:   registryKey,
 		clientID: uuid.NewString(),
 		cfg:      cfg,
@@ -179,7 +192,10 @@ func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx co
 // Close is idempotent and always returns nil.
 func (r *Registry) Close() error {
 	r.goMu.Lock()
-	r.closeOnce.Do(func() { close(r.closed) })
+	r.closeOnce.Do(func() {
+		close(r.closed)
+		r.bgCancel()
+	})
 	r.goMu.Unlock()
 	r.wg.Wait()
 	return nil
@@ -199,6 +215,18 @@ func (r *Registry) spawn(fn func()) bool {
 		fn()
 	}()
 	return true
+}
+
+// startOnce starts fn with spawn the first time it is called for *started.
+func (r *Registry) startOnce(started *bool, fn func()) {
+	r.goMu.Lock()
+	if *started || r.isClosed() {
+		r.goMu.Unlock()
+		return
+	}
+	*started = true
+	r.goMu.Unlock()
+	r.spawn(fn)
 }
 
 // call runs one script, bounded by ctx and by the command timeout.

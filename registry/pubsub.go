@@ -1,0 +1,97 @@
+package registry
+
+import "github.com/gomodule/redigo/redis"
+
+// PubSubLock waiters sleep as SpinLock waiters do (pollDelay: until the
+// holder's TTL runs out, at most idleBetweenTries), but are woken early by
+// the message every release publishes. One subscriber connection per
+// registry, started on the first wait, listens on
+// PSUBSCRIBE registryKey-channel:* and wakes only the lock named by the
+// message; within a process only the head of that lock's local queue waits
+// in Redis, so a release costs one attempt per process.
+//
+// No wake-up is missed: the waiter empties its wake channel (registering
+// interest) before each obtain attempt, so a release between the attempt and
+// the wait leaves a signal in the channel. While the subscriber is down,
+// messages can be lost: it wakes every waiter when it drops and again when it
+// is back, and in between waiters poll at idleBetweenTries.
+
+// prepareWait readies a PubSubLock waiter before an obtain attempt: the
+// subscriber is started and stale wake-ups are dropped.
+func (l *RedisLock) prepareWait() {
+	if l.wake == nil {
+		return
+	}
+	l.reg.startOnce(&l.reg.subStarted, l.reg.subscribeLoop)
+	select {
+	case <-l.wake:
+	default:
+	}
+}
+
+// signal wakes l's remote waiter, if any, without blocking.
+func (l *RedisLock) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wakeAll signals every cached lock.
+func (r *Registry) wakeAll() {
+	r.locks.Range(func(_, v any) bool {
+		v.(*RedisLock).signal()
+		return true
+	})
+}
+
+// subscribeLoop keeps one subscription alive until Close, resubscribing with
+// backoff when the connection drops.
+func (r *Registry) subscribeLoop() {
+	var bo backoff
+	for {
+		err := r.subscribe(&bo)
+		r.wakeAll() // messages may have been lost: everyone re-checks
+		if r.isClosed() {
+			return
+		}
+		r.log.Warn("lockyard: pub/sub subscriber dropped, resubscribing; waiters poll meanwhile", "err", err)
+		if r.sleep(r.bgCtx, bo.delay(), nil) != nil {
+			return
+		}
+	}
+}
+
+// subscribe subscribes on one connection and dispatches messages until the
+// connection fails or the registry is closed (which cancels bgCtx and so the
+// receive).
+func (r *Registry) subscribe(bo *backoff) error {
+	c, err := r.pool.GetContext(r.bgCtx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	psc := redis.PubSubConn{Conn: c}
+	if err := psc.PSubscribe(channelPattern(r.prefix)); err != nil {
+		return err
+	}
+	chanPrefix := r.prefix + "-channel:" + r.prefix + ":"
+	for {
+		switch m := psc.ReceiveContext(r.bgCtx).(type) {
+		case error:
+			return m
+		case redis.Subscription:
+			if m.Kind == "psubscribe" {
+				bo.reset()
+				r.wakeAll() // waiters that polled meanwhile switch to wake-ups
+			}
+		case redis.Message:
+			if len(m.Channel) < len(chanPrefix) || m.Channel[:len(chanPrefix)] != chanPrefix {
+				continue
+			}
+			if v, ok := r.locks.Load(m.Channel[len(chanPrefix):]); ok {
+				v.(*RedisLock).signal()
+			}
+		}
+	}
+}
