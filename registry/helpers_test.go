@@ -88,7 +88,7 @@ func newReg(t *testing.T, pool registry.Pool, opts ...registry.Option) *registry
 	return newRegPrefix(t, pool, prefix(t), opts...)
 }
 
-func newRegPrefix(t *testing.T, pool registry.Pool, prefix string, opts ...registry.Option) *registry.Registry {
+func newRegPrefix(t testing.TB, pool registry.Pool, prefix string, opts ...registry.Option) *registry.Registry {
 	t.Helper()
 	r, err := registry.New(pool, prefix, opts...)
 	if err != nil {

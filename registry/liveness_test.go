@@ -213,3 +213,26 @@ func TestFencingAcrossProcesses(t *testing.T) {
 		t.Fatalf("tokens %v: want each of 1..%d exactly once", all, want)
 	}
 }
+
+// Many held locks are renewed in pipelined batches, also after SCRIPT FLUSH
+// (the batch falls back to EVAL).
+func TestAutoRenewManyLocks(t *testing.T) {
+	b := realBackend()
+	const ttl, n = 900 * time.Millisecond, 2000
+	r := newReg(t, b.pool(t), registry.WithExpireAfter(ttl), registry.WithAutoRenew())
+	locks := make([]*registry.RedisLock, n)
+	for i := range locks {
+		locks[i] = obtain(t, r, "k"+strconv.Itoa(i))
+		mustNil(t, locks[i].LockContext(bg(t)))
+	}
+	b.do(t, "SCRIPT", "FLUSH")
+	time.Sleep(3 * ttl) // several renewal periods; without renewal every key expires
+	for _, l := range locks {
+		if pttl, _ := redis.Int64(b.do(t, "PTTL", l.Key()), nil); pttl <= 0 {
+			t.Fatalf("%s not renewed: PTTL %d", l.Key(), pttl)
+		}
+	}
+	for _, l := range locks {
+		mustNil(t, l.UnlockContext(bg(t)))
+	}
+}

@@ -1,0 +1,31 @@
+package registry_test
+
+import (
+	"testing"
+
+	"github.com/lockyard/lockyard/internal/redistest"
+)
+
+// Nested (reentrant) Lock+Unlock of a held lock: no Redis command.
+func BenchmarkNestedLockUnlock(b *testing.B) {
+	mr := newMiniredis(b)
+	pool := redistest.NewPool(mr.Addr())
+	defer pool.Close()
+	cp := &redistest.CountingPool{Pool: pool}
+	r := newRegPrefix(b, cp, "bench")
+	l, err := r.Obtain("k")
+	if err != nil {
+		b.Fatal(err)
+	}
+	l.Lock()
+	defer l.Unlock()
+	cp.Commands()
+	b.ReportAllocs()
+	for b.Loop() {
+		l.Lock()
+		l.Unlock()
+	}
+	if n := len(cp.Commands()); n != 0 {
+		b.Fatalf("%d Redis commands for nested acquisitions", n)
+	}
+}
