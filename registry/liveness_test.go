@@ -2,7 +2,6 @@ package registry_test
 
 import (
 	"bufio"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -185,10 +184,7 @@ func TestFencingAcrossProcesses(t *testing.T) {
 	cmds := make([]*exec.Cmd, procs)
 	outs := make([]*bufio.Scanner, procs)
 	for i := range cmds {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"=fence", childAddrEnv+"="+b.addr,
-			childPrefixEnv+"="+pfx, childItersEnv+"="+strconv.Itoa(iters))
-		cmd.Stderr = os.Stderr
+		cmd := childCmd("fence", b.addr, pfx, iters)
 		out, err := cmd.StdoutPipe()
 		mustNil(t, err)
 		mustNil(t, cmd.Start())

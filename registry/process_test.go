@@ -91,6 +91,16 @@ func incrementNonAtomically(pool *redis.Pool, key string) error {
 	return err
 }
 
+// childCmd returns the command of a child process (this test binary
+// re-executed) that does job on the server at addr; its stderr is ours.
+func childCmd(job, addr, prefix string, iters int) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+job, childAddrEnv+"="+addr,
+		childPrefixEnv+"="+prefix, childItersEnv+"="+strconv.Itoa(iters))
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
 // Mutual exclusion across OS processes: a GET/SET counter comes out exact.
 func TestCrossProcessMutualExclusion(t *testing.T) {
 	b := realBackend()
@@ -98,12 +108,8 @@ func TestCrossProcessMutualExclusion(t *testing.T) {
 	const procs, iters = 3, 40
 	cmds := make([]*exec.Cmd, procs)
 	for i := range cmds {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"=counter", childAddrEnv+"="+b.addr,
-			childPrefixEnv+"="+pfx, childItersEnv+"="+strconv.Itoa(iters))
-		cmd.Stderr = os.Stderr
-		mustNil(t, cmd.Start())
-		cmds[i] = cmd
+		cmds[i] = childCmd("counter", b.addr, pfx, iters)
+		mustNil(t, cmds[i].Start())
 	}
 	for _, cmd := range cmds {
 		mustNil(t, cmd.Wait())

@@ -275,7 +275,9 @@ func (l *RedisLock) obtain(ctx context.Context) (ok bool, pttl int64, err error)
 // others until its TTL runs out.
 func (l *RedisLock) cleanup(token string) {
 	l.reg.spawn(func() {
-		_, _ = l.reg.call(context.Background(), releaseScript, l.key, token, channelName(l.reg.prefix, l.key))
+		// bgCtx: Close does not wait for a server that is down; the key
+		// then expires by its TTL.
+		_, _ = l.reg.call(l.reg.bgCtx, releaseScript, l.key, token, channelName(l.reg.prefix, l.key))
 	})
 }
 
