@@ -111,7 +111,7 @@ func TestSubscriberSurvivesClientKill(t *testing.T) {
 // Real server only: renewal races real expiry, which miniredis does not run.
 func TestAutoRenew(t *testing.T) {
 	b := realBackend()
-	const ttl = 300 * time.Millisecond
+	const ttl = 600 * time.Millisecond
 	cp := &redistest.CountingPool{Pool: b.pool(t)}
 	pfx := prefix(t)
 	r := newRegPrefix(t, cp, pfx, registry.WithExpireAfter(ttl), registry.WithAutoRenew())
