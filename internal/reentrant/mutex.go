@@ -42,19 +42,6 @@ type waiter struct {
 	ready chan struct{}
 }
 
-// Reenter increments the hold count if the calling goroutine already owns m
-// and reports whether it did. It never blocks.
-func (m *Mutex) Reenter() bool {
-	gid := goid.Get()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.owner != gid {
-		return false
-	}
-	m.depth++
-	return true
-}
-
 // TryLock acquires m for the calling goroutine if it is free and nobody is
 // queued, or re-enters it if the caller already owns it. reentered reports the
 // second case. It never blocks.
