@@ -25,7 +25,6 @@ type Pool interface {
 // when done; Close stops its background goroutines but deletes no key.
 type Registry struct {
 	pool     Pool
-	client   client
 	prefix   string // registryKey
 	clientID string // random UUID, the first part of every token of this registry
 	cfg      config
@@ -52,9 +51,9 @@ type Registry struct {
 	// closed is closed.
 	goMu sync.Mutex
 	wg   sync.WaitGroup
-	// renewStarted and subStarted record (under goMu) that the watchdog and
-	// the subscriber were started.
-	renewStarted, subStarted bool
+	// renewStarted and subStarted record that the watchdog and the
+	// subscriber were started; set under goMu, read without it.
+	renewStarted, subStarted atomic.Bool
 }
 
 // New returns a registry of locks whose Redis keys are registryKey + ":" +
@@ -83,7 +82,6 @@ func New(pool Pool, registryKey string, opts ...Option) (*Registry, error) {
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Registry{
 		pool:     pool,
-		client:   poolClient{pool},
 		bgCtx:    bgCtx,
 		bgCancel: bgCancel,
 		held:     make(map[*RedisLock]*hold),
@@ -217,21 +215,31 @@ func (r *Registry) spawn(fn func()) bool {
 	return true
 }
 
-// startOnce starts fn with spawn the first time it is called for *started.
-func (r *Registry) startOnce(started *bool, fn func()) {
+// startOnce starts fn with spawn the first time it is called for started.
+// Later calls cost one atomic load: it is on the path of every acquisition.
+func (r *Registry) startOnce(started *atomic.Bool, fn func()) {
+	if started.Load() {
+		return
+	}
 	r.goMu.Lock()
-	if *started || r.isClosed() {
+	if started.Load() || r.isClosed() {
 		r.goMu.Unlock()
 		return
 	}
-	*started = true
+	started.Store(true)
 	r.goMu.Unlock()
 	r.spawn(fn)
 }
 
-// call runs one script, bounded by ctx and by the command timeout.
+// call runs one script on a pooled connection, bounded by ctx and by the
+// command timeout.
 func (r *Registry) call(ctx context.Context, s *redis.Script, keysAndArgs ...any) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.commandTimeout)
 	defer cancel()
-	return r.client.runScript(ctx, s, keysAndArgs...)
+	c, err := r.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return s.DoContext(ctx, c, keysAndArgs...)
 }

@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"context"
 	_ "embed"
 
 	"github.com/gomodule/redigo/redis"
@@ -23,23 +22,3 @@ var (
 	releaseScript = redis.NewScript(1, releaseSrc)
 	renewScript   = redis.NewScript(1, renewSrc)
 )
-
-// client is the narrow seam between the registry and Redis: run one script.
-// Tests wrap it to count commands and inject faults.
-type client interface {
-	runScript(ctx context.Context, s *redis.Script, keysAndArgs ...any) (any, error)
-}
-
-// poolClient runs scripts on connections borrowed from a Pool.
-type poolClient struct {
-	pool Pool
-}
-
-func (p poolClient) runScript(ctx context.Context, s *redis.Script, keysAndArgs ...any) (any, error) {
-	c, err := p.pool.GetContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	return s.DoContext(ctx, c, keysAndArgs...)
-}
