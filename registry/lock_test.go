@@ -251,7 +251,8 @@ func TestLockContextOneDeadline(t *testing.T) {
 		holder := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
 		holder.Lock()
 		defer holder.Unlock()
-		r := newRegPrefix(t, b.pool(t), pfx, registry.WithIdleBetweenTries(10*time.Millisecond))
+		cp := &redistest.CountingPool{Pool: b.pool(t)}
+		r := newRegPrefix(t, cp, pfx, registry.WithIdleBetweenTries(10*time.Millisecond))
 		l := obtain(t, r, "k")
 		// g1 waits in Redis for 200ms; g2 queues behind it locally, then
 		// waits in Redis; g2's 400ms deadline must cover both waits.
@@ -261,7 +262,9 @@ func TestLockContextOneDeadline(t *testing.T) {
 			defer cancel()
 			g1 <- l.LockContext(ctx)
 		}()
-		waitFor(t, 5*time.Second, "g1 to hold the local mutex", func() bool { return !inGoroutine(l.TryLock) })
+		// Only the goroutine at the head of the local queue talks to Redis:
+		// g1's first attempt shows it holds the local mutex.
+		waitFor(t, 5*time.Second, "g1 to try Redis", func() bool { return len(cp.Commands()) > 0 })
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 		defer cancel()

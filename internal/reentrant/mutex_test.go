@@ -14,6 +14,18 @@ func run[T any](fn func() T) T {
 	return <-ch
 }
 
+// waitWaiters polls until m has n queued goroutines, failing after 5s.
+func waitWaiters(t *testing.T, m *Mutex, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for m.Waiters() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters after 5s, want %d", m.Waiters(), n)
+		}
+		time.Sleep(50 * time.Microsecond) // poll interval of a deadline loop
+	}
+}
+
 func TestReentrancyAndOwnership(t *testing.T) {
 	var m Mutex
 	if re, err := m.Lock(context.Background(), nil); re || err != nil {
@@ -64,9 +76,7 @@ func TestFIFOHandOff(t *testing.T) {
 			mu.Unlock()
 			m.Unlock()
 		}()
-		for m.Waiters() != i+1 { // queue them in a known order
-			time.Sleep(time.Millisecond)
-		}
+		waitWaiters(t, &m, i+1) // queue them in a known order
 	}
 	m.Unlock()
 	wg.Wait()
@@ -83,15 +93,11 @@ func TestWaiterIsBusyAndCancellable(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { _, err := m.Lock(ctx, nil); done <- err }()
-	for m.Waiters() != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	waitWaiters(t, &m, 1)
 	abort := make(chan struct{})
 	aborted := make(chan error)
 	go func() { _, err := m.Lock(context.Background(), abort); aborted <- err }()
-	for m.Waiters() != 2 {
-		time.Sleep(time.Millisecond)
-	}
+	waitWaiters(t, &m, 2)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled wait = %v", err)
@@ -120,9 +126,7 @@ func TestCancelRacingHandOff(t *testing.T) {
 			}
 			done <- err
 		}()
-		for m.Waiters() != 1 {
-			time.Sleep(10 * time.Microsecond)
-		}
+		waitWaiters(t, &m, 1)
 		go cancel()
 		m.Unlock()
 		<-done
