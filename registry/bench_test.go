@@ -30,3 +30,19 @@ func BenchmarkNestedLockUnlock(b *testing.B) {
 		b.Fatalf("%d Redis commands for nested acquisitions", n)
 	}
 }
+
+// Uncontended Lock+Unlock on the real server: two round trips.
+func BenchmarkLockUnlock(b *testing.B) {
+	pool := redistest.NewPool(real.Addr)
+	defer pool.Close()
+	r := newRegPrefix(b, pool, "bench-lu")
+	l, err := r.Obtain("k")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		l.Lock()
+		l.Unlock()
+	}
+}

@@ -14,8 +14,10 @@ import (
 	"github.com/google/uuid"
 )
 
-// Pool hands out Redis connections. *redis.Pool (redigo) satisfies it; the
-// connections must implement redis.ConnWithContext, as redigo's do.
+// Pool hands out Redis connections. *redis.Pool (redigo) satisfies it. The
+// connections must implement redis.ConnWithContext, as redigo's do; those
+// that also implement redis.ConnWithTimeout (redigo's do) run each command
+// in the calling goroutine, which is faster.
 type Pool interface {
 	GetContext(ctx context.Context) (redis.Conn, error)
 }
@@ -231,15 +233,24 @@ func (r *Registry) startOnce(started *atomic.Bool, fn func()) {
 	r.spawn(fn)
 }
 
-// call runs one script on a pooled connection, bounded by ctx and by the
-// command timeout.
-func (r *Registry) call(ctx context.Context, s *redis.Script, keysAndArgs ...any) (any, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.commandTimeout)
-	defer cancel()
+// call runs one script on a pooled connection, bounded by the command
+// timeout and ctx's deadline. A cancellation of ctx is seen before the
+// command is sent; a command in flight then completes or times out. (Waiting
+// for a cancellation during the read would cost a goroutine per command.)
+func (r *Registry) call(ctx context.Context, s *script, keysAndArgs ...any) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	timeout := r.cfg.commandTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		if timeout = min(timeout, time.Until(dl)); timeout <= 0 {
+			return nil, context.DeadlineExceeded
+		}
+	}
 	c, err := r.pool.GetContext(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	return s.DoContext(ctx, c, keysAndArgs...)
+	return s.do(c, timeout, keysAndArgs)
 }

@@ -66,6 +66,10 @@ func (c *countingConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (
 	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
 }
 
+func (c *countingConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
 func (c *countingConn) ReceiveContext(ctx context.Context) (any, error) {
 	return redis.ReceiveContext(c.Conn, ctx)
 }

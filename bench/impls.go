@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	rsredigo "github.com/go-redsync/redsync/v4/redis/redigo"
+	redigo "github.com/gomodule/redigo/redis"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/lockyard/lockyard/registry"
+)
+
+// ttl is the lock time to live in every scenario, as in the figures.
+const ttl = 8 * time.Second
+
+// tunedRetry is the fair retry delay given to the peers' tuned variants.
+const tunedRetry = 2 * time.Millisecond
+
+// impl is one library in one configuration. open makes the client of one
+// process, counting its traffic to the lock server with ctr.
+type impl struct {
+	name string
+	peer bool
+	open func(addr string, ctr *counter) (client, error)
+}
+
+// client is one process's handle on a library.
+type client interface {
+	// locker returns what one goroutine uses to lock key.
+	locker(key string) (locker, error)
+	close()
+}
+
+type locker interface {
+	lock(ctx context.Context) error
+	unlock(ctx context.Context) error
+}
+
+var impls = []impl{
+	{name: "lockyard spin", open: openLockyard(registry.SpinLock)},
+	{name: "lockyard pubsub", open: openLockyard(registry.PubSubLock)},
+	{name: "redsync default", peer: true, open: openRedsync()},
+	{name: "redsync tuned", peer: true, open: openRedsync(redsync.WithRetryDelay(tunedRetry), redsync.WithTries(1<<30))},
+	{name: "redislock naive", peer: true, open: openRedislock(nil)},
+	{name: "redislock tuned", peer: true, open: openRedislock(&redislock.Options{RetryStrategy: redislock.LinearBackoff(tunedRetry)})},
+}
+
+func implByName(name string) (impl, bool) {
+	for _, im := range impls {
+		if im.name == name {
+			return im, true
+		}
+	}
+	return impl{}, false
+}
+
+// redigoPool dials addr through a counting connection.
+func redigoPool(addr string, ctr *counter) *redigo.Pool {
+	return &redigo.Pool{
+		MaxIdle:     64,
+		IdleTimeout: time.Minute,
+		Dial: func() (redigo.Conn, error) {
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return redigo.NewConn(wrap(nc, ctr), 10*time.Second, 10*time.Second), nil
+		},
+	}
+}
+
+// lockyard: one registry per process; goroutines share its *RedisLock.
+
+type lyClient struct {
+	reg  *registry.Registry
+	pool *redigo.Pool
+}
+
+func openLockyard(lt registry.LockType, extra ...registry.Option) func(string, *counter) (client, error) {
+	return func(addr string, ctr *counter) (client, error) {
+		pool := redigoPool(addr, ctr)
+		opts := append([]registry.Option{registry.WithExpireAfter(ttl), registry.WithLockType(lt)}, extra...)
+		reg, err := registry.New(pool, "bench", opts...)
+		if err != nil {
+			return nil, err
+		}
+		return &lyClient{reg: reg, pool: pool}, nil
+	}
+}
+
+func (c *lyClient) locker(key string) (locker, error) {
+	l, err := c.reg.Obtain(key)
+	return lyLocker{l}, err
+}
+
+func (c *lyClient) close() {
+	_ = c.reg.Close()
+	_ = c.pool.Close()
+}
+
+type lyLocker struct{ l *registry.RedisLock }
+
+func (l lyLocker) lock(ctx context.Context) error   { return l.l.LockContext(ctx) }
+func (l lyLocker) unlock(ctx context.Context) error { return l.l.UnlockContext(ctx) }
+
+// redsync: one Mutex per goroutine (a Mutex remembers its value); Lock is
+// called again when it gives up after its tries.
+
+type rsClient struct {
+	rs   *redsync.Redsync
+	pool *redigo.Pool
+	opts []redsync.Option
+}
+
+func openRedsync(opts ...redsync.Option) func(string, *counter) (client, error) {
+	return func(addr string, ctr *counter) (client, error) {
+		pool := redigoPool(addr, ctr)
+		return &rsClient{rs: redsync.New(rsredigo.NewPool(pool)), pool: pool, opts: opts}, nil
+	}
+}
+
+func (c *rsClient) locker(key string) (locker, error) {
+	return rsLocker{c.rs.NewMutex(key, append([]redsync.Option{redsync.WithExpiry(ttl)}, c.opts...)...)}, nil
+}
+
+func (c *rsClient) close() { _ = c.pool.Close() }
+
+type rsLocker struct{ m *redsync.Mutex }
+
+func (l rsLocker) lock(ctx context.Context) error {
+	for {
+		err := l.m.LockContext(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !errors.Is(err, redsync.ErrFailed):
+			var taken *redsync.ErrTaken
+			if !errors.As(err, &taken) {
+				return err
+			}
+		}
+	}
+}
+
+func (l rsLocker) unlock(ctx context.Context) error {
+	_, err := l.m.UnlockContext(ctx)
+	return err
+}
+
+// bsm/redislock: Obtain is called again until it succeeds (naive: with its
+// default NoRetry; tuned: with a linear backoff inside Obtain).
+
+type blClient struct {
+	c   *redislock.Client
+	rdb *goredis.Client
+	opt *redislock.Options
+}
+
+func openRedislock(opt *redislock.Options) func(string, *counter) (client, error) {
+	return func(addr string, ctr *counter) (client, error) {
+		rdb := goredis.NewClient(&goredis.Options{
+			Addr:     addr,
+			PoolSize: 64,
+			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				var d net.Dialer
+				nc, err := d.DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				return wrap(nc, ctr), nil
+			},
+		})
+		return &blClient{c: redislock.New(rdb), rdb: rdb, opt: opt}, nil
+	}
+}
+
+func (c *blClient) locker(key string) (locker, error) {
+	return &blLocker{c: c, key: key}, nil
+}
+
+func (c *blClient) close() { _ = c.rdb.Close() }
+
+type blLocker struct {
+	c   *blClient
+	key string
+	cur *redislock.Lock
+}
+
+func (l *blLocker) lock(ctx context.Context) error {
+	for {
+		lk, err := l.c.c.Obtain(ctx, l.key, ttl, l.c.opt)
+		switch {
+		case err == nil:
+			l.cur = lk
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !errors.Is(err, redislock.ErrNotObtained) && !errors.Is(err, context.DeadlineExceeded):
+			return err
+		}
+	}
+}
+
+func (l *blLocker) unlock(ctx context.Context) error {
+	return l.cur.Release(ctx)
+}

@@ -1,0 +1,142 @@
+// Command bench compares lockyard with go-redsync/redsync and bsm/redislock
+// on a private redis-server: every scenario for every library in the same
+// run, interleaved and repeated, printed as medians with ratios. See
+// README.md, "Performance", and `make bench`.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lockyard/lockyard/internal/redistest"
+)
+
+func main() {
+	var (
+		reps   = flag.Int("reps", 5, "repetitions of every scenario (medians are printed)")
+		dur    = flag.Duration("dur", 2*time.Second, "length of a contended run (uncontended runs take half)")
+		only   = flag.String("scenarios", "1,2,3,4,5", "scenarios to run")
+		worker = flag.Bool("worker", false, "internal: run one process of a cross-process scenario (spec on stdin)")
+	)
+	flag.Parse()
+	if *worker {
+		if err := runWorker(); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(*reps, *dur, strings.Split(*only, ",")); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func runWorker() error {
+	var sp spec
+	if err := json.NewDecoder(os.Stdin).Decode(&sp); err != nil {
+		return err
+	}
+	res, err := work(sp)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// table collects each run's metrics by scenario and impl.
+type table map[string]map[string][]metrics
+
+func (t table) add(sc, im string, m metrics) {
+	if t[sc] == nil {
+		t[sc] = map[string][]metrics{}
+	}
+	t[sc][im] = append(t[sc][im], m)
+}
+
+// med is the median over runs of one figure.
+func (t table) med(sc, im, col string) float64 {
+	var xs []float64
+	for _, m := range t[sc][im] {
+		if v, ok := m[col]; ok {
+			xs = append(xs, v)
+		}
+	}
+	return median(xs)
+}
+
+func run(reps int, dur time.Duration, only []string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	e := &env{exe: exe}
+	args := []string{"--save", "", "--appendonly", "no"}
+	if e.lock, err = redistest.Start(args...); err != nil {
+		return err
+	}
+	defer e.lock.Close()
+	if e.check, err = redistest.Start(args...); err != nil {
+		return err
+	}
+	defer e.check.Close()
+	version, _ := redisVersion(e.lock.Addr)
+	fmt.Printf("lockyard bench: %d runs of each scenario, interleaved; %s contended, %s uncontended; TTL %s; tuned peers retry every %s\n",
+		reps, dur, dur/2, ttl, tunedRetry)
+	fmt.Printf("machine: %d CPUs, %s %s/%s; redis-server %s on loopback\n\n", runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, version)
+	t := table{}
+	for rep := range reps {
+		fmt.Fprintf(os.Stderr, "run %d/%d\n", rep+1, reps)
+		for _, sc := range scenarios {
+			if !slices.Contains(only, sc.id) {
+				continue
+			}
+			d := dur
+			if !sc.check {
+				d = dur / 2
+			}
+			for _, im := range impls {
+				m, err := e.run(sc, im, d)
+				if err != nil {
+					return fmt.Errorf("scenario %s, %s: %w", sc.id, im.name, err)
+				}
+				t.add(sc.id, im.name, m)
+			}
+		}
+		if slices.Contains(only, "1") {
+			m, err := e.nested()
+			if err != nil {
+				return err
+			}
+			t.add("nested", "lockyard", m)
+		}
+		if slices.Contains(only, "5") {
+			m, err := e.scale()
+			if err != nil {
+				return err
+			}
+			t.add("5", "lockyard", m)
+		}
+	}
+	t.print(only)
+	return nil
+}
+
+func redisVersion(addr string) (string, error) {
+	s, err := redistest.Do(addr, "INFO", "server")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(s.([]byte)), "\n") {
+		if v, ok := strings.CutPrefix(line, "redis_version:"); ok {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "?", nil
+}
