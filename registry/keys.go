@@ -46,6 +46,14 @@ func fenceKey(lockKey string) string {
 	return "{" + lockKey + "}:fence"
 }
 
+// waitKey returns the key of the wait marker of a lock key:
+// "{registryKey:key}:wait". A registry that fails to obtain the lock writes
+// its id there, so that the holder's registry stops passing the lock among
+// its own goroutines (pass.lua). Same hash tag as fenceKey.
+func waitKey(lockKey string) string {
+	return "{" + lockKey + "}:wait"
+}
+
 // channelName returns the Spring-compatible release channel of a lock key:
 // "registryKey-channel:registryKey:key".
 func channelName(registryKey, lockKey string) string {

@@ -16,16 +16,26 @@ import "github.com/gomodule/redigo/redis"
 // messages can be lost: it wakes every waiter when it drops and again when it
 // is back, and in between waiters poll at idleBetweenTries.
 
-// prepareWait readies a PubSubLock waiter before an obtain attempt: the
-// subscriber is started and stale wake-ups are dropped.
+// prepareWait readies a PubSubLock waiter before an obtain attempt: stale
+// wake-ups are dropped.
 func (l *RedisLock) prepareWait() {
 	if l.wake == nil {
 		return
 	}
-	l.reg.startOnce(&l.reg.subStarted, l.reg.subscribeLoop)
 	select {
 	case <-l.wake:
 	default:
+	}
+}
+
+// listen starts the registry's subscriber, after a PubSubLock's first failed
+// attempt: a registry that never waits never subscribes (and so does not
+// receive every release of its registryKey). A release between that attempt
+// and the subscription is not missed: once subscribed, the subscriber wakes
+// every waiter.
+func (l *RedisLock) listen() {
+	if l.wake != nil {
+		l.reg.startOnce(&l.reg.subStarted, l.reg.subscribeLoop)
 	}
 }
 

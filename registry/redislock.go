@@ -21,9 +21,11 @@ var _ sync.Locker = (*RedisLock)(nil)
 // Lock needs an Unlock by the same goroutine, and only the outermost one
 // releases the key in Redis.
 type RedisLock struct {
-	reg   *Registry
-	key   string // full Redis key: registryKey + ":" + key
-	local reentrant.Mutex
+	reg *Registry
+	// key is the full Redis key, registryKey + ":" + key; the wait marker,
+	// fence counter and release channel are derived from it.
+	key, waitKey, fenceKey, channel string
+	local                           reentrant.Mutex
 	// hold is the current acquisition in Redis, nil when not held. Only the
 	// goroutine that owns local stores it; anyone may load it.
 	hold     atomic.Pointer[hold]
@@ -31,10 +33,14 @@ type RedisLock struct {
 	// wake carries release notices to the remote waiter (PubSubLock only;
 	// nil otherwise). Buffered: a notice sent before the wait is kept.
 	wake chan struct{}
+	// handoff is the local hand-off state, owned by the goroutine that owns
+	// local (the mutex's hand-over orders the accesses).
+	handoff handoffState
 }
 
 func newRedisLock(r *Registry, key string) *RedisLock {
-	l := &RedisLock{reg: r, key: r.prefix + ":" + key}
+	full := r.prefix + ":" + key
+	l := &RedisLock{reg: r, key: full, waitKey: waitKey(full), fenceKey: fenceKey(full), channel: channelName(r.prefix, full)}
 	if r.cfg.lockType == PubSubLock {
 		l.wake = make(chan struct{}, 1)
 	}
@@ -155,8 +161,22 @@ func (l *RedisLock) UnlockContext(ctx context.Context) error {
 		return nil
 	}
 	h := l.hold.Load()
+	if l.local.Waiters() > 0 {
+		switch l.handOff(ctx, h) {
+		case handedOver:
+			return nil
+		case releasedForOthers:
+			return l.finish(h, l.lostAtRelease(h))
+		}
+		h = l.hold.Load() // a pass may have renewed it
+	}
 	l.reg.untrack(l, h)
-	err = l.release(ctx, h)
+	return l.finish(h, l.release(ctx, h))
+}
+
+// finish ends h after its release, frees the local mutex and returns err.
+func (l *RedisLock) finish(h *hold, err error) error {
+	l.reg.untrack(l, h)
 	h.end()
 	l.hold.Store(nil)
 	l.touch()
@@ -180,6 +200,13 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool) error {
 	case reentered:
 		return nil
 	}
+	if l.inherit() {
+		return nil
+	}
+	if r.isClosed() { // the wait was handed the mutex as Close aborted it
+		l.mustUnlockLocal()
+		return ErrClosed
+	}
 	if err := l.acquire(ctx, retryAll); err != nil {
 		l.mustUnlockLocal()
 		l.touch()
@@ -197,6 +224,9 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool) error {
 		bo      backoff
 		lastErr error
 	)
+	if err := l.yieldFirst(ctx); err != nil {
+		return l.waitErr(err, nil)
+	}
 	for {
 		l.prepareWait()
 		ok, pttl, err := l.obtain(ctx)
@@ -206,8 +236,8 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool) error {
 		delay := pollDelay(r.cfg.idle, pttl)
 		if err != nil {
 			lastErr = err
-			if ctx.Err() != nil {
-				return l.waitErr(ctx.Err(), lastErr)
+			if end := ctxEnded(ctx); end != nil {
+				return l.waitErr(end, lastErr)
 			}
 			if !retryAll && !isTransient(err) {
 				return fmt.Errorf("lockyard: obtaining %q: %w", l.key, err)
@@ -216,6 +246,7 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool) error {
 			delay = bo.delay()
 		} else {
 			bo.reset()
+			l.listen()
 		}
 		if err := r.sleep(ctx, delay, l.wake); err != nil {
 			return l.waitErr(err, lastErr)
@@ -240,12 +271,7 @@ func (l *RedisLock) obtain(ctx context.Context) (ok bool, pttl int64, err error)
 	token := newToken(r.clientID)
 	ttl := r.cfg.expireAfter
 	sent := r.now()
-	var reply []any
-	if r.cfg.fencing {
-		reply, err = redis.Values(r.call(ctx, obtainScript, 2, l.key, fenceKey(l.key), token, ttl.Milliseconds()))
-	} else {
-		reply, err = redis.Values(r.call(ctx, obtainScript, 1, l.key, token, ttl.Milliseconds()))
-	}
+	reply, err := redis.Values(r.call(ctx, obtainScript, l.scriptArgs(token, ttl.Milliseconds(), r.markerTTL(), r.clientID)...))
 	if err != nil {
 		if isAmbiguous(err) {
 			l.cleanup(token) // the script may have set the key before the reply was lost
@@ -266,6 +292,7 @@ func (l *RedisLock) obtain(ctx context.Context) (ok bool, pttl int64, err error)
 	}
 	h := newHold(token, n, deadline)
 	l.hold.Store(h)
+	l.handoff.passes = 0
 	r.track(l, h)
 	return true, 0, nil
 }
@@ -277,7 +304,7 @@ func (l *RedisLock) cleanup(token string) {
 	l.reg.spawn(func() {
 		// bgCtx: Close does not wait for a server that is down; the key
 		// then expires by its TTL.
-		_, _ = l.reg.call(l.reg.bgCtx, releaseScript, l.key, token, channelName(l.reg.prefix, l.key))
+		_, _ = l.reg.call(l.reg.bgCtx, releaseScript, l.key, token, l.channel)
 	})
 }
 
@@ -285,13 +312,20 @@ func (l *RedisLock) cleanup(token string) {
 // caller's cancellation but keeps the command timeout.
 func (l *RedisLock) release(ctx context.Context, h *hold) error {
 	r := l.reg
-	n, err := redis.Int(r.call(context.WithoutCancel(ctx), releaseScript, l.key, h.token, channelName(r.prefix, l.key)))
+	n, err := redis.Int(r.call(context.WithoutCancel(ctx), releaseScript, l.key, h.token, l.channel))
 	switch {
 	case err != nil:
 		return fmt.Errorf("lockyard: releasing %q: %w", l.key, err)
 	case n == 0:
 		return fmt.Errorf("%w: %q expired or was taken by another holder", ErrLockLost, l.key)
-	case h.lost(r.now()):
+	}
+	return l.lostAtRelease(h)
+}
+
+// lostAtRelease returns ErrLockLost if h's validity ended before its key was
+// deleted: another holder may have had it meanwhile.
+func (l *RedisLock) lostAtRelease(h *hold) error {
+	if h.lost(l.reg.now()) {
 		return fmt.Errorf("%w: validity of %q ended before release", ErrLockLost, l.key)
 	}
 	return nil

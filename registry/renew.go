@@ -157,6 +157,9 @@ func (r *Registry) applyRenewal(x renewal, n int, err error, sent int64) {
 }
 
 func isNoScript(err error) bool {
+	if err == nil {
+		return false
+	}
 	var re redis.Error
 	return errors.As(err, &re) && strings.HasPrefix(string(re), "NOSCRIPT")
 }

@@ -18,10 +18,13 @@ var (
 	releaseSrc string
 	//go:embed lua/renew.lua
 	renewSrc string
+	//go:embed lua/pass.lua
+	passSrc string
 
 	obtainScript  = newScript(-1, obtainSrc) // 2 or 3 keys: the key count is passed first
 	releaseScript = newScript(1, releaseSrc)
 	renewScript   = newScript(1, renewSrc)
+	passScript    = newScript(-1, passSrc) // 2 or 3 keys, as obtain
 )
 
 // script is one Lua script. The embedded redigo Script pipelines it

@@ -57,3 +57,16 @@ func (r *Registry) sleep(ctx context.Context, d time.Duration, wake <-chan struc
 		return ErrClosed
 	}
 }
+
+// ctxEnded returns ctx.Err(), or context.DeadlineExceeded once ctx's
+// deadline has passed: a command cut by that deadline can fail a moment
+// before ctx's own timer fires.
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}

@@ -62,8 +62,9 @@ func (m *Mutex) TryLock() (ok, reentered bool) {
 
 // Lock acquires m for the calling goroutine, re-entering it if the caller
 // already owns it. It waits in FIFO order until m is handed over, ctx is done
-// (ctx.Err() is returned) or abort is closed (ErrAborted). A cancelled wait
-// leaves nothing held.
+// (ctx.Err() is returned) or abort is closed (ErrAborted). A wait that
+// returns an error leaves nothing held; one whose ctx ends just as m is
+// handed over succeeds, as x/sync's semaphore may.
 func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}) (reentered bool, err error) {
 	gid := goid.Get()
 	m.mu.Lock()
@@ -92,9 +93,10 @@ func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}) (reentered bool
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.owner == gid {
-		// Ownership was handed over while we gave up: pass it on.
-		m.release()
-		return false, err
+		// Ownership was handed over as we gave up: keep it. The caller may
+		// inherit what the previous owner left for it, so passing it on
+		// here could strand that.
+		return false, nil
 	}
 	m.remove(w)
 	return false, err
@@ -144,6 +146,24 @@ func (m *Mutex) Leave() (last bool, err error) {
 	}
 	m.depth--
 	return false, nil
+}
+
+// HandOff passes m, held once by the calling goroutine, to the longest
+// waiting goroutine and reports true. If nobody waits it changes nothing and
+// reports false: the caller still owns m. It returns ErrNotOwner if the
+// caller does not own m.
+func (m *Mutex) HandOff() (bool, error) {
+	gid := goid.Get()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.owner != gid {
+		return false, ErrNotOwner
+	}
+	if len(m.waiters) == 0 {
+		return false, nil
+	}
+	m.release()
+	return true, nil
 }
 
 // Waiters returns the number of goroutines queued in Lock.

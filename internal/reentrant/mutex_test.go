@@ -112,7 +112,8 @@ func TestWaiterIsBusyAndCancellable(t *testing.T) {
 	}
 }
 
-// A waiter whose ctx ends just as ownership is handed to it passes it on.
+// A waiter whose ctx ends just as ownership is handed to it either gets it
+// (and unlocks) or leaves the mutex free: it is never left busy.
 func TestCancelRacingHandOff(t *testing.T) {
 	for range 200 {
 		var m Mutex
@@ -144,5 +145,39 @@ func BenchmarkReentrantLockUnlock(b *testing.B) {
 	for b.Loop() {
 		m.Lock(ctx, nil)
 		m.Leave()
+	}
+}
+
+// HandOff passes ownership to the head of the queue only if there is one.
+func TestHandOff(t *testing.T) {
+	var m Mutex
+	ctx := context.Background()
+	if _, err := m.HandOff(); err != ErrNotOwner {
+		t.Fatalf("HandOff of a free mutex: %v, want ErrNotOwner", err)
+	}
+	m.Lock(ctx, nil)
+	if ok, err := m.HandOff(); ok || err != nil {
+		t.Fatalf("HandOff without waiters = %v, %v; want false, nil", ok, err)
+	}
+	if m.Depth() != 1 {
+		t.Fatal("HandOff without waiters gave up ownership")
+	}
+	got := make(chan int)
+	go func() {
+		m.Lock(ctx, nil)
+		got <- m.Depth()
+		m.Unlock()
+		got <- 0
+	}()
+	waitWaiters(t, &m, 1)
+	if ok, err := m.HandOff(); !ok || err != nil {
+		t.Fatalf("HandOff with a waiter = %v, %v; want true, nil", ok, err)
+	}
+	if d := <-got; d != 1 {
+		t.Fatalf("the waiter got depth %d, want 1", d)
+	}
+	<-got
+	if m.Busy() {
+		t.Fatal("mutex busy after the waiter unlocked")
 	}
 }

@@ -1,0 +1,34 @@
+-- pass: the holder's registry has goroutines waiting for the lock. Keep the
+-- lock for them (resetting its time to live) unless another registry waits,
+-- as its wait marker shows; then release it (as release.lua does).
+--
+-- KEYS[1]  lock key (registryKey:key)
+-- KEYS[2]  wait marker key ({registryKey:key}:wait)
+-- KEYS[3]  fence counter key; present only when fencing is on
+-- ARGV[1]  token of the hold being passed
+-- ARGV[2]  time to live in milliseconds
+-- ARGV[3]  channel: registryKey-channel:registryKey:key
+-- ARGV[4]  id of the holder's registry
+--
+-- Reply: {1, fence} when kept: the time to live is reset; fence is the new
+--        value of the counter (0 without fencing), for the next holder.
+--        {2, 0} when released because another registry waits: the key and
+--        the marker are deleted and a message carrying KEYS[1] is published
+--        on ARGV[3].
+--        {0, 0} when the key is gone or held by another token, in which
+--        case nothing is changed.
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+  return {0, 0}
+end
+local waiter = redis.pcall('GET', KEYS[2])
+if waiter and waiter ~= ARGV[4] then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('PUBLISH', ARGV[3], KEYS[1])
+  return {2, 0}
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local fence = 0
+if KEYS[3] then
+  fence = redis.call('INCR', KEYS[3])
+end
+return {1, fence}
