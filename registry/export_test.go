@@ -10,3 +10,6 @@ func (r *Registry) IsCached(key string) bool {
 
 // CacheLen returns the number of cached locks.
 func (r *Registry) CacheLen() int { return int(r.size.Load()) }
+
+// Waiters returns the number of goroutines queued on l's local mutex.
+func (l *RedisLock) Waiters() int { return l.local.Waiters() }

@@ -1,0 +1,157 @@
+package registry_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+// queue starts n goroutines that Lock l in turn (each queued before the
+// next starts), send their index on the returned channel with what fn
+// returns while they hold l, and Unlock.
+func queue[T any](t *testing.T, l *registry.RedisLock, n int, fn func() T) <-chan [2]any {
+	t.Helper()
+	got := make(chan [2]any, n)
+	for i := 1; i <= n; i++ {
+		go func() {
+			if err := l.LockContext(context.Background()); err != nil {
+				got <- [2]any{i, err}
+				return
+			}
+			got <- [2]any{i, fn()}
+			l.Unlock()
+		}()
+		waitFor(t, 5*time.Second, "the goroutine to queue", func() bool { return l.Waiters() == i })
+	}
+	return got
+}
+
+// Goroutines of one registry queued on a held lock get it in FIFO order
+// without the key leaving Redis: free passes send nothing, one pass script
+// every maxFreePasses+1 hand-offs, then one release.
+func TestLocalHandOffChain(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		cp := &redistest.CountingPool{Pool: b.pool(t)}
+		pfx := prefix(t)
+		l := obtain(t, newRegPrefix(t, cp, pfx), "k")
+		h0, ok := holdIn(t, l)
+		if !ok {
+			t.Fatal("TryLock of a free lock failed")
+		}
+		token := b.do(t, "GET", l.Key())
+		cp.Commands()
+		const n = 10
+		got := queue(t, l, n, func() any { v, _ := redistest.Do(b.addr, "GET", l.Key()); return v })
+		mustNil(t, h0.unlock())
+		for i := 1; i <= n; i++ {
+			g := recvWithin(t, got, 5*time.Second, "a queued goroutine to get the lock")
+			if g[0] != i {
+				t.Fatalf("goroutine %v got the lock in turn %d: not FIFO", g[0], i)
+			}
+			if v, _ := redis.String(g[1], nil); v != string(token.([]byte)) {
+				t.Fatalf("turn %d: key holds %q, want the first holder's token %q", i, v, token)
+			}
+		}
+		waitFor(t, 5*time.Second, "the last release", func() bool { return b.do(t, "EXISTS", l.Key()).(int64) == 0 })
+		var scripts int
+		for _, c := range cp.Commands() {
+			switch c {
+			case "EVALSHA":
+				scripts++
+			case "EVAL": // NOSCRIPT fallback of the first pass on this server
+			default:
+				t.Fatalf("unexpected command %s", c)
+			}
+		}
+		if scripts != 2 { // the pass after 8 free passes, then the release
+			t.Fatalf("%d scripts for %d local hand-offs and a release, want 2", scripts, n)
+		}
+	})
+}
+
+// With fencing every local hand-off runs the pass script, so each holder has
+// a new, higher fencing token; when another registry has left a wait marker
+// the pass releases the key, that registry's waiter gets it, and the local
+// goroutine yields.
+func TestHandOffYieldsToOtherRegistry(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		// A 1s idle makes the yielding SpinLock goroutine wait >= 750ms,
+		// far longer than the PubSubLock waiter needs to be woken.
+		l := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithFencing(), registry.WithIdleBetweenTries(time.Second)), "k")
+		other := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithFencing(), registry.WithLockType(registry.PubSubLock)), "k")
+		h0, ok := holdIn(t, l)
+		if !ok {
+			t.Fatal("TryLock of a free lock failed")
+		}
+		f0 := l.Token()
+		var seq atomic.Int64
+		otherGot, otherRelease := make(chan int64, 1), make(chan struct{})
+		go func() {
+			if err := other.LockContext(bg(t)); err != nil {
+				otherGot <- -1
+				return
+			}
+			otherGot <- seq.Add(1)
+			<-otherRelease
+			other.Unlock()
+		}()
+		marker := "{" + l.Key() + "}:wait"
+		waitFor(t, 5*time.Second, "the other registry's wait marker", func() bool { return b.do(t, "EXISTS", marker).(int64) == 1 })
+		got := queue(t, l, 1, func() any { return [2]int64{seq.Add(1), l.Token()} })
+		mustNil(t, h0.unlock())
+		if s := recvWithin(t, otherGot, 5*time.Second, "the other registry to get the lock"); s != 1 {
+			t.Fatalf("the other registry got the lock in turn %d, want 1 (the local goroutine must yield)", s)
+		}
+		close(otherRelease)
+		g := recvWithin(t, got, 5*time.Second, "the local goroutine to get the lock after the other registry")
+		v := g[1].([2]int64)
+		if v[0] != 2 || v[1] <= f0 {
+			t.Fatalf("local goroutine: turn %d, fencing token %d; want turn 2 and a token above %d", v[0], v[1], f0)
+		}
+	})
+}
+
+// With fencing and no other registry waiting, the next local goroutine gets
+// the key through the pass script with the next fencing token.
+func TestHandOffNewFencingToken(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		l := obtain(t, newReg(t, b.pool(t), registry.WithFencing()), "k")
+		h0, ok := holdIn(t, l)
+		if !ok {
+			t.Fatal("TryLock of a free lock failed")
+		}
+		f0 := l.Token()
+		got := queue(t, l, 1, l.Token)
+		mustNil(t, h0.unlock())
+		if g := recvWithin(t, got, 5*time.Second, "the hand-off"); g[1] != f0+1 {
+			t.Fatalf("the next local holder has fencing token %v, want %d", g[1], f0+1)
+		}
+	})
+}
+
+// A hold whose validity ended is not handed over: the Unlock reports the
+// loss and the next goroutine obtains the key anew.
+func TestLostHoldNotHandedOver(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		l := obtain(t, newReg(t, b.pool(t), registry.WithExpireAfter(300*time.Millisecond)), "k")
+		h0, ok := holdIn(t, l)
+		if !ok {
+			t.Fatal("TryLock of a free lock failed")
+		}
+		token := b.do(t, "GET", l.Key())
+		got := queue(t, l, 1, func() any { v, _ := redistest.Do(b.addr, "GET", l.Key()); return v })
+		recvWithin(t, l.Lost(), 5*time.Second, "the hold's validity to end")
+		mustIs(t, h0.unlock(), registry.ErrLockLost)
+		g := recvWithin(t, got, 5*time.Second, "the next goroutine to obtain the lock")
+		if v, _ := redis.String(g[1], nil); v == "" || v == string(token.([]byte)) {
+			t.Fatalf("the next holder's key holds %q; want a new token (not %q)", v, token)
+		}
+	})
+}
