@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TIMEOUT ?= 8m
 
-.PHONY: help test demo lint fuzz redis-server
+.PHONY: help test demo bench lint fuzz redis-server
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -15,6 +15,10 @@ test: redis-server ## gofmt, vet, and every test (miniredis and a real redis-ser
 
 demo: ## the oversell story on an embedded Redis (or REDIS_ADDR)
 	$(GO) run ./examples/oversell
+
+bench: redis-server ## micro-benchmarks, then lockyard vs redsync and bsm/redislock (bench/, about 5 min)
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./internal/reentrant/ ./registry/
+	cd bench && $(GO) run . $(BENCHFLAGS)
 
 lint: ## go vet and staticcheck
 	$(GO) vet ./...

@@ -9,28 +9,40 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// counter counts what clients write to the lock server: each Write is one
-// flush, that is one round trip, and the RESP arrays in it are the commands.
+// counter counts what clients send to the lock server: round trips (a
+// write that follows a read, or the first write, on a connection: a
+// pipeline flushed in several writes is one) and commands (the RESP arrays
+// written).
 type counter struct {
 	writes atomic.Int64
 	cmds   atomic.Int64
 }
 
-func (c *counter) snapshot() (writes, cmds int64) { return c.writes.Load(), c.cmds.Load() }
+func (c *counter) snapshot() (roundTrips, cmds int64) { return c.writes.Load(), c.cmds.Load() }
 
-// countConn wraps a client connection and counts its writes and commands.
+// countConn wraps a client connection and counts its round trips and
+// commands. A client uses a connection from one goroutine at a time.
 type countConn struct {
 	net.Conn
-	c *counter
-	p respParser
+	c      *counter
+	p      respParser
+	writer bool // the last operation was a write
 }
 
 func wrap(nc net.Conn, c *counter) net.Conn { return &countConn{Conn: nc, c: c} }
 
 func (c *countConn) Write(b []byte) (int, error) {
-	c.c.writes.Add(1)
+	if !c.writer {
+		c.c.writes.Add(1)
+		c.writer = true
+	}
 	c.c.cmds.Add(c.p.feed(b))
 	return c.Conn.Write(b)
+}
+
+func (c *countConn) Read(b []byte) (int, error) {
+	c.writer = false
+	return c.Conn.Read(b)
 }
 
 // respParser counts the commands (RESP arrays of bulk strings) in a stream

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -152,7 +153,7 @@ func (gr *goroutineRun) loop(ctx context.Context, end int64) {
 		k := i % len(gr.keys)
 		t0 := mono()
 		if err := gr.lks[k].lock(ctx); err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 				return
 			}
 			gr.fail(err)

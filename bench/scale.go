@@ -120,6 +120,7 @@ func (e *env) renewals(m metrics) error {
 	m["renew rt/period"] = float64(w1-w0) / periods
 	m["renew srv calls/s"] = float64(calls1-calls0) / renewWindow.Seconds()
 	m["renew CPU ms/period"] = float64(cpu1-cpu0) / 1e6 / periods
+	m["held locks lost"] = 0
 	for _, l := range all {
 		select {
 		case <-l.Lost():

@@ -92,7 +92,7 @@ func (l *RedisLock) pass(ctx context.Context, h *hold) (handoffResult, error) {
 	r := l.reg
 	ttl := r.cfg.expireAfter
 	sent := r.now()
-	reply, err := redis.Values(r.call(context.WithoutCancel(ctx), passScript, l.scriptArgs(h.token, ttl.Milliseconds(), l.channel, r.clientID)...))
+	reply, err := redis.Values(r.call(context.WithoutCancel(ctx), passScript, l.scriptArgs(h.token, ttl.Milliseconds(), l.channel(), r.clientID)...))
 	if err != nil {
 		return notHandedOver, err
 	}
@@ -156,9 +156,9 @@ func (l *RedisLock) yieldFirst(ctx context.Context) error {
 func (l *RedisLock) scriptArgs(args ...any) []any {
 	out := make([]any, 0, 4+len(args))
 	if l.reg.cfg.fencing {
-		out = append(out, 3, l.key, l.waitKey, l.fenceKey)
+		out = append(out, 3, l.key, waitKey(l.key), fenceKey(l.key))
 	} else {
-		out = append(out, 2, l.key, l.waitKey)
+		out = append(out, 2, l.key, waitKey(l.key))
 	}
 	return append(out, args...)
 }

@@ -23,9 +23,10 @@ var _ sync.Locker = (*RedisLock)(nil)
 type RedisLock struct {
 	reg *Registry
 	// key is the full Redis key, registryKey + ":" + key; the wait marker,
-	// fence counter and release channel are derived from it.
-	key, waitKey, fenceKey, channel string
-	local                           reentrant.Mutex
+	// fence counter and release channel are derived from it when needed
+	// (a cached lock stays small).
+	key   string
+	local reentrant.Mutex
 	// hold is the current acquisition in Redis, nil when not held. Only the
 	// goroutine that owns local stores it; anyone may load it.
 	hold     atomic.Pointer[hold]
@@ -39,8 +40,7 @@ type RedisLock struct {
 }
 
 func newRedisLock(r *Registry, key string) *RedisLock {
-	full := r.prefix + ":" + key
-	l := &RedisLock{reg: r, key: full, waitKey: waitKey(full), fenceKey: fenceKey(full), channel: channelName(r.prefix, full)}
+	l := &RedisLock{reg: r, key: r.prefix + ":" + key}
 	if r.cfg.lockType == PubSubLock {
 		l.wake = make(chan struct{}, 1)
 	}
@@ -50,6 +50,9 @@ func newRedisLock(r *Registry, key string) *RedisLock {
 
 // Key returns the full Redis key of the lock: registryKey + ":" + key.
 func (l *RedisLock) Key() string { return l.key }
+
+// channel returns the lock's release channel.
+func (l *RedisLock) channel() string { return channelName(l.reg.prefix, l.key) }
 
 // userKey returns the key the lock was obtained with.
 func (l *RedisLock) userKey() string { return l.key[len(l.reg.prefix)+1:] }
@@ -304,7 +307,7 @@ func (l *RedisLock) cleanup(token string) {
 	l.reg.spawn(func() {
 		// bgCtx: Close does not wait for a server that is down; the key
 		// then expires by its TTL.
-		_, _ = l.reg.call(l.reg.bgCtx, releaseScript, l.key, token, l.channel)
+		_, _ = l.reg.call(l.reg.bgCtx, releaseScript, l.key, token, l.channel())
 	})
 }
 
@@ -312,7 +315,7 @@ func (l *RedisLock) cleanup(token string) {
 // caller's cancellation but keeps the command timeout.
 func (l *RedisLock) release(ctx context.Context, h *hold) error {
 	r := l.reg
-	n, err := redis.Int(r.call(context.WithoutCancel(ctx), releaseScript, l.key, h.token, l.channel))
+	n, err := redis.Int(r.call(context.WithoutCancel(ctx), releaseScript, l.key, h.token, l.channel()))
 	switch {
 	case err != nil:
 		return fmt.Errorf("lockyard: releasing %q: %w", l.key, err)
