@@ -92,7 +92,7 @@ func (l *RedisLock) pass(ctx context.Context, h *hold) (handoffResult, error) {
 	r := l.reg
 	ttl := r.cfg.expireAfter
 	sent := r.now()
-	reply, err := redis.Values(r.call(context.WithoutCancel(ctx), passScript, l.scriptArgs(h.token, ttl.Milliseconds(), l.channel(), r.clientID)...))
+	reply, err := redis.Values(r.call(context.WithoutCancel(ctx), passScript, l.scriptArgs(h.token, r.ttlArg, l.channel(), r.clientIDArg)...))
 	if err != nil {
 		return notHandedOver, err
 	}
@@ -161,10 +161,4 @@ func (l *RedisLock) scriptArgs(args ...any) []any {
 		out = append(out, 2, l.key, waitKey(l.key))
 	}
 	return append(out, args...)
-}
-
-// markerTTL is how long a wait marker lives, in ms: twice the longest sleep
-// between two attempts of a waiter, so that it lasts while one waits.
-func (r *Registry) markerTTL() int64 {
-	return max(1, 2*r.cfg.idle.Milliseconds())
 }

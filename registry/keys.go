@@ -1,7 +1,7 @@
 package registry
 
 import (
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"strings"
@@ -78,14 +78,16 @@ func channelPattern(registryKey string) string {
 }
 
 // newToken returns a lock value unique to one acquisition: the registry's
-// client id (a random UUID, useful to see who holds a key) followed by 128
-// fresh random bits.
-func newToken(clientID string) string {
-	var rnd [16]byte
-	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails (Go 1.24+)
-	buf := make([]byte, 0, len(clientID)+1+2*len(rnd))
+// client id (a random UUID, which also shows who holds a key), ':', and the
+// registry's acquisition counter seq in 16 hex digits. Uniqueness is what
+// compare-and-delete needs; anyone who could guess a value can read it in
+// Redis anyway. (A counter costs no getrandom call per acquisition.)
+func newToken(clientID string, seq uint64) string {
+	buf := make([]byte, 0, len(clientID)+1+16)
 	buf = append(buf, clientID...)
 	buf = append(buf, ':')
-	buf = hex.AppendEncode(buf, rnd[:])
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], seq)
+	buf = hex.AppendEncode(buf, n[:])
 	return string(buf)
 }

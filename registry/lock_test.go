@@ -46,7 +46,7 @@ func TestWireFormat(t *testing.T) {
 		for range 3 {
 			mustNil(t, l.LockContext(bg(t)))
 			v, _ := redis.String(b.do(t, "GET", "orders:42"), nil)
-			if len(v) < 36+1+32 || seen[v] {
+			if len(v) != 36+1+16 || seen[v] {
 				t.Fatalf("token %q is short or repeated", v)
 			}
 			seen[v] = true

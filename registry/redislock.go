@@ -271,10 +271,10 @@ func (l *RedisLock) waitErr(end, lastErr error) error {
 // unknown after an error).
 func (l *RedisLock) obtain(ctx context.Context) (ok bool, pttl int64, err error) {
 	r := l.reg
-	token := newToken(r.clientID)
+	token := newToken(r.clientID, r.seq.Add(1))
 	ttl := r.cfg.expireAfter
 	sent := r.now()
-	reply, err := redis.Values(r.call(ctx, obtainScript, l.scriptArgs(token, ttl.Milliseconds(), r.markerTTL(), r.clientID)...))
+	reply, err := redis.Values(r.call(ctx, obtainScript, l.scriptArgs(token, r.ttlArg, r.markerTTLArg, r.clientIDArg)...))
 	if err != nil {
 		if isAmbiguous(err) {
 			l.cleanup(token) // the script may have set the key before the reply was lost

@@ -27,11 +27,14 @@ type Pool interface {
 // when done; Close stops its background goroutines but deletes no key.
 type Registry struct {
 	pool     Pool
-	prefix   string // registryKey
-	clientID string // random UUID, the first part of every token of this registry
-	cfg      config
-	log      *slog.Logger
-	epoch    time.Time // origin of now, read on the monotonic clock
+	prefix   string        // registryKey
+	clientID string        // random UUID, the first part of every token of this registry
+	seq      atomic.Uint64 // acquisitions, the second part of every token
+	// Script arguments that never change, converted to interfaces once.
+	ttlArg, markerTTLArg, clientIDArg any
+	cfg                               config
+	log                               *slog.Logger
+	epoch                             time.Time // origin of now, read on the monotonic clock
 
 	locks sync.Map     // key string -> *RedisLock
 	size  atomic.Int64 // entries in locks
@@ -82,17 +85,23 @@ func New(pool Pool, registryKey string, opts ...Option) (*Registry, error) {
 		cfg.logger = slog.Default()
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
+	clientID := uuid.NewString()
 	return &Registry{
-		pool:     pool,
-		bgCtx:    bgCtx,
-		bgCancel: bgCancel,
-		held:     make(map[*RedisLock]*hold),
-		prefix:   registryKey,
-		clientID: uuid.NewString(),
-		cfg:      cfg,
-		log:      cfg.logger.With("registry", registryKey),
-		epoch:    time.Now(),
-		closed:   make(chan struct{}),
+		ttlArg: cfg.expireAfter.Milliseconds(),
+		// A wait marker lives twice the longest sleep between two attempts
+		// of a waiter, so that it lasts while the waiter waits.
+		markerTTLArg: max(1, 2*cfg.idle.Milliseconds()),
+		clientIDArg:  clientID,
+		pool:         pool,
+		bgCtx:        bgCtx,
+		bgCancel:     bgCancel,
+		held:         make(map[*RedisLock]*hold),
+		prefix:       registryKey,
+		clientID:     clientID,
+		cfg:          cfg,
+		log:          cfg.logger.With("registry", registryKey),
+		epoch:        time.Now(),
+		closed:       make(chan struct{}),
 	}, nil
 }
 
