@@ -37,6 +37,7 @@ type handoffState struct {
 	passes int           // free passes since the last command on the key
 	yield  bool          // the next acquisition waits before its first attempt
 	grace  time.Duration // how long a PubSubLock waiter yields
+	err    error         // why the last pass failed
 }
 
 type handoffResult int
@@ -45,6 +46,7 @@ const (
 	notHandedOver     handoffResult = iota // release as usual
 	handedOver                             // the next local goroutine holds the lock
 	releasedForOthers                      // pass.lua released the key for another registry
+	passFailed                             // pass.lua failed (handoffState.err); cleanup started
 )
 
 // handOff passes the hold h of the calling goroutine, whose outermost
@@ -62,8 +64,11 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold) handoffResult {
 	}
 	switch res, err := l.pass(ctx, h); {
 	case err != nil:
-		r.log.Warn("lockyard: pass failed, releasing", "key", l.key, "err", err)
-		return notHandedOver
+		// The key may or may not still be ours: free it in the
+		// background rather than wait for a second command now.
+		l.handoff.err = fmt.Errorf("lockyard: releasing %q: %w", l.key, err)
+		l.cleanup(h.token)
+		return passFailed
 	case res == releasedForOthers:
 		l.handoff.yield = true
 		return res

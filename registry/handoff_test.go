@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -154,4 +155,28 @@ func TestLostHoldNotHandedOver(t *testing.T) {
 			t.Fatalf("the next holder's key holds %q; want a new token (not %q)", v, token)
 		}
 	})
+}
+
+// A pass that fails (Redis down) makes the Unlock return the error at once
+// rather than try a second command; the queued goroutine gets the lock once
+// Redis is back.
+func TestHandOffRedisDown(t *testing.T) {
+	srv, err := redistest.Start()
+	mustNil(t, err)
+	defer srv.Close()
+	l := obtain(t, newReg(t, srv.Pool(), registry.WithFencing(), registry.WithCommandTimeout(time.Second)), "k")
+	h0, ok := holdIn(t, l)
+	if !ok {
+		t.Fatal("TryLock of a free lock failed")
+	}
+	got := queue(t, l, 1, func() any { return nil })
+	srv.Stop()
+	err = h0.unlock()
+	if err == nil || errors.Is(err, registry.ErrLockLost) {
+		t.Fatalf("Unlock with Redis down = %v, want the Redis error", err)
+	}
+	mustNil(t, srv.Restart())
+	if g := recvWithin(t, got, 15*time.Second, "the queued goroutine to get the lock after Redis came back"); g[1] != nil {
+		t.Fatalf("queued goroutine: %v", g[1])
+	}
 }

@@ -81,9 +81,10 @@ func WithExpireAfter(d time.Duration) Option {
 	}
 }
 
-// WithIdleBetweenTries sets how long a SpinLock waiter sleeps between
-// attempts (default 100ms); it sleeps less when the holder's key expires
-// sooner. d <= 0 or above MaxDuration makes New fail.
+// WithIdleBetweenTries sets how long a waiter sleeps between attempts
+// (default 100ms; a PubSubLock waiter is woken earlier by releases); it
+// sleeps less when the holder's key expires sooner. A waiting registry's
+// wait marker lasts twice d. d <= 0 or above MaxDuration makes New fail.
 func WithIdleBetweenTries(d time.Duration) Option {
 	return func(c *config) error {
 		c.idle = d
@@ -125,7 +126,9 @@ func WithAutoRenew() Option {
 }
 
 // WithFencing makes every acquisition take a fencing token, strictly
-// increasing per key across all holders; see RedisLock.Token.
+// increasing per key across all holders; see RedisLock.Token. A local
+// hand-off then costs one round trip (the pass script takes the next
+// token) instead of none.
 func WithFencing() Option {
 	return func(c *config) error {
 		c.fencing = true

@@ -170,6 +170,9 @@ func (l *RedisLock) UnlockContext(ctx context.Context) error {
 			return nil
 		case releasedForOthers:
 			return l.finish(h, l.lostAtRelease(h))
+		case passFailed:
+			err, l.handoff.err = l.handoff.err, nil
+			return l.finish(h, err)
 		}
 		h = l.hold.Load() // a pass may have renewed it
 	}
