@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -63,6 +64,9 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold) handoffResult {
 		return l.giveLocal()
 	}
 	switch res, err := l.pass(ctx, h); {
+	case errors.Is(err, ErrLockLost):
+		l.handoff.err = err
+		return passFailed
 	case err != nil:
 		// The key may or may not still be ours: free it in the
 		// background rather than wait for a second command now.
@@ -110,8 +114,7 @@ func (l *RedisLock) pass(ctx context.Context, h *hold) (handoffResult, error) {
 	switch state {
 	case 1:
 		nh := newHold(h.token, fence, sent+int64(ttl-drift(ttl)))
-		r.untrack(l, h)
-		h.end()
+		l.forget(h)
 		l.hold.Store(nh)
 		r.track(l, nh)
 		l.handoff.passes = 0
@@ -119,7 +122,7 @@ func (l *RedisLock) pass(ctx context.Context, h *hold) (handoffResult, error) {
 	case 2:
 		return releasedForOthers, nil
 	}
-	return notHandedOver, nil // gone: the release reports the loss
+	return notHandedOver, fmt.Errorf("%w: %q expired or was taken by another holder", ErrLockLost, l.key)
 }
 
 // inherit takes over a hold handed over by the previous local holder, if
@@ -134,9 +137,7 @@ func (l *RedisLock) inherit() bool {
 		l.touch()
 		return true
 	}
-	l.reg.untrack(l, h)
-	h.end()
-	l.hold.Store(nil)
+	l.forget(h)
 	l.cleanup(h.token)
 	return false
 }

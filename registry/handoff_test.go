@@ -180,3 +180,21 @@ func TestHandOffRedisDown(t *testing.T) {
 		t.Fatalf("queued goroutine: %v", g[1])
 	}
 }
+
+// A pass that finds the key gone reports the loss from Unlock; the queued
+// goroutine obtains the key anew.
+func TestHandOffKeyGone(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		l := obtain(t, newReg(t, b.pool(t), registry.WithFencing()), "k")
+		h0, ok := holdIn(t, l)
+		if !ok {
+			t.Fatal("TryLock of a free lock failed")
+		}
+		got := queue(t, l, 1, func() any { v, _ := redistest.Do(b.addr, "EXISTS", l.Key()); return v })
+		b.do(t, "DEL", l.Key())
+		mustIs(t, h0.unlock(), registry.ErrLockLost)
+		if g := recvWithin(t, got, 5*time.Second, "the queued goroutine to obtain the lock"); g[1] != int64(1) {
+			t.Fatalf("the queued goroutine holds the lock but EXISTS = %v", g[1])
+		}
+	})
+}

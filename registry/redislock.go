@@ -182,12 +182,17 @@ func (l *RedisLock) UnlockContext(ctx context.Context) error {
 
 // finish ends h after its release, frees the local mutex and returns err.
 func (l *RedisLock) finish(h *hold, err error) error {
-	l.reg.untrack(l, h)
-	h.end()
-	l.hold.Store(nil)
+	l.forget(h)
 	l.touch()
 	l.mustUnlockLocal()
 	return err
+}
+
+// forget ends h: the watchdog stops renewing it and it reports no more loss.
+func (l *RedisLock) forget(h *hold) {
+	l.reg.untrack(l, h)
+	h.end()
+	l.hold.Store(nil)
 }
 
 // lock acquires the local mutex, then the Redis key. With retryAll every
