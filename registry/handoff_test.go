@@ -33,6 +33,16 @@ func queue[T any](t *testing.T, l *registry.RedisLock, n int, fn func() T) <-cha
 	return got
 }
 
+// mustHold makes a new goroutine hold the free lock l until released.
+func mustHold(t *testing.T, l *registry.RedisLock) *holder {
+	t.Helper()
+	h, ok := holdIn(t, l)
+	if !ok {
+		t.Fatal("TryLock of a free lock failed")
+	}
+	return h
+}
+
 // Goroutines of one registry queued on a held lock get it in FIFO order
 // without the key leaving Redis: free passes send nothing, one pass script
 // every maxFreePasses+1 hand-offs, then one release.
@@ -41,10 +51,7 @@ func TestLocalHandOffChain(t *testing.T) {
 		cp := &redistest.CountingPool{Pool: b.pool(t)}
 		pfx := prefix(t)
 		l := obtain(t, newRegPrefix(t, cp, pfx), "k")
-		h0, ok := holdIn(t, l)
-		if !ok {
-			t.Fatal("TryLock of a free lock failed")
-		}
+		h0 := mustHold(t, l)
 		token := b.do(t, "GET", l.Key())
 		cp.Commands()
 		const n = 10
@@ -87,10 +94,7 @@ func TestHandOffYieldsToOtherRegistry(t *testing.T) {
 		// far longer than the PubSubLock waiter needs to be woken.
 		l := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithFencing(), registry.WithIdleBetweenTries(time.Second)), "k")
 		other := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithFencing(), registry.WithLockType(registry.PubSubLock)), "k")
-		h0, ok := holdIn(t, l)
-		if !ok {
-			t.Fatal("TryLock of a free lock failed")
-		}
+		h0 := mustHold(t, l)
 		f0 := l.Token()
 		var seq atomic.Int64
 		otherGot, otherRelease := make(chan int64, 1), make(chan struct{})
@@ -124,10 +128,7 @@ func TestHandOffYieldsToOtherRegistry(t *testing.T) {
 func TestHandOffNewFencingToken(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		l := obtain(t, newReg(t, b.pool(t), registry.WithFencing()), "k")
-		h0, ok := holdIn(t, l)
-		if !ok {
-			t.Fatal("TryLock of a free lock failed")
-		}
+		h0 := mustHold(t, l)
 		f0 := l.Token()
 		got := queue(t, l, 1, l.Token)
 		mustNil(t, h0.unlock())
@@ -142,10 +143,7 @@ func TestHandOffNewFencingToken(t *testing.T) {
 func TestLostHoldNotHandedOver(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		l := obtain(t, newReg(t, b.pool(t), registry.WithExpireAfter(300*time.Millisecond)), "k")
-		h0, ok := holdIn(t, l)
-		if !ok {
-			t.Fatal("TryLock of a free lock failed")
-		}
+		h0 := mustHold(t, l)
 		token := b.do(t, "GET", l.Key())
 		got := queue(t, l, 1, func() any { v, _ := redistest.Do(b.addr, "GET", l.Key()); return v })
 		recvWithin(t, l.Lost(), 5*time.Second, "the hold's validity to end")
@@ -165,10 +163,7 @@ func TestHandOffRedisDown(t *testing.T) {
 	mustNil(t, err)
 	defer srv.Close()
 	l := obtain(t, newReg(t, srv.Pool(), registry.WithFencing(), registry.WithCommandTimeout(time.Second)), "k")
-	h0, ok := holdIn(t, l)
-	if !ok {
-		t.Fatal("TryLock of a free lock failed")
-	}
+	h0 := mustHold(t, l)
 	got := queue(t, l, 1, func() any { return nil })
 	srv.Stop()
 	err = h0.unlock()
@@ -186,10 +181,7 @@ func TestHandOffRedisDown(t *testing.T) {
 func TestHandOffKeyGone(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		l := obtain(t, newReg(t, b.pool(t), registry.WithFencing()), "k")
-		h0, ok := holdIn(t, l)
-		if !ok {
-			t.Fatal("TryLock of a free lock failed")
-		}
+		h0 := mustHold(t, l)
 		got := queue(t, l, 1, func() any { v, _ := redistest.Do(b.addr, "EXISTS", l.Key()); return v })
 		b.do(t, "DEL", l.Key())
 		mustIs(t, h0.unlock(), registry.ErrLockLost)
