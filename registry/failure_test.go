@@ -193,3 +193,27 @@ func FuzzKeys(f *testing.F) {
 		}
 	})
 }
+
+// A server whose maxmemory-policy can evict lock keys gets one warning,
+// before the registry's first obtain; noeviction gets none.
+func TestEvictionPolicyWarning(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		warns  int
+	}{{"noeviction", 0}, {"volatile-lru", 1}, {"allkeys-lru", 1}} {
+		t.Run(tc.policy, func(t *testing.T) {
+			b := realBackend()
+			b.do(t, "CONFIG", "SET", "maxmemory-policy", tc.policy)
+			t.Cleanup(func() { b.do(t, "CONFIG", "SET", "maxmemory-policy", "noeviction") })
+			rec := &logRecorder{}
+			l := obtain(t, newReg(t, b.pool(t), registry.WithLogger(slog.New(rec))), "k")
+			for range 2 {
+				mustNil(t, l.LockContext(bg(t)))
+				mustNil(t, l.UnlockContext(bg(t)))
+			}
+			if n := rec.count(slog.LevelWarn, "maxmemory-policy"); n != tc.warns {
+				t.Fatalf("%d eviction warnings, want %d", n, tc.warns)
+			}
+		})
+	}
+}

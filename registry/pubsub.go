@@ -1,6 +1,21 @@
 package registry
 
-import "github.com/gomodule/redigo/redis"
+import (
+	"context"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// The subscriber PINGs its connection every subscriberPing and reconnects
+// when nothing, message or pong, arrives for subscriberDead: a connection
+// that died silently (a peer gone without a FIN, a blackholed route) is
+// noticed within seconds instead of never. A pool read timeout shorter than
+// subscriberPing makes the subscriber reconnect needlessly.
+const (
+	subscriberPing = time.Second
+	subscriberDead = 3 * time.Second
+)
 
 // PubSubLock waiters sleep as SpinLock waiters do (pollDelay: until the
 // holder's TTL runs out, at most idleBetweenTries), but are woken early by
@@ -73,8 +88,8 @@ func (r *Registry) subscribeLoop() {
 }
 
 // subscribe subscribes on one connection and dispatches messages until the
-// connection fails or the registry is closed (which cancels bgCtx and so the
-// receive).
+// connection fails or falls silent, or the registry is closed (which cancels
+// bgCtx and so the receive).
 func (r *Registry) subscribe(bo *backoff) error {
 	c, err := r.pool.GetContext(r.bgCtx)
 	if err != nil {
@@ -85,9 +100,31 @@ func (r *Registry) subscribe(bo *backoff) error {
 	if err := psc.PSubscribe(channelPattern(r.prefix)); err != nil {
 		return err
 	}
+	// The pinger sends while this goroutine receives, as redigo allows; it
+	// stops before the connection is closed.
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(subscriberPing)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if psc.Ping("") != nil {
+					return // the receive sees the broken connection
+				}
+			}
+		}
+	}()
+	defer func() { close(stop); <-stopped }()
 	chanPrefix := r.prefix + "-channel:" + r.prefix + ":"
 	for {
-		switch m := psc.ReceiveContext(r.bgCtx).(type) {
+		ctx, cancel := context.WithTimeout(r.bgCtx, subscriberDead)
+		m := psc.ReceiveContext(ctx)
+		cancel()
+		switch m := m.(type) {
 		case error:
 			return m
 		case redis.Subscription:

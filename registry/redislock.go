@@ -279,6 +279,7 @@ func (l *RedisLock) waitErr(end, lastErr error) error {
 // unknown after an error).
 func (l *RedisLock) obtain(ctx context.Context) (ok bool, pttl int64, err error) {
 	r := l.reg
+	r.checkEviction(ctx)
 	token := newToken(r.clientID, r.seq.Add(1))
 	ttl := r.cfg.expireAfter
 	sent := r.now()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,7 @@ type Registry struct {
 	// renewStarted and subStarted record that the watchdog and the
 	// subscriber were started; set under goMu, read without it.
 	renewStarted, subStarted atomic.Bool
+	evictionChecked          atomic.Bool // see checkEviction
 }
 
 // New returns a registry of locks whose Redis keys are registryKey + ":" +
@@ -247,19 +249,66 @@ func (r *Registry) startOnce(started *atomic.Bool, fn func()) {
 // command is sent; a command in flight then completes or times out. (Waiting
 // for a cancellation during the read would cost a goroutine per command.)
 func (r *Registry) call(ctx context.Context, s *script, keysAndArgs ...any) (any, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	timeout := r.cfg.commandTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		if timeout = min(timeout, time.Until(dl)); timeout <= 0 {
-			return nil, context.DeadlineExceeded
-		}
-	}
-	c, err := r.pool.GetContext(ctx)
+	c, timeout, err := r.conn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
 	return s.do(c, timeout, keysAndArgs)
+}
+
+// conn returns a pooled connection and the timeout of a command on it: the
+// command timeout, or less if ctx's deadline is nearer.
+func (r *Registry) conn(ctx context.Context) (redis.Conn, time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	timeout := r.cfg.commandTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		if timeout = min(timeout, time.Until(dl)); timeout <= 0 {
+			return nil, 0, context.DeadlineExceeded
+		}
+	}
+	c, err := r.pool.GetContext(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	return c, timeout, nil
+}
+
+// checkEviction warns, once per registry, before its first obtain, when
+// the server's maxmemory-policy may evict lock keys: every policy but
+// noeviction can, since lock keys carry a TTL and so are volatile too. An
+// evicted key is a lost lock that the holder learns of only at its next
+// renewal. Errors (INFO renamed or denied, a server that is down) are
+// logged at debug level and not retried.
+func (r *Registry) checkEviction(ctx context.Context) {
+	if r.evictionChecked.Load() || !r.evictionChecked.CompareAndSwap(false, true) {
+		return
+	}
+	c, timeout, err := r.conn(ctx)
+	if err != nil {
+		r.log.Debug("lockyard: eviction policy check skipped", "err", err)
+		return
+	}
+	defer c.Close()
+	info, err := redis.String(doTimeout(c, timeout, "INFO", []any{"memory"}))
+	if err != nil {
+		r.log.Debug("lockyard: eviction policy check skipped", "err", err)
+		return
+	}
+	if policy := infoField(info, "maxmemory_policy"); policy != "" && policy != "noeviction" {
+		r.log.Warn("lockyard: the Redis maxmemory-policy can evict lock keys, and an evicted key is a lost lock; use noeviction",
+			"maxmemory_policy", policy, "maxmemory", infoField(info, "maxmemory"))
+	}
+}
+
+// infoField returns the value of field in an INFO reply, or "".
+func infoField(info, field string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
