@@ -1,7 +1,9 @@
 package registry
 
 import (
+	"context"
 	"errors"
+	"net"
 	"strings"
 
 	"github.com/gomodule/redigo/redis"
@@ -59,4 +61,10 @@ func isTransient(err error) bool {
 func isAmbiguous(err error) bool {
 	var re redis.Error
 	return !errors.As(err, &re)
+}
+
+// isTimeout reports whether err is a network or context timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }

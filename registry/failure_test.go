@@ -217,3 +217,17 @@ func TestEvictionPolicyWarning(t *testing.T) {
 		})
 	}
 }
+
+// A release whose pooled connection the server has closed (CLIENT KILL, a
+// restart) is retried on a new one: Unlock reports nothing and the key is
+// deleted.
+func TestReleaseRetriesKilledConnection(t *testing.T) {
+	b := realBackend()
+	l := obtain(t, newReg(t, b.pool(t)), "k")
+	mustNil(t, l.LockContext(bg(t)))
+	b.do(t, "CLIENT", "KILL", "TYPE", "normal") // kills the idle pooled connection
+	mustNil(t, l.UnlockContext(bg(t)))
+	if n, _ := redis.Int(b.do(t, "EXISTS", l.Key()), nil); n != 0 {
+		t.Fatal("the key survived the release")
+	}
+}

@@ -320,18 +320,36 @@ func (l *RedisLock) cleanup(token string) {
 	})
 }
 
+// releaseTries bounds the attempts of a release that fails on the network.
+const releaseTries = 3
+
 // release runs the release script for h with a context that ignores the
-// caller's cancellation but keeps the command timeout.
+// caller's cancellation but keeps the command timeout. A network error (a
+// pooled connection that the server closed, after a restart or CLIENT KILL)
+// other than a timeout is retried at once on another connection (a timeout
+// has used up the command's time): compare-and-delete is idempotent, and
+// never deletes another holder's key.
 func (l *RedisLock) release(ctx context.Context, h *hold) error {
 	r := l.reg
-	n, err := redis.Int(r.call(context.WithoutCancel(ctx), releaseScript, l.key, h.token, l.channel()))
-	switch {
-	case err != nil:
-		return fmt.Errorf("lockyard: releasing %q: %w", l.key, err)
-	case n == 0:
-		return fmt.Errorf("%w: %q expired or was taken by another holder", ErrLockLost, l.key)
+	ctx = context.WithoutCancel(ctx)
+	var first error // the first network error: the script may have run
+	for try := 1; ; try++ {
+		n, err := redis.Int(r.call(ctx, releaseScript, l.key, h.token, l.channel()))
+		switch {
+		case err != nil && isAmbiguous(err) && !isTimeout(err) && try < releaseTries:
+			if first == nil {
+				first = err
+			}
+			continue
+		case err != nil:
+			return fmt.Errorf("lockyard: releasing %q: %w", l.key, err)
+		case n == 0 && first != nil:
+			return fmt.Errorf("%w: %q was gone at a retried release (the first attempt failed with %w and may have deleted it)", ErrLockLost, l.key, first)
+		case n == 0:
+			return fmt.Errorf("%w: %q expired or was taken by another holder", ErrLockLost, l.key)
+		}
+		return l.lostAtRelease(h)
 	}
-	return l.lostAtRelease(h)
 }
 
 // lostAtRelease returns ErrLockLost if h's validity ended before its key was

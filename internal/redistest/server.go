@@ -113,6 +113,15 @@ func (s *Server) kill() {
 	s.cmd = nil
 }
 
+// Signal sends sig to the server process (SIGSTOP and SIGCONT stall and
+// resume it).
+func (s *Server) Signal(sig os.Signal) error {
+	if s.cmd == nil {
+		return errors.New("redistest: server not running")
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
 // Stop kills the server (by pid) and waits for it to exit. Data is lost.
 // The port stays reserved for Restart.
 func (s *Server) Stop() { s.kill() }
