@@ -101,6 +101,9 @@ func (l *RedisLock) pass(ctx context.Context, h *hold) (handoffResult, error) {
 	r := l.reg
 	ttl := r.cfg.expireAfter
 	sent := r.now()
+	// h ends here whatever the outcome: a renewal of h that lands after
+	// the pass (which may delete the key) is not a loss.
+	h.end()
 	reply, err := redis.Values(r.call(context.WithoutCancel(ctx), passScript, l.scriptArgs(h.token, r.ttlArg, l.channel(), r.clientIDArg)...))
 	if err != nil {
 		return notHandedOver, err

@@ -177,6 +177,7 @@ func (l *RedisLock) UnlockContext(ctx context.Context) error {
 		h = l.hold.Load() // a pass may have renewed it
 	}
 	l.reg.untrack(l, h)
+	h.end() // a renewal that lands after the release is not a loss
 	return l.finish(h, l.release(ctx, h))
 }
 
