@@ -1,0 +1,213 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/registry"
+)
+
+// runChild runs the role of a re-executed test binary and returns its exit
+// code. Its arguments come as JSON in LOCKYARD_CHAOS_ARGS; it reports
+// events as JSON lines on stdout.
+func runChild(role string) int {
+	args := []byte(os.Getenv("LOCKYARD_CHAOS_ARGS"))
+	var err error
+	switch role {
+	case "contend":
+		var a contendArgs
+		if err = json.Unmarshal(args, &a); err == nil {
+			err = contend(a)
+		}
+	case "hold":
+		var a holdArgs
+		if err = json.Unmarshal(args, &a); err == nil {
+			err = holdRole(a)
+		}
+	default:
+		err = fmt.Errorf("unknown role %q", role)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos child:", err)
+		return 1
+	}
+	return 0
+}
+
+// contendArgs configures a contending process: Regs registries of
+// Goroutines goroutines each, over Keys keys, until the process has made
+// Quota acquisitions or Deadline passed.
+type contendArgs struct {
+	Addr, Res, Prefix, Out, Proc string
+	Keys, Regs, Goroutines       int
+	Quota                        int64
+	Deadline                     time.Duration
+}
+
+func contend(a contendArgs) error {
+	out, err := os.Create(a.Out)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	w := bufio.NewWriter(out)
+	var (
+		outMu                            sync.Mutex
+		started, done, lockErrs, unlockE atomic.Int64
+		rejected, resErrs                atomic.Int64
+		wg                               sync.WaitGroup
+	)
+	res := resource{a.Res}
+	ctx, cancel := context.WithTimeout(context.Background(), a.Deadline)
+	defer cancel()
+	var regs []*registry.Registry
+	for i := range a.Regs {
+		opts := []registry.Option{registry.WithFencing(), registry.WithExpireAfter(5 * time.Second)}
+		if i%2 == 0 {
+			opts = append(opts, registry.WithLockType(registry.PubSubLock))
+		} else {
+			opts = append(opts, registry.WithAutoRenew(), registry.WithIdleBetweenTries(20*time.Millisecond))
+		}
+		pool := newPool(a.Addr)
+		defer pool.Close()
+		r, err := registry.New(pool, a.Prefix, opts...)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		regs = append(regs, r)
+	}
+	for i := range a.Regs * a.Goroutines {
+		r := regs[i%a.Regs]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rc, err := redis.Dial("tcp", a.Res)
+			if err != nil {
+				resErrs.Add(1)
+				return
+			}
+			defer rc.Close()
+			for started.Add(1) <= a.Quota && ctx.Err() == nil {
+				key := "k" + strconv.Itoa(rand.IntN(a.Keys))
+				l, err := r.Obtain(key)
+				if err != nil {
+					lockErrs.Add(1)
+					continue
+				}
+				if err := l.LockContext(ctx); err != nil {
+					if ctx.Err() == nil {
+						lockErrs.Add(1)
+					}
+					continue
+				}
+				iv := interval{Key: key, Proc: a.Proc, Token: l.Token(), Acquired: mono()}
+				ok, err := res.enter(rc, key, iv.Token)
+				switch {
+				case err != nil:
+					resErrs.Add(1)
+				case !ok:
+					rejected.Add(1)
+				default:
+					if res.leave(rc, key) != nil {
+						resErrs.Add(1)
+					}
+				}
+				iv.Released = mono()
+				if err := l.UnlockContext(context.Background()); err != nil {
+					unlockE.Add(1)
+				}
+				done.Add(1)
+				js, _ := json.Marshal(iv)
+				outMu.Lock()
+				w.Write(append(js, '\n'))
+				outMu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	emit(map[string]any{"event": "done", "acquisitions": done.Load(), "lockErrors": lockErrs.Load(),
+		"unlockErrors": unlockE.Load(), "rejected": rejected.Load(), "resourceErrors": resErrs.Load()})
+	return nil
+}
+
+// holdArgs configures a holder process: it takes Key, reports "held", and
+// waits for its loss (reporting "lost", then its fenced write and its
+// unlock) or for "release" on stdin.
+type holdArgs struct {
+	Addr, Res, Prefix, Key string
+	TTL                    time.Duration
+	AutoRenew, Fencing     bool
+}
+
+func holdRole(a holdArgs) error {
+	opts := []registry.Option{registry.WithExpireAfter(a.TTL)}
+	if a.AutoRenew {
+		opts = append(opts, registry.WithAutoRenew())
+	}
+	if a.Fencing {
+		opts = append(opts, registry.WithFencing())
+	}
+	pool := newPool(a.Addr)
+	defer pool.Close()
+	r, err := registry.New(pool, a.Prefix, opts...)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	l, err := r.Obtain(a.Key)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := l.LockContext(ctx); err != nil {
+		return err
+	}
+	token := l.Token()
+	emit(map[string]any{"event": "held", "token": token, "at": mono()})
+	release := make(chan struct{})
+	go func() { // ends with the process
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			if sc.Text() == "release" {
+				close(release)
+				return
+			}
+		}
+	}()
+	select {
+	case <-l.Lost():
+		emit(map[string]any{"event": "lost", "at": mono()})
+		if a.Res != "" {
+			rc, err := redis.Dial("tcp", a.Res)
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			ok, err := resource{a.Res}.enter(rc, a.Key, token)
+			if err != nil {
+				return err
+			}
+			emit(map[string]any{"event": "write", "accepted": ok})
+		}
+	case <-release:
+	}
+	err = l.UnlockContext(context.Background())
+	emit(map[string]any{"event": "unlock", "lost": errors.Is(err, registry.ErrLockLost), "err": fmt.Sprint(err)})
+	return nil
+}

@@ -1,0 +1,364 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"golang.org/x/sys/unix"
+
+	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+// childEnv names the role of a re-executed test binary (see child_test.go).
+const childEnv = "LOCKYARD_CHAOS_CHILD"
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(childEnv); role != "" {
+		os.Exit(runChild(role))
+	}
+	os.Exit(m.Run())
+}
+
+// mono is CLOCK_MONOTONIC in nanoseconds: one clock for every process of
+// the machine, so intervals logged by different processes compare.
+func mono() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err)
+	}
+	return ts.Nano()
+}
+
+// figure logs a scenario's measured figure; make chaos collects the lines.
+func figure(t *testing.T, scenario int, format string, args ...any) {
+	t.Helper()
+	line := fmt.Sprintf("FIGURE %d: %s", scenario, fmt.Sprintf(format, args...))
+	t.Log(line)
+	if path := os.Getenv("CHAOS_REPORT"); path != "" {
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err == nil {
+			fmt.Fprintln(f, t.Name()+"\t"+line)
+			f.Close()
+		}
+	}
+}
+
+// startServer starts a redis-server on a free loopback port for the test.
+// A missing redis-server fails the test: make chaos installs it.
+func startServer(t testing.TB, extra ...string) *redistest.Server {
+	t.Helper()
+	s, err := redistest.Start(extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.Signal(unix.SIGCONT) // a test that failed mid-stall
+		s.Close()
+	})
+	return s
+}
+
+// newPool returns a pool for addr without read or write timeouts (the
+// registry bounds each command itself) and a bounded size.
+func newPool(addr string) *redis.Pool {
+	return &redis.Pool{
+		MaxIdle:   32,
+		MaxActive: 256,
+		Wait:      true,
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", addr, redis.DialConnectTimeout(time.Second))
+		},
+	}
+}
+
+// newRegistry returns a registry on pool that logs into the test log, and
+// closes both when the test ends.
+func newRegistry(t testing.TB, pool *redis.Pool, prefix string, opts ...registry.Option) *registry.Registry {
+	t.Helper()
+	opts = append([]registry.Option{registry.WithLogger(testLogger(t))}, opts...)
+	r, err := registry.New(pool, prefix, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); pool.Close() })
+	return r
+}
+
+// testLogger writes warnings and errors into the test log.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// do runs one command on a fresh connection to addr.
+func do(t testing.TB, addr, cmd string, args ...any) any {
+	t.Helper()
+	v, err := redistest.Do(addr, cmd, args...)
+	if err != nil {
+		t.Fatalf("%s %v: %v", cmd, args, err)
+	}
+	return v
+}
+
+// doErr runs one command on a fresh connection to addr and returns its
+// error instead of failing the test (for goroutines).
+func doErr(addr, cmd string, args ...any) (any, error) { return redistest.Do(addr, cmd, args...) }
+
+// waitFor polls cond every few milliseconds until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval of a deadline loop
+	}
+}
+
+func mustNil(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustIs(t testing.TB, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("error %v, want %v", err, target)
+	}
+}
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// acquired is the outcome of a lockAsync.
+type acquired struct {
+	at  int64 // mono() when LockContext returned
+	err error // LockContext's error, or else UnlockContext's
+}
+
+// lockAsync runs LockContext in a goroutine (locks belong to goroutines, so
+// that goroutine also unlocks, after hold) and delivers the outcome.
+func lockAsync(ctx context.Context, l *registry.RedisLock, hold time.Duration) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		err := l.LockContext(ctx)
+		a := acquired{at: mono(), err: err}
+		if err == nil {
+			time.Sleep(hold) // the critical section
+			a.err = l.UnlockContext(context.Background())
+		}
+		ch <- a
+	}()
+	return ch
+}
+
+// ms formats a duration in milliseconds with one decimal.
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/1e6) }
+
+// median of ds (sorted in place).
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+// interval is one critical section as a holder logged it.
+type interval struct {
+	Key      string `json:"k"`
+	Proc     string `json:"p"`
+	Token    int64  `json:"t"`
+	Acquired int64  `json:"a"` // mono() after Lock returned
+	Released int64  `json:"r"` // mono() before Unlock was called
+}
+
+// overlaps returns the pairs of intervals on one key that overlap.
+func overlaps(ivs []interval) [][2]interval {
+	byKey := map[string][]interval{}
+	for _, iv := range ivs {
+		byKey[iv.Key] = append(byKey[iv.Key], iv)
+	}
+	var bad [][2]interval
+	for _, list := range byKey {
+		sort.Slice(list, func(i, j int) bool { return list[i].Acquired < list[j].Acquired })
+		last := 0 // index of the interval that ends latest so far
+		for i := 1; i < len(list); i++ {
+			if list[i].Acquired < list[last].Released {
+				bad = append(bad, [2]interval{list[last], list[i]})
+			}
+			if list[i].Released > list[last].Released {
+				last = i
+			}
+		}
+	}
+	return bad
+}
+
+// fenceSrc is the fenced resource: a write carrying a fencing token is
+// accepted only if the token is greater than every token seen for the key,
+// and counts the writers inside (occupancy); it records the peak occupancy
+// and the rejections. KEYS: last token, occupancy, peak, rejected.
+const fenceSrc = `
+local tok = tonumber(ARGV[1])
+local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tok <= last then
+  redis.call('INCR', KEYS[4])
+  return {0, 0}
+end
+redis.call('SET', KEYS[1], tok)
+local occ = redis.call('INCR', KEYS[2])
+if occ > tonumber(redis.call('GET', KEYS[3]) or '0') then redis.call('SET', KEYS[3], occ) end
+return {1, occ}`
+
+var fenceScript = redis.NewScript(4, fenceSrc)
+
+// resource is the fenced resource on its own redis-server.
+type resource struct{ addr string }
+
+func fenceKeys(key string) []any {
+	return []any{"last:" + key, "occ:" + key, "peak:" + key, "rejected:" + key}
+}
+
+// enter writes with token; it reports whether the write was accepted.
+func (res resource) enter(c redis.Conn, key string, token int64) (bool, error) {
+	v, err := redis.Int64s(fenceScript.Do(c, append(fenceKeys(key), token)...))
+	if err != nil {
+		return false, err
+	}
+	return v[0] == 1, nil
+}
+
+// leave ends an accepted write.
+func (res resource) leave(c redis.Conn, key string) error {
+	_, err := c.Do("DECR", "occ:"+key)
+	return err
+}
+
+// stats returns the peak occupancy and the rejected writes of key.
+func (res resource) stats(t testing.TB, key string) (peak, rejected int) {
+	peak, _ = redis.Int(do(t, res.addr, "GET", "peak:"+key), nil)
+	rejected, _ = redis.Int(do(t, res.addr, "GET", "rejected:"+key), nil)
+	return peak, rejected
+}
+
+// child is a re-executed test binary running one role.
+type child struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	events chan map[string]any // JSON lines from its stdout
+	done   chan error
+}
+
+// spawn starts the test binary as a child in role with args (JSON).
+func spawn(t *testing.T, role string, args any) *child {
+	t.Helper()
+	js, err := json.Marshal(args)
+	mustNil(t, err)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+role, "LOCKYARD_CHAOS_ARGS="+string(js))
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	mustNil(t, err)
+	stdin, err := cmd.StdinPipe()
+	mustNil(t, err)
+	mustNil(t, cmd.Start())
+	c := &child{cmd: cmd, stdin: stdin, events: make(chan map[string]any, 64), done: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var ev map[string]any
+			if json.Unmarshal(sc.Bytes(), &ev) == nil {
+				c.events <- ev
+			}
+		}
+		close(c.events)
+		c.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(unix.SIGCONT)
+		_ = cmd.Process.Kill()
+		<-c.done
+	})
+	return c
+}
+
+// event waits up to d for the child's next event, which must be named name.
+func (c *child) event(t *testing.T, d time.Duration, name string) map[string]any {
+	t.Helper()
+	select {
+	case ev, ok := <-c.events:
+		if !ok {
+			t.Fatalf("child exited before %q", name)
+		}
+		if ev["event"] != name {
+			t.Fatalf("child event %v, want %q", ev, name)
+		}
+		return ev
+	case <-time.After(d):
+		t.Fatalf("no %q from the child within %v", name, d)
+	}
+	return nil
+}
+
+// tell writes a line to the child's stdin.
+func (c *child) tell(t *testing.T, line string) {
+	t.Helper()
+	_, err := io.WriteString(c.stdin, line+"\n")
+	mustNil(t, err)
+}
+
+// wait waits up to d for the child to exit, dropping its further events,
+// and returns its error.
+func (c *child) wait(t *testing.T, d time.Duration) error {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case _, ok := <-c.events:
+			if !ok {
+				err := <-c.done
+				c.done <- err // for the cleanup
+				return err
+			}
+		case <-timer.C:
+			t.Fatalf("child still running after %v", d)
+		}
+	}
+}
+
+var stdoutMu sync.Mutex
+
+// emit writes one JSON event line to stdout (child side).
+func emit(ev map[string]any) {
+	stdoutMu.Lock()
+	defer stdoutMu.Unlock()
+	js, _ := json.Marshal(ev)
+	os.Stdout.Write(append(js, '\n'))
+}
