@@ -101,7 +101,7 @@ func newRegistry(t testing.TB, pool *redis.Pool, prefix string, opts ...registry
 
 // testLogger writes warnings and errors into the test log.
 func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
 }
 
 type tWriter struct{ t testing.TB }
