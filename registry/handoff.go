@@ -48,6 +48,7 @@ const (
 	handedOver                             // the next local goroutine holds the lock
 	releasedForOthers                      // pass.lua released the key for another registry
 	passFailed                             // pass.lua failed (handoffState.err); cleanup started
+	releaseAfterPass                       // pass.lua failed on the network (handoffState.err): release instead
 )
 
 // handOff passes the hold h of the calling goroutine, whose outermost
@@ -67,6 +68,11 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold) handoffResult {
 	case errors.Is(err, ErrLockLost):
 		l.handoff.err = err
 		return passFailed
+	case err != nil && isAmbiguous(err) && !isTimeout(err):
+		// Most likely a pooled connection that the server closed: the
+		// caller releases instead, retrying on other connections.
+		l.handoff.err = err
+		return releaseAfterPass
 	case err != nil:
 		// The key may or may not still be ours: free it in the
 		// background rather than wait for a second command now.

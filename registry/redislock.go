@@ -173,12 +173,16 @@ func (l *RedisLock) UnlockContext(ctx context.Context) error {
 		case passFailed:
 			err, l.handoff.err = l.handoff.err, nil
 			return l.finish(h, err)
+		case releaseAfterPass:
+			err, l.handoff.err = l.handoff.err, nil
+			l.reg.untrack(l, h)
+			return l.finish(h, l.release(ctx, h, err))
 		}
 		h = l.hold.Load() // a pass may have renewed it
 	}
 	l.reg.untrack(l, h)
 	h.end() // a renewal that lands after the release is not a loss
-	return l.finish(h, l.release(ctx, h))
+	return l.finish(h, l.release(ctx, h, nil))
 }
 
 // finish ends h after its release, frees the local mutex and returns err.
@@ -321,23 +325,28 @@ func (l *RedisLock) cleanup(token string) {
 	})
 }
 
-// releaseTries bounds the attempts of a release that fails on the network.
-const releaseTries = 3
+// netTries bounds the attempts of a release or a renewal batch that fails
+// on the network other than by a timeout. Each stale pooled connection (the
+// server closed it: restart, CLIENT KILL) fails at once, and a pool may hold
+// many.
+const netTries = 10
 
 // release runs the release script for h with a context that ignores the
 // caller's cancellation but keeps the command timeout. A network error (a
 // pooled connection that the server closed, after a restart or CLIENT KILL)
 // other than a timeout is retried at once on another connection (a timeout
 // has used up the command's time): compare-and-delete is idempotent, and
-// never deletes another holder's key.
-func (l *RedisLock) release(ctx context.Context, h *hold) error {
+// never deletes another holder's key. first is the network error of a pass
+// that this release replaces, or nil.
+func (l *RedisLock) release(ctx context.Context, h *hold, first error) error {
 	r := l.reg
 	ctx = context.WithoutCancel(ctx)
-	var first error // the first network error: the script may have run
+	// first is the first network error of this release, or of the pass
+	// it replaces: the script may have run.
 	for try := 1; ; try++ {
 		n, err := redis.Int(r.call(ctx, releaseScript, l.key, h.token, l.channel()))
 		switch {
-		case err != nil && isAmbiguous(err) && !isTimeout(err) && try < releaseTries:
+		case err != nil && isAmbiguous(err) && !isTimeout(err) && try < netTries:
 			if first == nil {
 				first = err
 			}

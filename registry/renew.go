@@ -66,7 +66,14 @@ func (r *Registry) renewAll() {
 	r.heldMu.Unlock()
 	for len(batch) > 0 {
 		n := min(len(batch), renewBatch)
-		if err := r.renewBatch(batch[:n]); err != nil {
+		err := r.renewBatch(batch[:n])
+		// A pooled connection the server closed (restart, CLIENT KILL):
+		// renewing is idempotent, so try again at once rather than a
+		// period later.
+		for try := 1; err != nil && isAmbiguous(err) && !isTimeout(err) && try < netTries && !r.isClosed(); try++ {
+			err = r.renewBatch(batch[:n])
+		}
+		if err != nil {
 			r.log.Warn("lockyard: renewal failed; holds stay valid until their deadline", "locks", n, "err", err)
 		}
 		batch = batch[n:]
