@@ -362,3 +362,32 @@ func emit(ev map[string]any) {
 	js, _ := json.Marshal(ev)
 	os.Stdout.Write(append(js, '\n'))
 }
+
+// logCounter is a slog handler that counts the records whose message
+// contains a substring.
+type logCounter struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (h *logCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logCounter) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.msgs = append(h.msgs, r.Message)
+	return nil
+}
+func (h *logCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logCounter) WithGroup(string) slog.Handler      { return h }
+
+func (h *logCounter) count(sub string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, m := range h.msgs {
+		if strings.Contains(m, sub) {
+			n++
+		}
+	}
+	return n
+}
