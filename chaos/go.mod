@@ -7,6 +7,7 @@ require (
 	github.com/gomodule/redigo v1.9.3
 	github.com/lockyard/lockyard v0.0.0
 	github.com/rs/zerolog v1.35.1
+	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.49.0
 )
 
