@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TIMEOUT ?= 8m
 
-.PHONY: help test demo bench lint fuzz redis-server
+.PHONY: help test demo bench chaos lint fuzz redis-server
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -12,6 +12,7 @@ test: redis-server ## gofmt, vet, and every test (miniredis and a real redis-ser
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd chaos && $(GO) vet ./...
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 demo: ## the oversell story on an embedded Redis (or REDIS_ADDR)
@@ -20,6 +21,14 @@ demo: ## the oversell story on an embedded Redis (or REDIS_ADDR)
 bench: redis-server ## micro-benchmarks, then lockyard vs redsync and bsm/redislock (bench/, about 5 min)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./internal/reentrant/ ./registry/
 	cd bench && $(GO) run . $(BENCHFLAGS)
+
+CHAOS_REPORT ?= $(CURDIR)/chaos/figures.txt
+
+chaos: redis-server ## the fault suite: 16 scenarios on real redis-servers and toxiproxy, -race (chaos/, about 3 min); figures in chaos/figures.txt
+	rm -f $(CHAOS_REPORT)
+	cd chaos && CHAOS_REPORT=$(CHAOS_REPORT) $(GO) test -race -count=1 -timeout 14m -v .
+	cd chaos && $(GO) test -run '^$$' -fuzz FuzzDistinctKeys -fuzztime 15s .
+	@echo; echo "figures ($(CHAOS_REPORT)):"; cut -f2- $(CHAOS_REPORT)
 
 lint: ## go vet and staticcheck
 	$(GO) vet ./...

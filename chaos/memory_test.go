@@ -42,7 +42,7 @@ func TestMaxmemory(t *testing.T) {
 	rA := newRegistry(t, newPool(srv.Addr), "chaos12", registry.WithExpireAfter(ttl), registry.WithAutoRenew())
 	a, _ := rA.Obtain("held")
 	mustNil(t, a.LockContext(ctxFor(t, time.Second)))
-	fill(t, srv.Addr, 500)                             // 2 MiB
+	fill(t, srv.Addr, 500)                               // 2 MiB
 	do(t, srv.Addr, "CONFIG", "SET", "maxmemory", "1mb") // now over the limit
 	b, _ := newRegistry(t, newPool(srv.Addr), "chaos12").Obtain("new")
 	start := mono()
