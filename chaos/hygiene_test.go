@@ -34,7 +34,7 @@ func scriptCalls(t *testing.T, addr string) int {
 // holds nothing; Close wakes every waiter with ErrClosed; no goroutine
 // outlives Close.
 func TestWatchdogHygiene(t *testing.T) {
-	const ttl = 30 * time.Millisecond // a renewal every 10ms
+	const ttl = 90 * time.Millisecond // a renewal every 30ms
 	srv := startServer(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // the server's own goroutine is older
 	poolA, poolB := newPool(srv.Addr), newPool(srv.Addr)
@@ -45,7 +45,7 @@ func TestWatchdogHygiene(t *testing.T) {
 	a, _ := rA.Obtain("k")
 
 	// Unlock racing the first renewal.
-	const rounds = 300
+	const rounds = 200
 	falseLoss := 0
 	for range rounds {
 		mustNil(t, a.LockContext(ctxFor(t, time.Second)))
