@@ -71,7 +71,20 @@
 // return: it retries every failure with capped backoff, logging each one.
 // Every Redis call is bounded by the command timeout (WithCommandTimeout)
 // and by the context's deadline; a cancellation is seen between commands,
-// so a command in flight completes (or times out) first.
+// so a command in flight completes (or times out) first. A release or a
+// renewal that fails on the network (not by a timeout) is retried at once on
+// another connection: after a restart or CLIENT KILL the pool holds
+// connections the server has closed, and compare-and-delete and
+// compare-and-renew are idempotent.
+//
+// # Operations
+//
+// Before its first obtain a registry reads INFO memory once and logs a
+// warning if the server's maxmemory-policy can evict lock keys (any policy
+// but noeviction: lock keys carry a TTL). The pub/sub subscriber PINGs its
+// connection every second and reconnects after 3 seconds of silence, so a
+// connection that died without a FIN is noticed. docs/RELIABILITY.md lists
+// the faults the test suite injects and what lockyard did under each.
 //
 // # What a single Redis master does not guarantee
 //
