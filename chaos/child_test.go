@@ -145,9 +145,9 @@ func contend(a contendArgs) error {
 	return nil
 }
 
-// holdArgs configures a holder process: it takes Key, reports "held", and
-// waits for its loss (reporting "lost", then its fenced write and its
-// unlock) or for "release" on stdin.
+// holdArgs configures a holder process: it takes Key, reports "held",
+// waits for its loss (the parent kills, or stops and resumes, it), then
+// reports "lost", its fenced write and its unlock.
 type holdArgs struct {
 	Addr, Res, Prefix, Key string
 	TTL                    time.Duration
@@ -180,32 +180,23 @@ func holdRole(a holdArgs) error {
 	}
 	token := l.Token()
 	emit(map[string]any{"event": "held", "token": token, "at": mono()})
-	release := make(chan struct{})
-	go func() { // ends with the process
-		sc := bufio.NewScanner(os.Stdin)
-		for sc.Scan() {
-			if sc.Text() == "release" {
-				close(release)
-				return
-			}
-		}
-	}()
 	select {
 	case <-l.Lost():
-		emit(map[string]any{"event": "lost", "at": mono()})
-		if a.Res != "" {
-			rc, err := redis.Dial("tcp", a.Res)
-			if err != nil {
-				return err
-			}
-			defer rc.Close()
-			ok, err := resource{a.Res}.enter(rc, a.Key, token)
-			if err != nil {
-				return err
-			}
-			emit(map[string]any{"event": "write", "accepted": ok})
+	case <-time.After(time.Minute):
+		return errors.New("the hold was not lost within a minute")
+	}
+	emit(map[string]any{"event": "lost", "at": mono()})
+	if a.Res != "" {
+		rc, err := redis.Dial("tcp", a.Res)
+		if err != nil {
+			return err
 		}
-	case <-release:
+		defer rc.Close()
+		ok, err := resource{a.Res}.enter(rc, a.Key, token)
+		if err != nil {
+			return err
+		}
+		emit(map[string]any{"event": "write", "accepted": ok})
 	}
 	err = l.UnlockContext(context.Background())
 	emit(map[string]any{"event": "unlock", "lost": errors.Is(err, registry.ErrLockLost), "err": fmt.Sprint(err)})

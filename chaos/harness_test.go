@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -269,7 +268,6 @@ func (res resource) stats(t testing.TB, key string) (peak, rejected int) {
 // child is a re-executed test binary running one role.
 type child struct {
 	cmd    *exec.Cmd
-	stdin  io.WriteCloser
 	events chan map[string]any // JSON lines from its stdout
 	done   chan error
 }
@@ -284,10 +282,8 @@ func spawn(t *testing.T, role string, args any) *child {
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	mustNil(t, err)
-	stdin, err := cmd.StdinPipe()
-	mustNil(t, err)
 	mustNil(t, cmd.Start())
-	c := &child{cmd: cmd, stdin: stdin, events: make(chan map[string]any, 64), done: make(chan error, 1)}
+	c := &child{cmd: cmd, events: make(chan map[string]any, 64), done: make(chan error, 1)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -324,13 +320,6 @@ func (c *child) event(t *testing.T, d time.Duration, name string) map[string]any
 		t.Fatalf("no %q from the child within %v", name, d)
 	}
 	return nil
-}
-
-// tell writes a line to the child's stdin.
-func (c *child) tell(t *testing.T, line string) {
-	t.Helper()
-	_, err := io.WriteString(c.stdin, line+"\n")
-	mustNil(t, err)
 }
 
 // wait waits up to d for the child to exit, dropping its further events,
