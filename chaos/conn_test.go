@@ -36,35 +36,26 @@ func TestClientKill(t *testing.T) {
 	for i := range 8 {
 		l, err := regs[i%2].Obtain("k")
 		mustNil(t, err)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				err := l.LockContext(ctx)
-				cancel()
-				if err != nil {
-					lockErrs.Add(1)
-					continue
-				}
-				if inside.Add(1) > 1 {
-					overlap.Store(true)
-				}
-				time.Sleep(time.Millisecond) // the critical section
-				inside.Add(-1)
-				acq.Add(1)
-				if err := l.UnlockContext(context.Background()); err != nil {
-					if unlockErrs.Add(1) == 1 {
-						t.Logf("first unlock error: %v", err)
-					}
+		repeat(&wg, stop, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := l.LockContext(ctx)
+			cancel()
+			if err != nil {
+				lockErrs.Add(1)
+				return
+			}
+			if inside.Add(1) > 1 {
+				overlap.Store(true)
+			}
+			time.Sleep(time.Millisecond) // the critical section
+			inside.Add(-1)
+			acq.Add(1)
+			if err := l.UnlockContext(context.Background()); err != nil {
+				if unlockErrs.Add(1) == 1 {
+					t.Logf("first unlock error: %v", err)
 				}
 			}
-		}()
+		})
 	}
 	var after []int64 // acquisitions in the 300ms after each kill
 	for i := range kills {
@@ -128,25 +119,18 @@ func TestScriptFlushAndRestart(t *testing.T) {
 		stop        = make(chan struct{})
 	)
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				gate.RLock()
-				err := r.ExecuteLocked(ctxFor(t, 10*time.Second), "k", func(context.Context) error { return nil })
-				gate.RUnlock()
-				calls.Add(1)
-				if err != nil {
-					errs.Add(1)
-					t.Errorf("ExecuteLocked: %v", err)
-				}
+		repeat(&wg, stop, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			gate.RLock()
+			err := r.ExecuteLocked(ctx, "k", func(context.Context) error { return nil })
+			gate.RUnlock()
+			calls.Add(1)
+			if err != nil {
+				errs.Add(1)
+				t.Errorf("ExecuteLocked: %v", err)
 			}
-		}()
+		})
 	}
 	flushes := 0
 	for i := range 20 {

@@ -120,9 +120,21 @@ func do(t testing.TB, addr, cmd string, args ...any) any {
 	return v
 }
 
-// doErr runs one command on a fresh connection to addr and returns its
-// error instead of failing the test (for goroutines).
-func doErr(addr, cmd string, args ...any) (any, error) { return redistest.Do(addr, cmd, args...) }
+// repeat runs body in a goroutine, again and again until stop is closed.
+func repeat(wg *sync.WaitGroup, stop <-chan struct{}, body func()) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			body()
+		}
+	}()
+}
 
 // waitFor polls cond every few milliseconds until it holds or d passes.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {

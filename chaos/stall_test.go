@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lockyard/lockyard/internal/redistest"
+
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -30,7 +32,7 @@ func TestRedisStalled(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				_, _ = doErr(srv.Addr, "DEBUG", "SLEEP", fmt.Sprintf("%.3f", d.Seconds()))
+				_, _ = redistest.Do(srv.Addr, "DEBUG", "SLEEP", fmt.Sprintf("%.3f", d.Seconds()))
 			}()
 			return func() { <-done }
 		},

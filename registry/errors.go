@@ -63,6 +63,14 @@ func isAmbiguous(err error) bool {
 	return !errors.As(err, &re)
 }
 
+// isStaleConn reports whether err is a network error other than a timeout:
+// most likely a pooled connection the server had closed (a restart, CLIENT
+// KILL), so an idempotent script is worth retrying at once on another one.
+// A timeout has used up the command's time and is not retried.
+func isStaleConn(err error) bool {
+	return err != nil && isAmbiguous(err) && !isTimeout(err)
+}
+
 // isTimeout reports whether err is a network or context timeout.
 func isTimeout(err error) bool {
 	var ne net.Error

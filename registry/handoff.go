@@ -68,7 +68,7 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold) handoffResult {
 	case errors.Is(err, ErrLockLost):
 		l.handoff.err = err
 		return passFailed
-	case err != nil && isAmbiguous(err) && !isTimeout(err):
+	case isStaleConn(err):
 		// Most likely a pooled connection that the server closed: the
 		// caller releases instead, retrying on other connections.
 		l.handoff.err = err

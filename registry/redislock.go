@@ -346,7 +346,7 @@ func (l *RedisLock) release(ctx context.Context, h *hold, first error) error {
 	for try := 1; ; try++ {
 		n, err := redis.Int(r.call(ctx, releaseScript, l.key, h.token, l.channel()))
 		switch {
-		case err != nil && isAmbiguous(err) && !isTimeout(err) && try < netTries:
+		case isStaleConn(err) && try < netTries:
 			if first == nil {
 				first = err
 			}

@@ -70,7 +70,7 @@ func (r *Registry) renewAll() {
 		// A pooled connection the server closed (restart, CLIENT KILL):
 		// renewing is idempotent, so try again at once rather than a
 		// period later.
-		for try := 1; err != nil && isAmbiguous(err) && !isTimeout(err) && try < netTries && !r.isClosed(); try++ {
+		for try := 1; isStaleConn(err) && try < netTries && !r.isClosed(); try++ {
 			err = r.renewBatch(batch[:n])
 		}
 		if err != nil {
