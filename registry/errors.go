@@ -5,8 +5,6 @@ import (
 	"errors"
 	"net"
 	"strings"
-
-	"github.com/gomodule/redigo/redis"
 )
 
 // Errors returned by the registry and its locks. Callers test for them with
@@ -26,9 +24,13 @@ var (
 	ErrCacheFull = errors.New("lockyard: lock cache full")
 	// ErrClosed means the registry was closed.
 	ErrClosed = errors.New("lockyard: registry closed")
-	// ErrInvalidConfig means New was given a nil pool or an option with a
-	// value out of range.
+	// ErrInvalidConfig means New was given a nil pool or client, or an
+	// option with a value out of range.
 	ErrInvalidConfig = errors.New("lockyard: invalid configuration")
+	// ErrReplicaAck means that, with WithReplicaAck, fewer replicas than
+	// required acknowledged an obtained lock in time; the lock was released
+	// again. LockContext retries it until its ctx ends.
+	ErrReplicaAck = errors.New("lockyard: too few replicas acknowledged the lock")
 )
 
 // transientPrefixes are Redis error replies that go away by themselves
@@ -42,10 +44,11 @@ func isTransient(err error) bool {
 	if errors.Is(err, ErrClosed) {
 		return false
 	}
-	var re redis.Error
+	var re *ReplyError
 	if errors.As(err, &re) {
+		msg := re.Error()
 		for _, p := range transientPrefixes {
-			if strings.HasPrefix(string(re), p) {
+			if strings.HasPrefix(msg, p) {
 				return true
 			}
 		}
@@ -59,8 +62,15 @@ func isTransient(err error) bool {
 // to completion; after a timeout or a broken connection the reply, not the
 // request, may have been lost.
 func isAmbiguous(err error) bool {
-	var re redis.Error
+	var re *ReplyError
 	return !errors.As(err, &re)
+}
+
+// isNoScript reports whether err is the server's NOSCRIPT reply: the script
+// is not in its cache (SCRIPT FLUSH, a restart) and must be sent as EVAL.
+func isNoScript(err error) bool {
+	var re *ReplyError
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSCRIPT")
 }
 
 // isStaleConn reports whether err is a network error other than a timeout:

@@ -110,7 +110,7 @@ func (l *RedisLock) pass(ctx context.Context, h *hold) (handoffResult, error) {
 	// h ends here whatever the outcome: a renewal of h that lands after
 	// the pass (which may delete the key) is not a loss.
 	h.end()
-	reply, err := redis.Values(r.call(context.WithoutCancel(ctx), passScript, l.scriptArgs(h.token, r.ttlArg, l.channel(), r.clientIDArg)...))
+	reply, err := redis.Values(r.eval(context.WithoutCancel(ctx), passScript, l.scriptKeys(), h.token, r.ttlArg, l.channel(), r.clientIDArg))
 	if err != nil {
 		return notHandedOver, err
 	}
@@ -165,15 +165,11 @@ func (l *RedisLock) yieldFirst(ctx context.Context) error {
 	return l.reg.sleep(ctx, d, nil)
 }
 
-// scriptArgs returns the keys and arguments of obtain.lua and pass.lua:
-// the key count, the lock key, the wait marker and, with fencing, the fence
-// counter, then args.
-func (l *RedisLock) scriptArgs(args ...any) []any {
-	out := make([]any, 0, 4+len(args))
+// scriptKeys returns the keys of obtain.lua and pass.lua: the lock key,
+// the wait marker and, with fencing, the fence counter.
+func (l *RedisLock) scriptKeys() []string {
 	if l.reg.cfg.fencing {
-		out = append(out, 3, l.key, waitKey(l.key), fenceKey(l.key))
-	} else {
-		out = append(out, 2, l.key, waitKey(l.key))
+		return []string{l.key, l.waitKey(), l.fenceKey()}
 	}
-	return append(out, args...)
+	return []string{l.key, l.waitKey()}
 }

@@ -37,21 +37,65 @@ func checkRegistryKey(registryKey string) error {
 	return nil
 }
 
-// fenceKey returns the fencing counter key of the lock key lockKey:
-// "{registryKey:key}:fence". Its hash tag is the whole lock key, so in Redis
-// Cluster both share a slot whenever the lock key has no braces of its own.
-// No lock key starts with '{' (see checkRegistryKey), so it never collides
-// with one.
-func fenceKey(lockKey string) string {
-	return "{" + lockKey + "}:fence"
+// lockKey returns the Redis key of the lock on key: registryKey:key, or
+// registryKey:{key} with WithHashTag.
+func (r *Registry) lockKey(key string) string {
+	if r.cfg.hashTag {
+		return r.prefix + ":{" + key + "}"
+	}
+	return r.prefix + ":" + key
 }
 
-// waitKey returns the key of the wait marker of a lock key:
-// "{registryKey:key}:wait". A registry that fails to obtain the lock writes
-// its id there, so that the holder's registry stops passing the lock among
-// its own goroutines (pass.lua). Same hash tag as fenceKey.
-func waitKey(lockKey string) string {
-	return "{" + lockKey + "}:wait"
+// userKeyOf returns the key whose lock key is registryKey:suffix, or ""
+// if suffix is not one of this registry's forms.
+func (r *Registry) userKeyOf(suffix string) string {
+	if !r.cfg.hashTag {
+		return suffix
+	}
+	if len(suffix) < 3 || suffix[0] != '{' || suffix[len(suffix)-1] != '}' {
+		return ""
+	}
+	return suffix[1 : len(suffix)-1]
+}
+
+// checkHashTag returns an error wrapping ErrInvalidKey if, with
+// WithHashTag, the lock key's hash tag would be empty ("{}" as the first
+// braces, as for a key beginning with '}'): Redis Cluster would then hash
+// the whole key, and the fence counter and wait marker could land in
+// another slot.
+func (r *Registry) checkHashTag(key string) error {
+	if !r.cfg.hashTag {
+		return nil
+	}
+	lk := r.lockKey(key)
+	if i := strings.IndexByte(lk, '{'); lk[i+1] == '}' {
+		return fmt.Errorf("%w: lock key %q has an empty hash tag", ErrInvalidKey, lk)
+	}
+	return nil
+}
+
+// fenceKey returns the fencing counter key of the lock. By default it is
+// "{registryKey:key}:fence": its hash tag is the whole lock key, so in Redis
+// Cluster both share a slot whenever the lock key has no braces of its own.
+// No lock key starts with '{' (see checkRegistryKey), so it never collides
+// with one. With WithHashTag it is "registryKey:{key}:fence", whose hash tag
+// is the lock key's.
+func (l *RedisLock) fenceKey() string {
+	if l.reg.cfg.hashTag {
+		return l.key + ":fence"
+	}
+	return "{" + l.key + "}:fence"
+}
+
+// waitKey returns the key of the lock's wait marker: "{registryKey:key}:wait",
+// or "registryKey:{key}:wait" with WithHashTag. A registry that fails to
+// obtain the lock writes its id there, so that the holder's registry stops
+// passing the lock among its own goroutines (pass.lua).
+func (l *RedisLock) waitKey() string {
+	if l.reg.cfg.hashTag {
+		return l.key + ":wait"
+	}
+	return "{" + l.key + "}:wait"
 }
 
 // channelName returns the Spring-compatible release channel of a lock key:

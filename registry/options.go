@@ -52,6 +52,30 @@ type config struct {
 	fencing        bool
 	logger         *slog.Logger
 	commandTimeout time.Duration
+	hashTag        bool
+	ackReplicas    int
+	ackTimeout     time.Duration
+}
+
+// newConfig applies opts to the defaults and checks the result.
+func newConfig(opts []Option) (config, error) {
+	cfg := defaultConfig()
+	for i, opt := range opts {
+		if opt == nil {
+			return cfg, fmt.Errorf("%w: option %d is nil", ErrInvalidConfig, i)
+		}
+		if err := opt(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	if cfg.ackReplicas > 0 && (cfg.ackTimeout >= cfg.commandTimeout || cfg.ackTimeout >= cfg.expireAfter) {
+		return cfg, fmt.Errorf("%w: replica ack timeout %v must be shorter than the command timeout (%v) and expireAfter (%v)",
+			ErrInvalidConfig, cfg.ackTimeout, cfg.commandTimeout, cfg.expireAfter)
+	}
+	return cfg, nil
 }
 
 func defaultConfig() config {
@@ -155,5 +179,42 @@ func WithCommandTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		c.commandTimeout = d
 		return checkDuration("commandTimeout", d, time.Millisecond)
+	}
+}
+
+// WithHashTag makes lock keys registryKey:{key}, with the fence counter at
+// registryKey:{key}:fence and the wait marker at registryKey:{key}:wait, so
+// that in Redis Cluster every key a script touches shares the slot of the
+// hash tag {key}, whatever braces key contains. The default,
+// registryKey:key, is Spring RedisLockRegistry's key, and in Cluster it
+// shares a slot with its fence counter ({registryKey:key}:fence) only while
+// neither registryKey nor key contains braces. Every registry and process
+// on one registryKey must use the same form: the two forms are different
+// keys, and would not exclude each other. With WithHashTag, Obtain rejects
+// (ErrInvalidKey) a key whose hash tag would be empty, such as one that
+// begins with '}'.
+func WithHashTag() Option {
+	return func(c *config) error {
+		c.hashTag = true
+		return nil
+	}
+}
+
+// WithReplicaAck makes each obtain wait, on the same connection, until n
+// replicas acknowledged it (WAIT n timeout). If fewer did within timeout,
+// the lock is released again and the attempt fails with ErrReplicaAck;
+// LockContext and Lock retry it. This narrows the failover hole of a
+// single master: a replica promoted after the ack has the key. It does not
+// close it (WAIT does not make Redis strongly consistent; see
+// docs/SCALING.md), and it costs the replication round trip on every
+// obtain. n < 1, timeout <= 0, or a timeout not shorter than the command
+// timeout and expireAfter makes New fail.
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	return func(c *config) error {
+		if n < 1 || timeout <= 0 {
+			return fmt.Errorf("%w: replica ack needs n >= 1 and timeout > 0, got %d and %v", ErrInvalidConfig, n, timeout)
+		}
+		c.ackReplicas, c.ackTimeout = n, timeout
+		return nil
 	}
 }

@@ -2,9 +2,8 @@ package registry
 
 import (
 	"context"
+	"strings"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 )
 
 // The subscriber PINGs its connection every subscriberPing and reconnects
@@ -91,17 +90,17 @@ func (r *Registry) subscribeLoop() {
 // connection fails or falls silent, or the registry is closed (which cancels
 // bgCtx and so the receive).
 func (r *Registry) subscribe(bo *backoff) error {
-	c, err := r.pool.GetContext(r.bgCtx)
+	ctx, cancel := r.bound(r.bgCtx)
+	sub, err := r.client.PSubscribe(ctx, channelPattern(r.prefix))
+	cancel()
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	psc := redis.PubSubConn{Conn: c}
-	if err := psc.PSubscribe(channelPattern(r.prefix)); err != nil {
-		return err
-	}
-	// The pinger sends while this goroutine receives, as redigo allows; it
-	// stops before the connection is closed.
+	defer sub.Close()
+	bo.reset()
+	r.wakeAll() // waiters that polled meanwhile switch to wake-ups
+	// The pinger sends while this goroutine receives, as Subscription
+	// allows; it stops before the subscription is closed.
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -112,7 +111,7 @@ func (r *Registry) subscribe(bo *backoff) error {
 			case <-stop:
 				return
 			case <-t.C:
-				if psc.Ping("") != nil {
+				if sub.Ping(r.bgCtx) != nil {
 					return // the receive sees the broken connection
 				}
 			}
@@ -122,21 +121,13 @@ func (r *Registry) subscribe(bo *backoff) error {
 	chanPrefix := r.prefix + "-channel:" + r.prefix + ":"
 	for {
 		ctx, cancel := context.WithTimeout(r.bgCtx, subscriberDead)
-		m := psc.ReceiveContext(ctx)
+		ch, err := sub.Receive(ctx)
 		cancel()
-		switch m := m.(type) {
-		case error:
-			return m
-		case redis.Subscription:
-			if m.Kind == "psubscribe" {
-				bo.reset()
-				r.wakeAll() // waiters that polled meanwhile switch to wake-ups
-			}
-		case redis.Message:
-			if len(m.Channel) < len(chanPrefix) || m.Channel[:len(chanPrefix)] != chanPrefix {
-				continue
-			}
-			if v, ok := r.locks.Load(m.Channel[len(chanPrefix):]); ok {
+		if err != nil {
+			return err
+		}
+		if name, ok := strings.CutPrefix(ch, chanPrefix); ok {
+			if v, ok := r.locks.Load(r.userKeyOf(name)); ok {
 				v.(*RedisLock).signal()
 			}
 		}

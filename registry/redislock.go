@@ -40,7 +40,7 @@ type RedisLock struct {
 }
 
 func newRedisLock(r *Registry, key string) *RedisLock {
-	l := &RedisLock{reg: r, key: r.prefix + ":" + key}
+	l := &RedisLock{reg: r, key: r.lockKey(key)}
 	if r.cfg.lockType == PubSubLock {
 		l.wake = make(chan struct{}, 1)
 	}
@@ -48,14 +48,15 @@ func newRedisLock(r *Registry, key string) *RedisLock {
 	return l
 }
 
-// Key returns the full Redis key of the lock: registryKey + ":" + key.
+// Key returns the full Redis key of the lock: registryKey + ":" + key, or
+// registryKey + ":{" + key + "}" with WithHashTag.
 func (l *RedisLock) Key() string { return l.key }
 
 // channel returns the lock's release channel.
 func (l *RedisLock) channel() string { return channelName(l.reg.prefix, l.key) }
 
 // userKey returns the key the lock was obtained with.
-func (l *RedisLock) userKey() string { return l.key[len(l.reg.prefix)+1:] }
+func (l *RedisLock) userKey() string { return l.reg.userKeyOf(l.key[len(l.reg.prefix)+1:]) }
 
 // Token returns the fencing token of the current hold: strictly increasing
 // per key across every holder, in every registry and process. It is 0 when
@@ -288,9 +289,9 @@ func (l *RedisLock) obtain(ctx context.Context) (ok bool, pttl int64, err error)
 	token := newToken(r.clientID, r.seq.Add(1))
 	ttl := r.cfg.expireAfter
 	sent := r.now()
-	reply, err := redis.Values(r.call(ctx, obtainScript, l.scriptArgs(token, r.ttlArg, r.markerTTLArg, r.clientIDArg)...))
+	reply, err := redis.Values(l.runObtain(ctx, token))
 	if err != nil {
-		if isAmbiguous(err) {
+		if isAmbiguous(err) && !errors.Is(err, ErrReplicaAck) {
 			l.cleanup(token) // the script may have set the key before the reply was lost
 		}
 		return false, -1, err
@@ -321,7 +322,7 @@ func (l *RedisLock) cleanup(token string) {
 	l.reg.spawn(func() {
 		// bgCtx: Close does not wait for a server that is down; the key
 		// then expires by its TTL.
-		_, _ = l.reg.call(l.reg.bgCtx, releaseScript, l.key, token, l.channel())
+		_, _ = l.reg.eval(l.reg.bgCtx, releaseScript, []string{l.key}, token, l.channel())
 	})
 }
 
@@ -344,7 +345,7 @@ func (l *RedisLock) release(ctx context.Context, h *hold, first error) error {
 	// first is the first network error of this release, or of the pass
 	// it replaces: the script may have run.
 	for try := 1; ; try++ {
-		n, err := redis.Int(r.call(ctx, releaseScript, l.key, h.token, l.channel()))
+		n, err := redis.Int(r.eval(ctx, releaseScript, []string{l.key}, h.token, l.channel()))
 		switch {
 		case isStaleConn(err) && try < netTries:
 			if first == nil {
@@ -384,7 +385,7 @@ func (l *RedisLock) renew(ctx context.Context) error {
 		h.markLost()
 		return fmt.Errorf("%w: validity of %q ended before renewal", ErrLockLost, l.key)
 	}
-	n, err := redis.Int(r.call(ctx, renewScript, l.key, h.token, ttl.Milliseconds()))
+	n, err := redis.Int(r.eval(ctx, renewScript, []string{l.key}, h.token, ttl.Milliseconds()))
 	switch {
 	case err != nil:
 		return fmt.Errorf("lockyard: renewing %q: %w", l.key, err)

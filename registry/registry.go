@@ -27,7 +27,7 @@ type Pool interface {
 // registryKey. It is safe for concurrent use. Create it with New and Close it
 // when done; Close stops its background goroutines but deletes no key.
 type Registry struct {
-	pool     Pool
+	client   Client
 	prefix   string        // registryKey
 	clientID string        // random UUID, the first part of every token of this registry
 	seq      atomic.Uint64 // acquisitions, the second part of every token
@@ -64,27 +64,32 @@ type Registry struct {
 }
 
 // New returns a registry of locks whose Redis keys are registryKey + ":" +
-// key. It does not contact Redis. It fails with ErrInvalidConfig for a nil
-// pool or an option out of range, and with ErrInvalidKey for an empty or
-// over-long registryKey or one that begins with '{'.
+// key, on the Redis that pool connects to: New(pool, ...) is
+// NewWithClient(NewPoolClient(pool), ...). It does not contact Redis. It
+// fails with ErrInvalidConfig for a nil pool or an option out of range, and
+// with ErrInvalidKey for an empty or over-long registryKey or one that
+// begins with '{'.
 func New(pool Pool, registryKey string, opts ...Option) (*Registry, error) {
 	if isNil(pool) {
 		return nil, fmt.Errorf("%w: nil pool", ErrInvalidConfig)
 	}
+	return NewWithClient(NewPoolClient(pool), registryKey, opts...)
+}
+
+// NewWithClient is New on any Client: the go-redis adapter (Sentinel,
+// Cluster), or a wrapper that injects faults in tests. Before its first
+// obtain the registry reads INFO memory once, if the client has an Info
+// method, and logs a warning if maxmemory-policy can evict lock keys.
+func NewWithClient(client Client, registryKey string, opts ...Option) (*Registry, error) {
+	if isNil(client) {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
+	}
 	if err := checkRegistryKey(registryKey); err != nil {
 		return nil, err
 	}
-	cfg := defaultConfig()
-	for i, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidConfig, i)
-		}
-		if err := opt(&cfg); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.logger == nil {
-		cfg.logger = slog.Default()
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	clientID := uuid.NewString()
@@ -94,7 +99,7 @@ func New(pool Pool, registryKey string, opts ...Option) (*Registry, error) {
 		// of a waiter, so that it lasts while the waiter waits.
 		markerTTLArg: max(1, 2*cfg.idle.Milliseconds()),
 		clientIDArg:  clientID,
-		pool:         pool,
+		client:       client,
 		bgCtx:        bgCtx,
 		bgCancel:     bgCancel,
 		held:         make(map[*RedisLock]*hold),
@@ -141,6 +146,9 @@ func (r *Registry) Obtain(key string) (*RedisLock, error) {
 		return nil, ErrClosed
 	}
 	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if err := r.checkHashTag(key); err != nil {
 		return nil, err
 	}
 	if v, ok := r.locks.Load(key); ok {
@@ -244,36 +252,20 @@ func (r *Registry) startOnce(started *atomic.Bool, fn func()) {
 	r.spawn(fn)
 }
 
-// call runs one script on a pooled connection, bounded by the command
-// timeout and ctx's deadline. A cancellation of ctx is seen before the
-// command is sent; a command in flight then completes or times out. (Waiting
-// for a cancellation during the read would cost a goroutine per command.)
-func (r *Registry) call(ctx context.Context, s *script, keysAndArgs ...any) (any, error) {
-	c, timeout, err := r.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	return s.do(c, timeout, keysAndArgs)
+// eval runs one script, bounded by the command timeout and ctx's deadline.
+func (r *Registry) eval(ctx context.Context, s *Script, keys []string, args ...any) (any, error) {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
+	return r.client.Eval(ctx, s, keys, args)
 }
 
-// conn returns a pooled connection and the timeout of a command on it: the
-// command timeout, or less if ctx's deadline is nearer.
-func (r *Registry) conn(ctx context.Context) (redis.Conn, time.Duration, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, 0, err
+// bound returns ctx with a deadline at most the command timeout away. A
+// nearer deadline of ctx is kept as it is, without a timer.
+func (r *Registry) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= r.cfg.commandTimeout {
+		return ctx, func() {}
 	}
-	timeout := r.cfg.commandTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		if timeout = min(timeout, time.Until(dl)); timeout <= 0 {
-			return nil, 0, context.DeadlineExceeded
-		}
-	}
-	c, err := r.pool.GetContext(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	return c, timeout, nil
+	return context.WithTimeout(ctx, r.cfg.commandTimeout)
 }
 
 // checkEviction warns, once per registry, before its first obtain, when
@@ -286,13 +278,13 @@ func (r *Registry) checkEviction(ctx context.Context) {
 	if r.evictionChecked.Load() || !r.evictionChecked.CompareAndSwap(false, true) {
 		return
 	}
-	c, timeout, err := r.conn(ctx)
-	if err != nil {
-		r.log.Debug("lockyard: eviction policy check skipped", "err", err)
+	ic, ok := r.client.(infoClient)
+	if !ok {
 		return
 	}
-	defer c.Close()
-	info, err := redis.String(doTimeout(c, timeout, "INFO", []any{"memory"}))
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
+	info, err := ic.Info(ctx, "memory")
 	if err != nil {
 		r.log.Debug("lockyard: eviction policy check skipped", "err", err)
 		return

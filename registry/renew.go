@@ -1,9 +1,6 @@
 package registry
 
 import (
-	"context"
-	"errors"
-	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -66,87 +63,49 @@ func (r *Registry) renewAll() {
 	r.heldMu.Unlock()
 	for len(batch) > 0 {
 		n := min(len(batch), renewBatch)
-		err := r.renewBatch(batch[:n])
-		// A pooled connection the server closed (restart, CLIENT KILL):
-		// renewing is idempotent, so try again at once rather than a
-		// period later.
-		for try := 1; isStaleConn(err) && try < netTries && !r.isClosed(); try++ {
-			err = r.renewBatch(batch[:n])
-		}
-		if err != nil {
-			r.log.Warn("lockyard: renewal failed; holds stay valid until their deadline", "locks", n, "err", err)
-		}
+		r.renewBatch(batch[:n])
 		batch = batch[n:]
 	}
 }
 
-// renewBatch sends one pipelined batch of renew scripts on one connection
-// and applies the replies. Scripts missing from the server's cache are sent
-// again as EVAL in a second round trip.
-func (r *Registry) renewBatch(batch []renewal) error {
-	ctx, cancel := context.WithTimeout(r.bgCtx, r.cfg.commandTimeout)
-	defer cancel()
-	c, err := r.pool.GetContext(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+// renewBatch sends one pipelined batch of renew scripts and applies the
+// replies. A renewal that failed on a pooled connection the server had
+// closed (restart, CLIENT KILL) is sent again at once rather than a period
+// later: renewing is idempotent.
+func (r *Registry) renewBatch(batch []renewal) {
 	ttl := r.cfg.expireAfter
-	sent := r.now()
-	replies, err := pipeline(ctx, c, batch, func(x renewal) error {
-		return renewScript.SendHash(c, x.l.key, x.h.token, ttl.Milliseconds())
-	})
-	if err != nil {
-		return err
-	}
-	var retry []renewal
-	for i, rep := range replies {
-		if isNoScript(rep.err) {
-			retry = append(retry, batch[i])
-			continue
+	ttlArg := ttl.Milliseconds()
+	for try := 1; len(batch) > 0; try++ {
+		calls := make([]Call, len(batch))
+		for i, x := range batch {
+			calls[i] = Call{Keys: []string{x.l.key}, Args: []any{x.h.token, ttlArg}}
 		}
-		r.applyRenewal(batch[i], rep.n, rep.err, sent)
-	}
-	if len(retry) == 0 {
-		return nil
-	}
-	replies, err = pipeline(ctx, c, retry, func(x renewal) error {
-		return renewScript.Send(c, x.l.key, x.h.token, ttl.Milliseconds())
-	})
-	if err != nil {
-		return err
-	}
-	for i, rep := range replies {
-		r.applyRenewal(retry[i], rep.n, rep.err, sent)
-	}
-	return nil
-}
-
-type reply struct {
-	n   int
-	err error
-}
-
-// pipeline sends one command per item, flushes, and reads every reply.
-func pipeline(ctx context.Context, c redis.Conn, items []renewal, send func(renewal) error) ([]reply, error) {
-	for _, x := range items {
-		if err := send(x); err != nil {
-			return nil, err
+		ctx, cancel := r.bound(r.bgCtx)
+		sent := r.now()
+		results := r.client.EvalBatch(ctx, renewScript, calls)
+		cancel()
+		var again []renewal
+		var (
+			lastErr error
+			failed  int
+		)
+		for i, res := range results {
+			if isStaleConn(res.Err) && try < netTries && !r.isClosed() {
+				again = append(again, batch[i])
+				continue
+			}
+			if res.Err != nil && isAmbiguous(res.Err) {
+				lastErr, failed = res.Err, failed+1
+				continue
+			}
+			n, err := redis.Int(res.Reply, res.Err)
+			r.applyRenewal(batch[i], n, err, sent)
 		}
-	}
-	if err := c.Flush(); err != nil {
-		return nil, err
-	}
-	out := make([]reply, len(items))
-	for i := range items {
-		v, err := redis.ReceiveContext(c, ctx)
-		var re redis.Error
-		if err != nil && !errors.As(err, &re) {
-			return nil, err // the connection is broken: the rest is unknown
+		if lastErr != nil {
+			r.log.Warn("lockyard: renewal failed; holds stay valid until their deadline", "locks", failed, "err", lastErr)
 		}
-		out[i].n, out[i].err = redis.Int(v, err)
+		batch = again
 	}
-	return out, nil
 }
 
 // applyRenewal moves the deadline of a renewed hold, or marks it lost.
@@ -161,12 +120,4 @@ func (r *Registry) applyRenewal(x renewal, n int, err error, sent int64) {
 		r.untrack(x.l, x.h)
 		r.log.Warn("lockyard: lock lost: renewal found the key gone", "key", x.l.key)
 	}
-}
-
-func isNoScript(err error) bool {
-	if err == nil {
-		return false
-	}
-	var re redis.Error
-	return errors.As(err, &re) && strings.HasPrefix(string(re), "NOSCRIPT")
 }

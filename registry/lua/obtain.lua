@@ -11,6 +11,9 @@
 --
 -- Reply: {1, fence} when acquired; fence is the new value of the counter
 --        (strictly increasing per key), or 0 without fencing.
+--        The same when the key already holds ARGV[1]: a client that resent
+--        this script after a lost reply (go-redis retries) gets the lock it
+--        took, with the current value of the counter.
 --        {0, pttl} when another holder has it; pttl is its remaining time to
 --        live in ms, or -1 if the key has no expiry. The wait marker then
 --        names this registry.
@@ -22,8 +25,16 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return {1, fence}
 end
-if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
+local value = redis.pcall('GET', KEYS[1])
+if type(value) == 'table' and value.err then
   return redis.error_reply('WRONGTYPE lock key holds a value that is not a string')
+end
+if value == ARGV[1] then
+  local fence = 0
+  if KEYS[3] then
+    fence = tonumber(redis.call('GET', KEYS[3]) or '0')
+  end
+  return {1, fence}
 end
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[3])
 return {0, redis.call('PTTL', KEYS[1])}

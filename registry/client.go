@@ -1,0 +1,103 @@
+package registry
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"time"
+)
+
+// Client is the narrow seam between a Registry and Redis: run a script
+// (alone, followed by WAIT on the same connection, or pipelined in a
+// batch) and pattern-subscribe. NewPoolClient adapts a redigo pool (what New
+// uses); the module github.com/lockyard/lockyard/goredis adapts go-redis's
+// UniversalClient (single node, Sentinel, Cluster). Tests can wrap a Client
+// to inject faults.
+//
+// Replies keep the RESP types: an integer is an int64, an array a []any.
+// An error reply of the server is returned as (or wrapping) a *ReplyError;
+// every other error means the command may or may not have run, and the
+// registry treats it so. Every method must honour ctx: the registry always
+// sets a deadline (the command timeout, or the caller's, if nearer).
+//
+// A Client may also have a method Info(ctx, section string) (string, error)
+// returning the server's INFO section; the registry then checks the
+// eviction policy once (see New).
+type Client interface {
+	// Eval runs s with keys and args: EVALSHA, then EVAL if the server
+	// replies NOSCRIPT. In Redis Cluster every key lies in one slot.
+	Eval(ctx context.Context, s *Script, keys []string, args []any) (any, error)
+	// EvalWait runs s as Eval does, then WAIT replicas timeout on the same
+	// connection, and returns the script's reply and WAIT's (the number of
+	// replicas that acknowledged the script's writes). If the script
+	// fails, acked is 0 and err is the script's error.
+	EvalWait(ctx context.Context, s *Script, keys []string, args []any, replicas int, timeout time.Duration) (reply any, acked int, err error)
+	// EvalBatch runs s once per call, pipelined (the registry's renewals),
+	// and returns one Result per call, in order. A call whose reply was not
+	// read (a broken connection) carries the network error.
+	EvalBatch(ctx context.Context, s *Script, calls []Call) []Result
+	// PSubscribe subscribes to the channels matching pattern and returns
+	// once the server has confirmed the subscription. In Redis Cluster, a
+	// subscription on any node receives every node's PUBLISH.
+	PSubscribe(ctx context.Context, pattern string) (Subscription, error)
+}
+
+// Call is one script invocation of a batch.
+type Call struct {
+	Keys []string
+	Args []any
+}
+
+// Result is the reply, or error, of one Call.
+type Result struct {
+	Reply any
+	Err   error
+}
+
+// Subscription is a live pattern subscription of a Client.
+type Subscription interface {
+	// Receive blocks until a message or a pong arrives, ctx ends, or the
+	// connection fails. It returns the message's channel, or "" for a
+	// pong. After an error the subscription is unusable.
+	Receive(ctx context.Context) (channel string, err error)
+	// Ping sends a PING whose pong Receive returns. It may run
+	// concurrently with Receive.
+	Ping(ctx context.Context) error
+	// Close ends the subscription and frees its connection; a Receive in
+	// progress returns an error. It is safe to call more than once.
+	Close() error
+}
+
+// ReplyError is an error reply of the Redis server, such as "WRONGTYPE
+// ..." or "NOSCRIPT ...": the command reached the server and a script did
+// not run to completion. Err is the client's own error value (redigo's
+// redis.Error, go-redis's error reply), so errors.As with it works too.
+type ReplyError struct{ Err error }
+
+func (e *ReplyError) Error() string { return e.Err.Error() }
+func (e *ReplyError) Unwrap() error { return e.Err }
+
+// Script is one of the registry's Lua scripts (lua/*.lua), as a Client
+// runs it.
+type Script struct {
+	name, src, hash string
+}
+
+func newScript(name, src string) *Script {
+	sum := sha1.Sum([]byte(src))
+	return &Script{name: name, src: src, hash: hex.EncodeToString(sum[:])}
+}
+
+// Name returns the script's operation: obtain, release, renew or pass.
+func (s *Script) Name() string { return s.name }
+
+// Source returns the Lua source, for EVAL.
+func (s *Script) Source() string { return s.src }
+
+// Hash returns the SHA1 of the source in hex, for EVALSHA.
+func (s *Script) Hash() string { return s.hash }
+
+// infoClient is the optional Info method of a Client.
+type infoClient interface {
+	Info(ctx context.Context, section string) (string, error)
+}

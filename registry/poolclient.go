@@ -1,0 +1,245 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// poolClient is the Client over a redigo pool.
+type poolClient struct{ pool Pool }
+
+// NewPoolClient returns the Client that New builds from pool: each call
+// takes a pooled connection and runs its commands in the calling goroutine,
+// bounded by ctx's deadline. A nil pool makes every call fail with
+// ErrInvalidConfig.
+func NewPoolClient(pool Pool) Client { return &poolClient{pool: pool} }
+
+// conn returns a pooled connection and the time left until ctx's deadline
+// (0: none). A cancellation of ctx is seen here, before any command is
+// sent; a command in flight then completes or times out. (Waiting for a
+// cancellation during the read would cost a goroutine per command.)
+func (p *poolClient) conn(ctx context.Context) (redis.Conn, time.Duration, error) {
+	if isNil(p.pool) {
+		return nil, 0, fmt.Errorf("%w: nil pool", ErrInvalidConfig)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	var timeout time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		if timeout = time.Until(dl); timeout <= 0 {
+			return nil, 0, context.DeadlineExceeded
+		}
+	}
+	c, err := p.pool.GetContext(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	return c, timeout, nil
+}
+
+func (p *poolClient) Eval(ctx context.Context, s *Script, keys []string, args []any) (any, error) {
+	c, timeout, err := p.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return evalConn(c, timeout, s, keys, args)
+}
+
+func (p *poolClient) EvalWait(ctx context.Context, s *Script, keys []string, args []any, replicas int, timeout time.Duration) (any, int, error) {
+	c, left, err := p.conn(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer c.Close()
+	deadline := time.Now().Add(left)
+	v, err := evalConn(c, left, s, keys, args)
+	if err != nil {
+		return nil, 0, err
+	}
+	if left > 0 {
+		left = max(time.Until(deadline), time.Millisecond)
+	}
+	n, err := redis.Int(doTimeout(c, left, "WAIT", []any{replicas, timeout.Milliseconds()}))
+	return v, n, replyError(err)
+}
+
+func (p *poolClient) EvalBatch(ctx context.Context, s *Script, calls []Call) []Result {
+	out := make([]Result, len(calls))
+	c, _, err := p.conn(ctx)
+	if err != nil {
+		return failAll(out, err)
+	}
+	defer c.Close()
+	var retry []int
+	sendBatch(ctx, c, calls, out, allIndexes(len(calls)), func(x Call) error {
+		return c.Send("EVALSHA", evalArgs(s.hash, x.Keys, x.Args)...)
+	})
+	for i, res := range out {
+		if isNoScript(res.Err) {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		sendBatch(ctx, c, calls, out, retry, func(x Call) error {
+			return c.Send("EVAL", evalArgs(s.src, x.Keys, x.Args)...)
+		})
+	}
+	return out
+}
+
+// sendBatch pipelines send for calls[i], i in idx, on c and stores the
+// replies in out. A broken connection fails every reply not yet read.
+func sendBatch(ctx context.Context, c redis.Conn, calls []Call, out []Result, idx []int, send func(Call) error) {
+	for _, i := range idx {
+		if err := send(calls[i]); err != nil {
+			failIdx(out, idx, err)
+			return
+		}
+	}
+	if err := c.Flush(); err != nil {
+		failIdx(out, idx, err)
+		return
+	}
+	for k, i := range idx {
+		v, err := redis.ReceiveContext(c, ctx)
+		var re redis.Error
+		if err != nil && !errors.As(err, &re) {
+			failIdx(out, idx[k:], err) // the rest is unknown
+			return
+		}
+		out[i] = Result{Reply: v, Err: replyError(err)}
+	}
+}
+
+func allIndexes(n int) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
+
+func failIdx(out []Result, idx []int, err error) {
+	for _, i := range idx {
+		out[i] = Result{Err: err}
+	}
+}
+
+func failAll(out []Result, err error) []Result {
+	for i := range out {
+		out[i] = Result{Err: err}
+	}
+	return out
+}
+
+func (p *poolClient) Info(ctx context.Context, section string) (string, error) {
+	c, timeout, err := p.conn(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	v, err := redis.String(doTimeout(c, timeout, "INFO", []any{section}))
+	return v, replyError(err)
+}
+
+// evalConn runs s on c as EVALSHA, then EVAL if the server lacks it, each
+// bounded by what is left of timeout (0: no bound).
+func evalConn(c redis.Conn, timeout time.Duration, s *Script, keys []string, args []any) (any, error) {
+	deadline := time.Now().Add(timeout)
+	v, err := doTimeout(c, timeout, "EVALSHA", evalArgs(s.hash, keys, args))
+	if err = replyError(err); !isNoScript(err) {
+		return v, err
+	}
+	if timeout > 0 {
+		timeout = max(time.Until(deadline), time.Millisecond)
+	}
+	v, err = doTimeout(c, timeout, "EVAL", evalArgs(s.src, keys, args))
+	return v, replyError(err)
+}
+
+// evalArgs returns the arguments of EVAL or EVALSHA.
+func evalArgs(script string, keys []string, args []any) []any {
+	out := make([]any, 0, 2+len(keys)+len(args))
+	out = append(out, script, len(keys))
+	for _, k := range keys {
+		out = append(out, k)
+	}
+	return append(out, args...)
+}
+
+// replyError wraps a redigo error reply in a ReplyError.
+func replyError(err error) error {
+	var re redis.Error
+	if errors.As(err, &re) {
+		return &ReplyError{Err: err}
+	}
+	return err
+}
+
+// doTimeout runs one command bounded by timeout (0: no bound): in the
+// calling goroutine when c implements redis.ConnWithTimeout (redigo's
+// connections do), otherwise through redis.DoContext.
+func doTimeout(c redis.Conn, timeout time.Duration, cmd string, args []any) (any, error) {
+	if cwt, ok := c.(redis.ConnWithTimeout); ok && timeout > 0 {
+		return cwt.DoWithTimeout(timeout, cmd, args...)
+	}
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+	}
+	defer cancel()
+	return redis.DoContext(c, ctx, cmd, args...)
+}
+
+// PSubscribe subscribes on a connection of its own, taken from the pool.
+func (p *poolClient) PSubscribe(ctx context.Context, pattern string) (Subscription, error) {
+	c, _, err := p.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &poolSub{psc: redis.PubSubConn{Conn: c}}
+	if err := s.psc.PSubscribe(pattern); err != nil {
+		s.Close()
+		return nil, err
+	}
+	for {
+		switch m := s.psc.ReceiveContext(ctx).(type) {
+		case error:
+			s.Close()
+			return nil, replyError(m)
+		case redis.Subscription:
+			if m.Kind == "psubscribe" {
+				return s, nil
+			}
+		}
+	}
+}
+
+// poolSub is a Subscription on a redigo connection.
+type poolSub struct{ psc redis.PubSubConn }
+
+func (s *poolSub) Receive(ctx context.Context) (string, error) {
+	for {
+		switch m := s.psc.ReceiveContext(ctx).(type) {
+		case error:
+			return "", replyError(m)
+		case redis.Message:
+			if m.Channel != "" {
+				return m.Channel, nil
+			}
+		case redis.Pong:
+			return "", nil
+		}
+	}
+}
+
+// Ping sends a PING; redigo lets one goroutine send while another receives.
+func (s *poolSub) Ping(context.Context) error { return s.psc.Ping("") }
+
+func (s *poolSub) Close() error { return s.psc.Close() }
