@@ -39,9 +39,10 @@ var transientPrefixes = []string{"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "C
 
 // isTransient reports whether retrying the call that failed with err may
 // succeed: network and pool errors and the error replies above. Other Redis
-// error replies (WRONGTYPE, OOM, script errors) and ErrClosed are final.
+// error replies (WRONGTYPE, OOM, script errors), ErrClosed and ErrInvalidConfig
+// are final.
 func isTransient(err error) bool {
-	if errors.Is(err, ErrClosed) {
+	if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidConfig) {
 		return false
 	}
 	var re *ReplyError

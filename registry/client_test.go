@@ -1,0 +1,166 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+// resendingClient runs every obtain script twice and returns the second
+// reply, as a client that retries after a lost reply (go-redis) does.
+type resendingClient struct{ registry.Client }
+
+func (c resendingClient) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	if s.Name() == "obtain" {
+		if _, err := c.Client.Eval(ctx, s, keys, args); err != nil {
+			return nil, err
+		}
+	}
+	return c.Client.Eval(ctx, s, keys, args)
+}
+
+func newRegClient(t *testing.T, c registry.Client, opts ...registry.Option) *registry.Registry {
+	t.Helper()
+	r, err := registry.NewWithClient(c, prefix(t), opts...)
+	mustNil(t, err)
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// An obtain that a client sends twice grants the lock once, with its
+// fencing token, instead of finding its own key and waiting out its TTL.
+func TestObtainResentByClient(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		r := newRegClient(t, resendingClient{registry.NewPoolClient(b.pool(t))}, registry.WithFencing())
+		l := obtain(t, r, "k")
+		for want := int64(1); want <= 3; want++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			err := l.LockContext(ctx)
+			cancel()
+			mustNil(t, err)
+			if l.Token() != want {
+				t.Fatalf("token %d, want %d", l.Token(), want)
+			}
+			mustNil(t, l.UnlockContext(bg(t)))
+		}
+	})
+}
+
+func TestNewWithClientRejectsNil(t *testing.T) {
+	_, err := registry.NewWithClient(nil, "x")
+	mustIs(t, err, registry.ErrInvalidConfig)
+	var c registry.Client = (*nilClient)(nil)
+	_, err = registry.NewWithClient(c, "x")
+	mustIs(t, err, registry.ErrInvalidConfig)
+	// A pool client on a nil pool fails each call instead of panicking.
+	r, err := registry.NewWithClient(registry.NewPoolClient(nil), prefix(t))
+	mustNil(t, err)
+	defer r.Close()
+	err = obtain(t, r, "k").LockContext(bg(t))
+	mustIs(t, err, registry.ErrInvalidConfig)
+}
+
+type nilClient struct{ registry.Client }
+
+func TestHashTag(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		opts := []registry.Option{registry.WithHashTag(), registry.WithFencing(),
+			registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
+		pfx := prefix(t)
+		r1 := newRegPrefix(t, b.pool(t), pfx, opts...)
+		r2 := newRegPrefix(t, b.pool(t), pfx, opts...)
+		l1, l2 := obtain(t, r1, "a}b"), obtain(t, r2, "a}b")
+		if want := pfx + ":{a}b}"; l1.Key() != want {
+			t.Fatalf("Key() = %q, want %q", l1.Key(), want)
+		}
+		mustNil(t, l1.LockContext(bg(t)))
+		if v, _ := redis.Int(b.do(t, "GET", l1.Key()+":fence"), nil); v != 1 {
+			t.Fatalf("fence counter %s:fence = %d, want 1", l1.Key(), v)
+		}
+		// A waiter in another registry is woken by the release (its poll
+		// interval is 10s), so the channel of a hash-tag key maps back to
+		// its lock.
+		got := make(chan error, 1)
+		go func() {
+			err := l2.LockContext(bg(t))
+			if err == nil {
+				err = l2.UnlockContext(context.Background())
+			}
+			got <- err
+		}()
+		waitFor(t, 5*time.Second, "the waiter's wait marker", func() bool {
+			n, _ := redis.Int(b.do(t, "EXISTS", l1.Key()+":wait"), nil)
+			return n == 1
+		})
+		mustNil(t, l1.UnlockContext(bg(t)))
+		mustNil(t, recvWithin(t, got, 3*time.Second, "the woken waiter"))
+		if _, err := r1.Obtain("}x"); !errors.Is(err, registry.ErrInvalidKey) {
+			t.Fatalf(`Obtain("}x") = %v, want ErrInvalidKey (empty hash tag)`, err)
+		}
+	})
+}
+
+func TestReplicaAckOptions(t *testing.T) {
+	pool := realBackend().pool(t)
+	for _, opts := range [][]registry.Option{
+		{registry.WithReplicaAck(0, time.Second)},
+		{registry.WithReplicaAck(1, 0)},
+		{registry.WithReplicaAck(1, 5*time.Second)}, // not below the 5s command timeout
+		{registry.WithReplicaAck(1, time.Second), registry.WithExpireAfter(time.Second)},
+	} {
+		if _, err := registry.New(pool, "x", opts...); !errors.Is(err, registry.ErrInvalidConfig) {
+			t.Errorf("New = %v, want ErrInvalidConfig", err)
+		}
+	}
+}
+
+// With WithReplicaAck, an obtain that no replica acknowledges is undone
+// and reported; with a replica attached it succeeds.
+func TestReplicaAck(t *testing.T) {
+	b := realBackend()
+	r := newReg(t, b.pool(t), registry.WithReplicaAck(1, 50*time.Millisecond), registry.WithIdleBetweenTries(20*time.Millisecond))
+	l := obtain(t, r, "k")
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	err := l.LockContext(ctx)
+	mustIs(t, err, registry.ErrReplicaAck)
+	mustIs(t, err, context.DeadlineExceeded)
+	if n, _ := redis.Int(b.do(t, "EXISTS", l.Key()), nil); n != 0 {
+		t.Fatal("an unacknowledged lock was left in Redis")
+	}
+	if l.TryLock() {
+		t.Fatal("TryLock succeeded without a replica")
+	}
+
+	// A master of its own with one replica.
+	master, err := redistest.Start("--repl-diskless-sync-delay", "0")
+	mustNil(t, err)
+	defer master.Close()
+	host, port, _ := strings.Cut(master.Addr, ":")
+	replica, err := redistest.Start("--replicaof", host, port)
+	mustNil(t, err)
+	defer replica.Close()
+	waitFor(t, 10*time.Second, "the replica to connect", func() bool {
+		info, _ := redis.String(master.Do("INFO", "replication"))
+		return strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	})
+	pool := master.Pool()
+	defer pool.Close()
+	r2 := newReg(t, pool, registry.WithReplicaAck(1, time.Second))
+	l2 := obtain(t, r2, "k")
+	mustNil(t, l2.LockContext(bg(t)))
+	// The acknowledged key is on the replica.
+	v, err := redis.String(replica.Do("GET", l2.Key()))
+	mustNil(t, err)
+	if !strings.Contains(v, ":") {
+		t.Fatalf("replica has %q for the lock key", v)
+	}
+	mustNil(t, l2.UnlockContext(bg(t)))
+}
