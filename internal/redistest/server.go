@@ -25,6 +25,8 @@ type Server struct {
 	port int
 	dir  string
 	args []string
+	// conf, for a sentinel, is its configuration file (which it rewrites).
+	conf string
 	cmd  *exec.Cmd
 	done chan error // receives the process's exit
 }
@@ -56,6 +58,46 @@ func Start(extra ...string) (*Server, error) {
 	return nil, last
 }
 
+// StartSentinel starts redis-sentinel on a free loopback port, monitoring
+// the master at masterAddr as name with the given quorum. It declares the
+// master down after downAfter without a reply.
+func StartSentinel(name, masterAddr string, quorum int, downAfter time.Duration) (*Server, error) {
+	bin, err := exec.LookPath("redis-sentinel")
+	if err != nil {
+		return nil, errors.New("redistest: redis-sentinel not found on PATH: apt-get install -y redis-sentinel")
+	}
+	host, port, err := net.SplitHostPort(masterAddr)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "lockyard-sentinel-")
+	if err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(dir, "sentinel.conf")
+	ms := strconv.FormatInt(downAfter.Milliseconds(), 10)
+	text := fmt.Sprintf("sentinel monitor %[1]s %[2]s %[3]s %[4]d\n"+
+		"sentinel down-after-milliseconds %[1]s %[5]s\n"+
+		"sentinel failover-timeout %[1]s %[6]d\n"+
+		"sentinel parallel-syncs %[1]s 2\n", name, host, port, quorum, ms, 4*downAfter.Milliseconds())
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		return nil, err
+	}
+	port2, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port2), port: port2, dir: dir, conf: conf}
+	if err := s.start(bin); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) { return freePort() }
+
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -71,6 +113,10 @@ func (s *Server) start(bin string) error {
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--logfile", filepath.Join(s.dir, "redis.log"),
 	}, s.args...)
+	if s.conf != "" {
+		args = []string{s.conf, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+			"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log")}
+	}
 	s.cmd = exec.Command(bin, args...)
 	if err := s.cmd.Start(); err != nil {
 		return err
@@ -129,6 +175,9 @@ func (s *Server) Stop() { s.kill() }
 // Restart starts the server again on the same port, with an empty dataset.
 func (s *Server) Restart() error {
 	s.kill()
+	if s.conf != "" {
+		return errors.New("redistest: a sentinel cannot be restarted")
+	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return ErrNoServer

@@ -1,0 +1,210 @@
+// Package goredis runs lockyard registries on go-redis v9: a single node
+// (redis.NewClient), a Sentinel-managed master (redis.NewFailoverClient) or
+// Redis Cluster (redis.NewClusterClient), through one constructor:
+//
+//	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+//	reg, err := registry.NewWithClient(goredis.NewClient(rdb), "orders", registry.WithHashTag())
+//
+// It is a module of its own, so that users of the redigo default never
+// download go-redis.
+//
+// Set ContextTimeoutEnabled in the go-redis options: without it go-redis
+// ignores context deadlines, and a registry's command timeout and a
+// LockContext deadline bound nothing but go-redis's own read timeout.
+// go-redis retries a command after a network error (MaxRetries): that is
+// safe, since every lockyard script is idempotent for its token.
+//
+// In Cluster, use registry.WithHashTag when keys or the registry key may
+// contain braces, or with WithFencing; go-redis follows MOVED and ASK
+// redirections, and a subscription on any node receives every release.
+// registry.WithReplicaAck runs WAIT on the connection of the key's master.
+package goredis
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockyard/lockyard/registry"
+)
+
+// Client is a registry.Client over a go-redis UniversalClient.
+type Client struct {
+	rdb redis.UniversalClient
+}
+
+var _ registry.Client = (*Client)(nil)
+
+// NewClient returns a registry.Client that runs the registry's commands on
+// rdb. Closing rdb is the caller's job, after the registries are closed.
+func NewClient(rdb redis.UniversalClient) *Client { return &Client{rdb: rdb} }
+
+// Eval runs s as EVALSHA, then EVAL on NOSCRIPT; go-redis routes it by its
+// first key.
+func (c *Client) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	v, err := c.rdb.EvalSha(ctx, s.Hash(), keys, args...).Result()
+	if isNoScript(err) {
+		v, err = c.rdb.Eval(ctx, s.Source(), keys, args...).Result()
+	}
+	return v, replyError(err)
+}
+
+// EvalWait pipelines the script and WAIT on one connection: the master of
+// the first key's slot in Cluster, the client's node otherwise.
+func (c *Client) EvalWait(ctx context.Context, s *registry.Script, keys []string, args []any, replicas int, timeout time.Duration) (any, int, error) {
+	var node redis.Cmdable = c.rdb
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		master, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, 0, err
+		}
+		node = master
+	}
+	for _, sha := range []bool{true, false} {
+		var (
+			ev   *redis.Cmd
+			wait *redis.Cmd
+		)
+		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if sha {
+				ev = p.EvalSha(ctx, s.Hash(), keys, args...)
+			} else {
+				ev = p.Eval(ctx, s.Source(), keys, args...)
+			}
+			wait = p.Do(ctx, "WAIT", replicas, timeout.Milliseconds())
+			return nil
+		})
+		v, err := ev.Result()
+		if sha && isNoScript(err) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, replyError(err)
+		}
+		n, err := wait.Int()
+		return v, n, replyError(err)
+	}
+	panic("unreachable")
+}
+
+// EvalBatch pipelines the calls; in Cluster go-redis splits the pipeline by
+// node. Calls that found the script missing are sent again as EVAL.
+func (c *Client) EvalBatch(ctx context.Context, s *registry.Script, calls []registry.Call) []registry.Result {
+	out := make([]registry.Result, len(calls))
+	cmds := make([]*redis.Cmd, len(calls))
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, x := range calls {
+			cmds[i] = p.EvalSha(ctx, s.Hash(), x.Keys, x.Args...)
+		}
+		return nil
+	})
+	var retry []int
+	for i, cmd := range cmds {
+		v, err := cmd.Result()
+		if isNoScript(err) {
+			retry = append(retry, i)
+		}
+		out[i] = registry.Result{Reply: v, Err: replyError(err)}
+	}
+	if len(retry) == 0 {
+		return out
+	}
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, i := range retry {
+			cmds[i] = p.Eval(ctx, s.Source(), calls[i].Keys, calls[i].Args...)
+		}
+		return nil
+	})
+	for _, i := range retry {
+		v, err := cmds[i].Result()
+		out[i] = registry.Result{Reply: v, Err: replyError(err)}
+	}
+	return out
+}
+
+// Info returns an INFO section (of one node in Cluster), for the
+// registry's eviction-policy check.
+func (c *Client) Info(ctx context.Context, section string) (string, error) {
+	v, err := c.rdb.Info(ctx, section).Result()
+	return v, replyError(err)
+}
+
+// PSubscribe subscribes with go-redis's PubSub, on one node in Cluster
+// (non-sharded PUBLISH reaches every node), and waits for the confirmation.
+func (c *Client) PSubscribe(ctx context.Context, pattern string) (registry.Subscription, error) {
+	ps := c.rdb.PSubscribe(ctx, pattern)
+	for {
+		m, err := receive(ctx, ps)
+		if err != nil {
+			ps.Close()
+			return nil, replyError(err)
+		}
+		if sub, ok := m.(*redis.Subscription); ok && sub.Kind == "psubscribe" {
+			return &subscription{ps: ps}, nil
+		}
+	}
+}
+
+type subscription struct{ ps *redis.PubSub }
+
+func (s *subscription) Receive(ctx context.Context) (string, error) {
+	for {
+		m, err := receive(ctx, s.ps)
+		if err != nil {
+			return "", replyError(err)
+		}
+		switch m := m.(type) {
+		case *redis.Message:
+			if m.Channel != "" {
+				return m.Channel, nil
+			}
+		case *redis.Pong:
+			return "", nil
+		}
+	}
+}
+
+func (s *subscription) Ping(ctx context.Context) error { return s.ps.Ping(ctx) }
+
+// Close closes the PubSub; a second call is a no-op.
+func (s *subscription) Close() error {
+	if err := s.ps.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// receive reads the next pub/sub event. go-redis bounds the read by a
+// timeout, not by ctx: the timeout is ctx's deadline, and a cancellation
+// closes ps, which ends the read.
+func receive(ctx context.Context, ps *redis.PubSub) (any, error) {
+	var timeout time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		if timeout = time.Until(dl); timeout <= 0 {
+			return nil, context.DeadlineExceeded
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { ps.Close() })
+	defer stop()
+	m, err := ps.ReceiveTimeout(ctx, timeout)
+	if err != nil && ctx.Err() != nil {
+		return nil, errors.Join(ctx.Err(), err)
+	}
+	return m, err
+}
+
+// replyError wraps a go-redis error reply in a registry.ReplyError; every
+// other error (network, pool, context) is returned as it is.
+func replyError(err error) error {
+	var re redis.Error
+	if errors.As(err, &re) && !errors.Is(err, redis.Nil) {
+		return &registry.ReplyError{Err: err}
+	}
+	return err
+}
+
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}

@@ -1,0 +1,126 @@
+package goredis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockyard/lockyard/goredis"
+	"github.com/lockyard/lockyard/registry"
+)
+
+var prefixSeq atomic.Int64
+
+// prefix returns a registry key unique to the test.
+func prefix(t *testing.T) string {
+	return fmt.Sprintf("goredis-test.%d.%d", time.Now().UnixNano()%1e6, prefixSeq.Add(1))
+}
+
+// quiet is the registries' logger: errors only.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// newRegistry returns a registry on rdb, closed at the end of the test.
+func newRegistry(t testing.TB, rdb redis.UniversalClient, prefix string, opts ...registry.Option) *registry.Registry {
+	t.Helper()
+	opts = append([]registry.Option{registry.WithLogger(quiet)}, opts...)
+	r, err := registry.NewWithClient(goredis.NewClient(rdb), prefix, opts...)
+	if err != nil {
+		t.Fatalf("NewWithClient: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// newSingle returns a go-redis client of the single-node server.
+func newSingle(t testing.TB) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: single.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+func mustNil(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustIs(t testing.TB, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("got error %v, want one matching %v", err, target)
+	}
+}
+
+// ctxFor returns a context that ends after d or at the end of the test.
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond every few milliseconds until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval of a deadline loop
+	}
+}
+
+// intervals records, per key, when each hold began and ended, to count
+// overlapping holds (double grants).
+type intervals struct {
+	mu   sync.Mutex
+	held map[string][][2]time.Time
+}
+
+func (iv *intervals) add(key string, from, to time.Time) {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	if iv.held == nil {
+		iv.held = make(map[string][][2]time.Time)
+	}
+	iv.held[key] = append(iv.held[key], [2]time.Time{from, to})
+}
+
+// overlaps counts pairs of holds of one key that overlap in time.
+func (iv *intervals) overlaps() int {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	n := 0
+	for _, list := range iv.held {
+		sort.Slice(list, func(i, j int) bool { return list[i][0].Before(list[j][0]) })
+		end := time.Time{}
+		for _, x := range list {
+			if x[0].Before(end) {
+				n++
+			}
+			if x[1].After(end) {
+				end = x[1]
+			}
+		}
+	}
+	return n
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
