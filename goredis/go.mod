@@ -3,6 +3,7 @@ module github.com/lockyard/lockyard/goredis
 go 1.26.0
 
 require (
+	github.com/gomodule/redigo v1.9.3
 	github.com/lockyard/lockyard v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
@@ -10,7 +11,6 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/gomodule/redigo v1.9.3 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/petermattis/goid v0.0.0-20260820044319-269ab09b5261 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
