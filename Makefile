@@ -8,12 +8,13 @@ TEST_TIMEOUT ?= 8m
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-test: redis-server ## gofmt, vet, and every test (miniredis and a real redis-server) with -race
+test: redis-server ## gofmt, vet, and every test with -race (miniredis, a real redis-server, a 6-node Cluster, Sentinel)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd chaos && $(GO) vet ./...
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	cd goredis && $(GO) vet ./... && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 demo: ## the oversell story on an embedded Redis (or REDIS_ADDR)
 	$(GO) run ./examples/oversell
@@ -37,12 +38,12 @@ lint: ## go vet and staticcheck
 fuzz: ## fuzz the key handling for 60s
 	$(GO) test -run '^$$' -fuzz FuzzKeys -fuzztime 60s ./registry/
 
-redis-server: ## install Debian's redis-server if it is missing (the real-Redis test tier needs it)
-	@command -v redis-server >/dev/null 2>&1 || { \
+redis-server: ## install Debian's redis-server and redis-sentinel if missing (the real-Redis test tiers need them)
+	@command -v redis-server >/dev/null 2>&1 && command -v redis-sentinel >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing redis-server (apt-get)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	    echo "installing redis-server and redis-sentinel (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-sentinel >/dev/null; \
 	  else \
-	    echo "redis-server is missing: run 'sudo apt-get install -y redis-server' (or your OS's package), then make test"; exit 1; \
+	    echo "redis-server or redis-sentinel is missing: run 'sudo apt-get install -y redis-server redis-sentinel' (or your OS's packages), then make test"; exit 1; \
 	  fi; }
 	@redis-server --version

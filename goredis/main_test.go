@@ -1,10 +1,12 @@
 package goredis_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/lockyard/lockyard/internal/redistest"
@@ -17,6 +19,7 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(childEnv); role != "" {
 		os.Exit(runChild(role))
 	}
+	redis.SetLogger(discard{}) // go-redis logs every redial of a failover
 	var err error
 	single, err = redistest.Start()
 	if err != nil {
@@ -37,3 +40,7 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+type discard struct{}
+
+func (discard) Printf(context.Context, string, ...any) {}

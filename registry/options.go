@@ -207,7 +207,9 @@ func WithHashTag() Option {
 // single master: a replica promoted after the ack has the key. It does not
 // close it (WAIT does not make Redis strongly consistent; see
 // docs/SCALING.md), and it costs the replication round trip on every
-// obtain. n < 1, timeout <= 0, or a timeout not shorter than the command
+// obtain (and Redis checks WAIT timeouts on its clock tick, so with the
+// default hz 10 a refusal can take up to 100ms more than timeout).
+// n < 1, timeout <= 0, or a timeout not shorter than the command
 // timeout and expireAfter makes New fail.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return func(c *config) error {

@@ -252,7 +252,11 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool) error {
 		}
 		delay := pollDelay(r.cfg.idle, pttl)
 		if err != nil {
-			lastErr = err
+			// When ctx has ended, an attempt cut short by it says less
+			// than the error before it.
+			if lastErr == nil || ctxEnded(ctx) == nil {
+				lastErr = err
+			}
 			if end := ctxEnded(ctx); end != nil {
 				return l.waitErr(end, lastErr)
 			}
