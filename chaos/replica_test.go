@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +13,39 @@ import (
 )
 
 // Scenario 13 (the replication link runs through a proxy, cut with a
-// blackhole before the acquisition): the master dies before replicating a lock key and the
-// replica is promoted (REPLICAOF NO ONE): a second client acquires the lock
-// while the first still holds a valid hold. This reproduces the hole that
-// asynchronous replication leaves (see docs/RELIABILITY.md); replica
-// acknowledgement (WAIT) belongs to the scale-out work and is not built yet.
+// blackhole before the acquisition): the master dies before replicating a
+// lock key and the replica is promoted (REPLICAOF NO ONE).
+//
+// Without WithReplicaAck a second client acquires the lock while the first
+// still holds a valid hold: the hole that asynchronous replication leaves
+// (see docs/RELIABILITY.md). With WithReplicaAck(1, 100ms) the first
+// client's obtain is not acknowledged by the replica, so it is undone and
+// reported as ErrReplicaAck: nobody held the lock when the master died, and
+// there is no double grant.
 func TestReplicaPromoted(t *testing.T) {
+	t.Run("without-ack", func(t *testing.T) {
+		heldByA, double := promote(t)
+		if !heldByA || !double {
+			t.Fatalf("first holder acquired: %v, double grant: %v; want both (the hole was not reproduced)", heldByA, double)
+		}
+		figure(t, 13, "without WithReplicaAck: master killed before replicating the key, replica promoted: a second holder acquired while the first hold was still valid (double grant, 1 of 1); the fence counter was lost with the key, so fencing tokens restart")
+	})
+	t.Run("with-ack", func(t *testing.T) {
+		heldByA, double := promote(t, registry.WithReplicaAck(1, 100*time.Millisecond))
+		if heldByA || double {
+			t.Fatalf("first holder acquired: %v, double grant: %v; want neither", heldByA, double)
+		}
+		figure(t, 13, "with WithReplicaAck(1, 100ms): the unreplicated obtain was refused (ErrReplicaAck) and undone; after the promotion the second holder was the only one (0 double grants)")
+	})
+}
+
+// promote runs scenario 13 with the first client's extra options and
+// reports whether the first client acquired the lock while the replica was
+// cut off, and whether the second client then acquired it too while the
+// first hold was still valid.
+func promote(t *testing.T, optsA ...registry.Option) (heldByA, double bool) {
 	const ttl = 5 * time.Second
-	master := startServer(t)
+	master := startServer(t, "--repl-diskless-sync-delay", "0")
 	link := newProxy(t, master.Addr) // the replication link, to cut
 	host, port, _ := strings.Cut(link.Listen, ":")
 	replica := startServer(t, "--replicaof", host, port)
@@ -27,26 +53,41 @@ func TestReplicaPromoted(t *testing.T) {
 		info, _ := redis.String(do(t, replica.Addr, "INFO", "replication"), nil)
 		return strings.Contains(info, "master_link_status:up")
 	})
-	rA := newRegistry(t, newPool(master.Addr), "chaos13", registry.WithExpireAfter(ttl), registry.WithFencing())
+	rA := newRegistry(t, newPool(master.Addr), "chaos13", append(optsA, registry.WithExpireAfter(ttl), registry.WithFencing())...)
 	a, _ := rA.Obtain("k")
+	// The link works: so does the first client, acknowledged or not.
+	mustNil(t, a.LockContext(ctxFor(t, 2*time.Second)))
+	mustNil(t, a.UnlockContext(ctxFor(t, time.Second)))
 
 	addToxic(t, link, "cut", `"type":"timeout","stream":"downstream","attributes":{"timeout":0}`) // the replica falls behind
-	mustNil(t, a.LockContext(ctxFor(t, time.Second)))
+	err := a.LockContext(ctxFor(t, time.Second))
+	switch {
+	case err == nil:
+		heldByA = true
+	case errors.Is(err, registry.ErrReplicaAck):
+		if n, _ := redis.Int(do(t, master.Addr, "EXISTS", a.Key()), nil); n != 0 {
+			t.Fatal("an unacknowledged obtain left its key on the master")
+		}
+	default:
+		t.Fatalf("LockContext with the replica cut off: %v", err)
+	}
 	master.Stop() // dies before replicating the key
 	do(t, replica.Addr, "REPLICAOF", "NO", "ONE")
 
 	rB := newRegistry(t, newPool(replica.Addr), "chaos13", registry.WithExpireAfter(ttl), registry.WithFencing())
 	b, _ := rB.Obtain("k")
-	got := lockAsync(ctxFor(t, 3*time.Second), b, 0)
-	w := <-got
-	select {
-	case <-a.Lost():
-		t.Fatal("the first holder's hold ended before the second acquired")
-	default:
-	}
+	w := <-lockAsync(ctxFor(t, 3*time.Second), b, 0)
 	if w.err != nil {
-		t.Fatalf("the promoted replica did not grant the lock (%v): the hole was not reproduced", w.err)
+		t.Fatalf("the promoted replica did not grant the lock: %v", w.err)
 	}
-	_ = a.UnlockContext(context.Background()) // the old master is gone
-	figure(t, 13, "master killed before replicating the key, replica promoted: a second holder acquired while the first hold was still valid (double grant reproduced, 1 of 1); the fence counter was lost with the key, so fencing tokens restart")
+	if heldByA {
+		select {
+		case <-a.Lost():
+			t.Fatal("the first holder's hold ended before the second acquired")
+		default:
+			double = true
+		}
+		_ = a.UnlockContext(context.Background()) // the old master is gone
+	}
+	return heldByA, double
 }
