@@ -113,8 +113,8 @@ func failover(t *testing.T, opts ...registry.Option) (taken, doubles int, took t
 	loadReg := newRegistry(t, s.client(t), pfx, append(opts, registry.WithExpireAfter(2*time.Second), registry.WithAutoRenew())...)
 	var (
 		loadAcq, loadErr, lostLoad atomic.Int64
-		stop             = make(chan struct{})
-		wg               sync.WaitGroup
+		stop                       = make(chan struct{})
+		wg                         sync.WaitGroup
 	)
 	defer func() { close(stop); wg.Wait() }()
 	for g := range 2 {

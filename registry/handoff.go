@@ -64,6 +64,9 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold) handoffResult {
 		l.handoff.passes++
 		return l.giveLocal()
 	}
+	if r.cfg.redlock {
+		return notHandedOver // a pass needs one node's view of the waiters
+	}
 	switch res, err := l.pass(ctx, h); {
 	case errors.Is(err, ErrLockLost):
 		l.handoff.err = err

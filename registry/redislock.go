@@ -155,7 +155,8 @@ func (l *RedisLock) Unlock() {
 // already done (it then uses its own bounded timeout), and frees the local
 // mutex in every case. It returns ErrNotOwner if the calling goroutine does
 // not hold the lock, ErrLockLost if the key expired or was taken before the
-// release (the other holder's key is left untouched), or the Redis error.
+// release (the other holder's key is left untouched), or the Redis error;
+// a Redis error after the hold's validity ended matches ErrLockLost too.
 func (l *RedisLock) UnlockContext(ctx context.Context) error {
 	last, err := l.local.Leave()
 	if err != nil {
@@ -357,7 +358,8 @@ func (l *RedisLock) release(ctx context.Context, h *hold, first error) error {
 			}
 			continue
 		case err != nil:
-			return fmt.Errorf("lockyard: releasing %q: %w", l.key, err)
+			// A hold whose validity had ended is reported lost too.
+			return errors.Join(fmt.Errorf("lockyard: releasing %q: %w", l.key, err), l.lostAtRelease(h))
 		case n == 0 && first != nil:
 			return fmt.Errorf("%w: %q was gone at a retried release (the first attempt failed with %w and may have deleted it)", ErrLockLost, l.key, first)
 		case n == 0:

@@ -1,0 +1,248 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// redlockNodes starts n redis-servers, closed at the end of the test, and
+// returns them with one Client each.
+func redlockNodes(t *testing.T, n int) ([]*redistest.Server, []registry.Client) {
+	t.Helper()
+	var (
+		servers []*redistest.Server
+		clients []registry.Client
+	)
+	for range n {
+		s, err := redistest.Start()
+		mustNil(t, err)
+		t.Cleanup(s.Close)
+		p := s.Pool()
+		t.Cleanup(func() { p.Close() })
+		servers = append(servers, s)
+		clients = append(clients, registry.NewPoolClient(p))
+	}
+	return servers, clients
+}
+
+func newRedlock(t *testing.T, clients []registry.Client, prefix string, opts ...registry.Option) *registry.Registry {
+	t.Helper()
+	r, err := registry.NewRedlock(clients, prefix, opts...)
+	mustNil(t, err)
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func TestRedlockConfig(t *testing.T) {
+	_, clients := redlockNodes(t, 3)
+	for _, c := range []struct {
+		clients []registry.Client
+		opts    []registry.Option
+	}{
+		{clients[:2], nil},
+		{append(clients[:3:3], clients[0]), nil}, // 4 nodes
+		{[]registry.Client{clients[0], clients[1], clients[0]}, nil},
+		{[]registry.Client{clients[0], clients[1], nil}, nil},
+		{clients, []registry.Option{registry.WithReplicaAck(1, time.Second)}},
+	} {
+		if _, err := registry.NewRedlock(c.clients, "x", c.opts...); !errors.Is(err, registry.ErrInvalidConfig) {
+			t.Errorf("NewRedlock(%d clients) = %v, want ErrInvalidConfig", len(c.clients), err)
+		}
+	}
+}
+
+// Redlock over 5 servers: works with 2 down, fails with ErrNoQuorum with 3
+// down, and works again when they are back.
+func TestRedlockNodesDown(t *testing.T) {
+	servers, clients := redlockNodes(t, 5)
+	r := newRedlock(t, clients, prefix(t), registry.WithFencing(), registry.WithExpireAfter(5*time.Second))
+	l := obtain(t, r, "k")
+	lockOnce := func(d time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		if err := l.LockContext(ctx); err != nil {
+			return err
+		}
+		return l.UnlockContext(ctx)
+	}
+	mustNil(t, lockOnce(5*time.Second))
+	servers[0].Stop()
+	servers[1].Stop()
+	mustNil(t, lockOnce(5*time.Second))
+	servers[2].Stop()
+	err := lockOnce(500 * time.Millisecond)
+	mustIs(t, err, registry.ErrNoQuorum)
+	mustIs(t, err, context.DeadlineExceeded)
+	if l.TryLock() {
+		t.Fatal("TryLock succeeded with 3 of 5 nodes down")
+	}
+	for _, s := range servers[:3] {
+		mustNil(t, s.Restart())
+	}
+	mustNil(t, lockOnce(5*time.Second))
+}
+
+// A lock held by another on a majority is not granted; one the obtain won
+// only on a minority is undone there.
+func TestRedlockMinorityUndone(t *testing.T) {
+	servers, clients := redlockNodes(t, 5)
+	pfx := prefix(t)
+	r := newRedlock(t, clients, pfx)
+	l := obtain(t, r, "k")
+	for _, s := range servers[:3] {
+		if _, err := s.Do("SET", l.Key(), "someone-else", "PX", 60000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.TryLock() {
+		t.Fatal("granted while another holds a majority")
+	}
+	for _, s := range servers[3:] {
+		if n, _ := redis.Int(s.Do("EXISTS", l.Key())); n != 0 {
+			t.Fatalf("a minority acquisition was left on %s", s.Addr)
+		}
+	}
+	// With the other's key on 2 nodes only, 3 of 5 is a majority.
+	if _, err := servers[2].Do("DEL", l.Key()); err != nil {
+		t.Fatal(err)
+	}
+	mustNil(t, l.LockContext(bg(t)))
+	mustNil(t, l.UnlockContext(bg(t)))
+	for _, s := range servers[:2] {
+		if v, _ := redis.String(s.Do("GET", l.Key())); v != "someone-else" {
+			t.Fatalf("the release touched another holder's key on %s: %q", s.Addr, v)
+		}
+	}
+}
+
+// Contention between three Redlock registries, with one node down: no
+// two holders at once, and fencing tokens grow in the order of the holds.
+func TestRedlockContention(t *testing.T) {
+	servers, clients := redlockNodes(t, 5)
+	servers[4].Stop()
+	pfx := prefix(t)
+	type span struct {
+		from, to time.Time
+		token    int64
+	}
+	var (
+		mu    sync.Mutex
+		spans = map[string][]span{}
+		wg    sync.WaitGroup
+	)
+	for i := range 3 {
+		r := newRedlock(t, clients, pfx, registry.WithFencing(), registry.WithLockType(registry.LockType(i%2)),
+			registry.WithIdleBetweenTries(5*time.Millisecond), registry.WithLogger(discardLogger))
+		for g := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				key := []string{"x", "y"}[(i+g)%2]
+				l := obtain(t, r, key)
+				for range 30 {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					err := l.LockContext(ctx)
+					cancel()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					s := span{from: time.Now(), token: l.Token()}
+					time.Sleep(100 * time.Microsecond) // the critical section's work
+					s.to = time.Now()
+					mu.Lock()
+					spans[key] = append(spans[key], s)
+					mu.Unlock()
+					if err := l.UnlockContext(context.Background()); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	total, overlaps, regress := 0, 0, 0
+	for _, list := range spans {
+		sort.Slice(list, func(i, j int) bool { return list[i].from.Before(list[j].from) })
+		for i := 1; i < len(list); i++ {
+			if list[i].from.Before(list[i-1].to) {
+				overlaps++
+			}
+			if list[i].token <= list[i-1].token {
+				regress++
+			}
+		}
+		total += len(list)
+	}
+	t.Logf("FIGURE redlock contention: %d acquisitions by 3 registries x 3 goroutines on 2 keys, 5 nodes with 1 down: %d overlaps, %d fencing tokens out of order", total, overlaps, regress)
+	if total != 3*3*30 || overlaps != 0 || regress != 0 {
+		t.Fatalf("%d acquisitions, %d overlaps, %d tokens out of order", total, overlaps, regress)
+	}
+}
+
+// Fencing tokens keep growing when the majority changes: the counter of
+// the winning majority is written back to it, so a later majority that
+// shares one node with it counts on from there.
+func TestRedlockFenceAcrossMajorities(t *testing.T) {
+	servers, clients := redlockNodes(t, 3)
+	r := newRedlock(t, clients, prefix(t), registry.WithFencing())
+	l := obtain(t, r, "k")
+	fence := "{" + l.Key() + "}:fence"
+	if _, err := servers[0].Do("SET", fence, 10); err != nil {
+		t.Fatal(err)
+	}
+	var tokens []int64
+	take := func() {
+		t.Helper()
+		mustNil(t, l.LockContext(bg(t)))
+		tokens = append(tokens, l.Token())
+		mustNil(t, l.UnlockContext(bg(t)))
+	}
+	take()                           // nodes 0, 1, 2: 11, written back to all three
+	servers[0].Stop()                // the node with the high counter leaves
+	take()                           // nodes 1, 2
+	mustNil(t, servers[0].Restart()) // back, empty: counter 0
+	servers[1].Stop()
+	take() // nodes 0, 2: node 2 carries the count
+	if tokens[0] != 11 || tokens[1] != 12 || tokens[2] != 13 {
+		t.Fatalf("tokens %v, want [11 12 13]", tokens)
+	}
+}
+
+// Renewals need a majority: with 2 of 5 nodes down the watchdog keeps a
+// hold past several TTLs; with a third down the hold runs out and Lost
+// says so.
+func TestRedlockRenewal(t *testing.T) {
+	servers, clients := redlockNodes(t, 5)
+	const ttl = 300 * time.Millisecond
+	r := newRedlock(t, clients, prefix(t), registry.WithAutoRenew(), registry.WithExpireAfter(ttl), registry.WithLogger(discardLogger))
+	l := obtain(t, r, "k")
+	servers[0].Stop()
+	servers[1].Stop()
+	mustNil(t, l.LockContext(bg(t)))
+	until := time.Now().Add(3 * ttl)
+	waitFor(t, 5*time.Second, "three TTLs", func() bool {
+		select {
+		case <-l.Lost():
+			t.Fatal("hold lost while a majority renews it")
+		default:
+		}
+		return time.Now().After(until)
+	})
+	servers[2].Stop()
+	recvWithin(t, l.Lost(), 2*ttl, "the hold to be lost without a renewing majority")
+	mustIs(t, l.UnlockContext(bg(t)), registry.ErrLockLost)
+}
