@@ -1,9 +1,12 @@
 package registry_test
 
 import (
+	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
 )
 
 // Nested (reentrant) Lock+Unlock of a held lock: no Redis command.
@@ -46,4 +49,59 @@ func BenchmarkLockUnlock(b *testing.B) {
 		//lint:ignore SA2001 the acquire and release are what is measured
 		l.Unlock()
 	}
+}
+
+// Uncontended Lock+Unlock on Redlock over 5 real servers (two parallel
+// rounds of 5 scripts); -parallel keys: one per goroutine.
+func BenchmarkRedlockLockUnlock(b *testing.B) {
+	var clients []registry.Client
+	for range 5 {
+		s, err := redistest.Start()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		p := s.Pool()
+		defer p.Close()
+		clients = append(clients, registry.NewPoolClient(p))
+	}
+	r, err := registry.NewRedlock(clients, "bench-rl")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	var seq atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		l, err := r.Obtain(strconv.FormatInt(seq.Add(1), 10))
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		for pb.Next() {
+			l.Lock()
+			//lint:ignore SA2001 the acquire and release are what is measured
+			l.Unlock()
+		}
+	})
+}
+
+// Uncontended Lock+Unlock on the single real server, one key per
+// goroutine: the throughput of one node (compare with -cpu).
+func BenchmarkParallelLockUnlock(b *testing.B) {
+	pool := redistest.NewPool(real.Addr)
+	defer pool.Close()
+	r := newRegPrefix(b, pool, "bench-plu")
+	var seq atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		l, err := r.Obtain(strconv.FormatInt(seq.Add(1), 10))
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		for pb.Next() {
+			l.Lock()
+			//lint:ignore SA2001 the acquire and release are what is measured
+			l.Unlock()
+		}
+	})
 }
