@@ -63,7 +63,8 @@
 // # Errors
 //
 // Errors wrap the sentinels ErrLockLost, ErrNotOwner, ErrInvalidKey,
-// ErrCacheFull, ErrClosed and ErrInvalidConfig, and the Redis or context
+// ErrCacheFull, ErrClosed, ErrInvalidConfig, ErrReplicaAck and ErrNoQuorum,
+// and the Redis or context
 // error behind them; test with errors.Is and errors.As. LockContext retries
 // network and transient Redis errors until its context ends, then returns an
 // error matching ctx.Err() that also wraps the last Redis error; other Redis
@@ -86,6 +87,21 @@
 // connection that died without a FIN is noticed. docs/RELIABILITY.md lists
 // the faults the test suite injects and what lockyard did under each.
 //
+// # Backends
+//
+// A registry talks to Redis through a Client: run a script (alone, followed
+// by WAIT on the same connection, or pipelined in a batch) and
+// pattern-subscribe. New wraps a redigo pool in NewPoolClient; NewWithClient
+// takes any Client, such as the go-redis adapter of the module
+// github.com/lockyard/lockyard/goredis, which covers a single node, a
+// Sentinel-managed master and Redis Cluster. In Cluster every script touches
+// the keys of one slot: WithHashTag puts the lock key, its fence counter and
+// its wait marker under the hash tag {key}. NewRedlock builds a registry on a
+// majority of independent masters. Error replies of the server reach the
+// registry as *ReplyError; everything else is treated as a network error,
+// after which a script may or may not have run. docs/SCALING.md compares
+// the setups.
+//
 // # What a single Redis master does not guarantee
 //
 // Redis replicates asynchronously: if the master fails over to a replica
@@ -95,4 +111,7 @@
 // Where either would corrupt data, pass the fencing token (WithFencing,
 // RedisLock.Token) to the storage you protect and have it reject stale
 // tokens; lockyard's other safeguards only narrow these windows.
+// WithReplicaAck narrows the first (an obtain waits until replicas have the
+// key), and NewRedlock removes the single-failover case while a majority of
+// its nodes keeps its data.
 package registry
