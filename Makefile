@@ -19,8 +19,9 @@ test: redis-server ## gofmt, vet, and every test with -race (miniredis, a real r
 demo: ## the oversell story on an embedded Redis (or REDIS_ADDR)
 	$(GO) run ./examples/oversell
 
-bench: redis-server ## micro-benchmarks, then lockyard vs redsync and bsm/redislock (bench/, about 5 min)
+bench: redis-server ## micro-benchmarks (one node, Redlock, go-redis, Cluster), then lockyard vs redsync and bsm/redislock (bench/, about 6 min)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./internal/reentrant/ ./registry/
+	cd goredis && $(GO) test -run '^$$' -bench . -count 1 .
 	cd bench && $(GO) run . $(BENCHFLAGS)
 
 CHAOS_REPORT ?= $(CURDIR)/chaos/figures.txt

@@ -48,7 +48,9 @@ func startSentinelSet(t *testing.T) *sentinelSet {
 		return strings.Count(info, "state=online") == 2
 	})
 	for range 3 {
-		sn, err := redistest.StartSentinel(masterName, s.master.Addr, 2, time.Second)
+		// Down after 3s: on a loaded machine a shorter time can fail over
+		// before the test kills the master.
+		sn, err := redistest.StartSentinel(masterName, s.master.Addr, 2, 3*time.Second)
 		mustNil(t, err)
 		s.sentinels = append(s.sentinels, sn)
 	}
@@ -163,12 +165,15 @@ func failover(t *testing.T, opts ...registry.Option) (taken, doubles int, took t
 		}
 	}
 	old := s.master.Addr
+	if m := s.currentMaster(); m != old {
+		t.Fatalf("the sentinels failed over to %s before the master was killed", m)
+	}
 	killed := time.Now()
 	s.master.Stop()
 	for _, link := range s.links {
 		link.close()
 	}
-	waitFor(t, 30*time.Second, "a replica promoted", func() bool { m := s.currentMaster(); return m != "" && m != old })
+	waitFor(t, 60*time.Second, "a replica promoted", func() bool { m := s.currentMaster(); return m != "" && m != old })
 	before := loadAcq.Load()
 	waitFor(t, 30*time.Second, "load to resume on the new master", func() bool { return loadAcq.Load() > before+10 })
 	took = time.Since(killed)
