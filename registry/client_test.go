@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,4 +167,62 @@ func TestReplicaAck(t *testing.T) {
 		t.Fatalf("replica has %q for the lock key", v)
 	}
 	mustNil(t, l2.UnlockContext(bg(t)))
+}
+
+// faultyClient fails the first n runs of the script named script with err.
+type faultyClient struct {
+	registry.Client
+	script string
+	err    error
+	mu     sync.Mutex
+	n      int
+}
+
+func (c *faultyClient) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	c.mu.Lock()
+	fail := s.Name() == c.script && c.n > 0
+	if fail {
+		c.n--
+	}
+	c.mu.Unlock()
+	if fail {
+		return nil, c.err
+	}
+	return c.Client.Eval(ctx, s, keys, args)
+}
+
+// Error replies that a Cluster slot migration produces are retried: a
+// release that meets ASK, and a pass that meets TRYAGAIN (its keys split
+// between two nodes), which becomes a release.
+func TestTransientRepliesAtRelease(t *testing.T) {
+	for _, c := range []struct{ script, reply string }{
+		{"release", "ASK 866 127.0.0.1:7001"},
+		{"pass", "TRYAGAIN Multiple keys request during rehashing of slot"},
+	} {
+		t.Run(c.script, func(t *testing.T) {
+			b := realBackend()
+			fc := &faultyClient{Client: registry.NewPoolClient(b.pool(t)), script: c.script, n: 2,
+				err: &registry.ReplyError{Err: errors.New(c.reply)}}
+			r := newRegClient(t, fc, registry.WithFencing())
+			l := obtain(t, r, "k")
+			h, ok := holdIn(t, l)
+			if !ok {
+				t.Fatal("TryLock failed")
+			}
+			waiter := make(chan error, 1)
+			go func() {
+				err := l.LockContext(bg(t))
+				if err == nil {
+					err = l.UnlockContext(context.Background())
+				}
+				waiter <- err
+			}()
+			waitFor(t, 5*time.Second, "a local waiter", func() bool { return l.Waiters() == 1 })
+			mustNil(t, h.unlock())
+			mustNil(t, recvWithin(t, waiter, 5*time.Second, "the waiter"))
+			if n, _ := redis.Int(b.do(t, "EXISTS", l.Key()), nil); n != 0 {
+				t.Fatal("the lock key is still there")
+			}
+		})
+	}
 }

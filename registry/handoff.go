@@ -48,7 +48,7 @@ const (
 	handedOver                             // the next local goroutine holds the lock
 	releasedForOthers                      // pass.lua released the key for another registry
 	passFailed                             // pass.lua failed (handoffState.err); cleanup started
-	releaseAfterPass                       // pass.lua failed on the network (handoffState.err): release instead
+	releaseAfterPass                       // pass.lua failed on the network or transiently (handoffState.err): release instead
 )
 
 // handOff passes the hold h of the calling goroutine, whose outermost
@@ -71,9 +71,11 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold) handoffResult {
 	case errors.Is(err, ErrLockLost):
 		l.handoff.err = err
 		return passFailed
-	case isStaleConn(err):
-		// Most likely a pooled connection that the server closed: the
-		// caller releases instead, retrying on other connections.
+	case isStaleConn(err), !isAmbiguous(err) && isTransient(err):
+		// Most likely a pooled connection that the server closed, or a
+		// Cluster slot in migration (TRYAGAIN: the pass's keys are split
+		// between two nodes): the caller releases instead (one key),
+		// retrying.
 		l.handoff.err = err
 		return releaseAfterPass
 	case err != nil:

@@ -177,6 +177,9 @@ func (l *RedisLock) UnlockContext(ctx context.Context) error {
 			return l.finish(h, err)
 		case releaseAfterPass:
 			err, l.handoff.err = l.handoff.err, nil
+			if !isAmbiguous(err) {
+				err = nil // an error reply: the pass did not run
+			}
 			l.reg.untrack(l, h)
 			return l.finish(h, l.release(ctx, h, err))
 		}
@@ -327,7 +330,7 @@ func (l *RedisLock) cleanup(token string) {
 	l.reg.spawn(func() {
 		// bgCtx: Close does not wait for a server that is down; the key
 		// then expires by its TTL.
-		_, _ = l.reg.eval(l.reg.bgCtx, releaseScript, []string{l.key}, token, l.channel())
+		_, _, _ = l.deleteToken(l.reg.bgCtx, token)
 	})
 }
 
@@ -337,36 +340,56 @@ func (l *RedisLock) cleanup(token string) {
 // many.
 const netTries = 10
 
-// release runs the release script for h with a context that ignores the
-// caller's cancellation but keeps the command timeout. A network error (a
-// pooled connection that the server closed, after a restart or CLIENT KILL)
-// other than a timeout is retried at once on another connection (a timeout
-// has used up the command's time): compare-and-delete is idempotent, and
-// never deletes another holder's key. first is the network error of a pass
-// that this release replaces, or nil.
-func (l *RedisLock) release(ctx context.Context, h *hold, first error) error {
-	r := l.reg
-	ctx = context.WithoutCancel(ctx)
-	// first is the first network error of this release, or of the pass
-	// it replaces: the script may have run.
+// deleteToken runs the release script for token until it gets an answer,
+// and returns the script's reply, the first network error after which the
+// script may have run (nil if none), and the final error. Two kinds of
+// failure are retried, up to netTries attempts in all:
+//   - a network error other than a timeout (a pooled connection the server
+//     closed, after a restart or CLIENT KILL), at once on another
+//     connection; a timeout has used up the command's time;
+//   - a transient error reply (MOVED, ASK or TRYAGAIN while a Cluster slot
+//     migrates, LOADING, ...), after a short backoff: the script did not run.
+//
+// Compare-and-delete is idempotent and never deletes another holder's key.
+func (l *RedisLock) deleteToken(ctx context.Context, token string) (n int, first, err error) {
+	var bo backoff
 	for try := 1; ; try++ {
-		n, err := redis.Int(r.eval(ctx, releaseScript, []string{l.key}, h.token, l.channel()))
+		n, err = redis.Int(l.reg.eval(ctx, releaseScript, []string{l.key}, token, l.channel()))
 		switch {
-		case isStaleConn(err) && try < netTries:
+		case try >= netTries || err == nil:
+			return n, first, err
+		case isStaleConn(err):
 			if first == nil {
 				first = err
 			}
-			continue
-		case err != nil:
-			// A hold whose validity had ended is reported lost too.
-			return errors.Join(fmt.Errorf("lockyard: releasing %q: %w", l.key, err), l.lostAtRelease(h))
-		case n == 0 && first != nil:
-			return fmt.Errorf("%w: %q was gone at a retried release (the first attempt failed with %w and may have deleted it)", ErrLockLost, l.key, first)
-		case n == 0:
-			return fmt.Errorf("%w: %q expired or was taken by another holder", ErrLockLost, l.key)
+		case !isAmbiguous(err) && isTransient(err):
+			if l.reg.sleep(ctx, bo.delay(), nil) != nil {
+				return n, first, err
+			}
+		default:
+			return n, first, err
 		}
-		return l.lostAtRelease(h)
 	}
+}
+
+// release runs the release script for h (see deleteToken) with a context
+// that ignores the caller's cancellation but keeps the command timeout.
+// first is the network error of a pass that this release replaces, or nil.
+func (l *RedisLock) release(ctx context.Context, h *hold, first error) error {
+	n, firstHere, err := l.deleteToken(context.WithoutCancel(ctx), h.token)
+	if first == nil {
+		first = firstHere // the script may have run
+	}
+	switch {
+	case err != nil:
+		// A hold whose validity had ended is reported lost too.
+		return errors.Join(fmt.Errorf("lockyard: releasing %q: %w", l.key, err), l.lostAtRelease(h))
+	case n == 0 && first != nil:
+		return fmt.Errorf("%w: %q was gone at a retried release (the first attempt failed with %w and may have deleted it)", ErrLockLost, l.key, first)
+	case n == 0:
+		return fmt.Errorf("%w: %q expired or was taken by another holder", ErrLockLost, l.key)
+	}
+	return l.lostAtRelease(h)
 }
 
 // lostAtRelease returns ErrLockLost if h's validity ended before its key was
