@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,44 +140,27 @@ func TestClusterSlotMigration(t *testing.T) {
 		held[i] = l
 	}
 	var (
-		iv    intervals
-		acq   atomic.Int64
-		errs  atomic.Int64
-		stop  = make(chan struct{})
-		wg    sync.WaitGroup
-		other = newRegistry(t, rdb, pfx, registry.WithHashTag(), registry.WithFencing(), registry.WithIdleBetweenTries(5*time.Millisecond))
+		iv        intervals
+		acq, errs atomic.Int64
+		other     = newRegistry(t, rdb, pfx, registry.WithHashTag(), registry.WithFencing(), registry.WithIdleBetweenTries(5*time.Millisecond))
 	)
-	var stopOnce sync.Once
-	halt := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
-	defer halt() // also when the test fails early
-	for g := range 4 {
+	work := startLoad(t, 4, func(g int) {
 		reg := []*registry.Registry{r, other}[g%2]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; n < 100000; n++ { // bounded; stops at stop
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err := reg.ExecuteLocked(ctx, "mig}c", func(context.Context) error {
-					from := time.Now()
-					time.Sleep(200 * time.Microsecond) // the critical section's work
-					iv.add("c", from, time.Now())
-					return nil
-				})
-				cancel()
-				if err != nil {
-					errs.Add(1)
-					t.Log(err)
-				} else {
-					acq.Add(1)
-				}
-			}
-		}()
-	}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := reg.ExecuteLocked(ctx, "mig}c", func(context.Context) error {
+			from := time.Now()
+			time.Sleep(200 * time.Microsecond) // the critical section's work
+			iv.add("c", from, time.Now())
+			return nil
+		})
+		if err != nil {
+			errs.Add(1)
+			t.Log(err)
+			return
+		}
+		acq.Add(1)
+	})
 	waitFor(t, 5*time.Second, "load before the migration", func() bool { return acq.Load() >= 20 })
 	start := time.Now()
 	steps := 0
@@ -211,7 +193,7 @@ func TestClusterSlotMigration(t *testing.T) {
 		}
 		return time.Now().After(until)
 	})
-	halt()
+	work.halt()
 	if m := c.masterOf(t, slot); m != dst {
 		t.Fatalf("slot %d on %s after the migration, want %s", slot, m, dst)
 	}

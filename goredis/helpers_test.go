@@ -124,3 +124,38 @@ func median(d []time.Duration) time.Duration {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[len(s)/2]
 }
+
+// load runs goroutines that repeat a step until halted.
+type load struct {
+	stop chan struct{}
+	once sync.Once
+	wg   sync.WaitGroup
+}
+
+// startLoad starts n goroutines, each calling step(g) until halt, at most
+// 1e6 times (every load loop is bounded). The test's cleanup halts it too.
+func startLoad(t testing.TB, n int, step func(g int)) *load {
+	l := &load{stop: make(chan struct{})}
+	for g := range n {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for range 1_000_000 {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				step(g)
+			}
+		}()
+	}
+	t.Cleanup(l.halt)
+	return l
+}
+
+// halt stops the goroutines and waits for them; it may be called twice.
+func (l *load) halt() {
+	l.once.Do(func() { close(l.stop) })
+	l.wg.Wait()
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -113,38 +112,22 @@ func failover(t *testing.T, opts ...registry.Option) (taken, doubles int, took t
 	// Their TTL is short: a release that the failover lost brings a lock
 	// back on the new master until its TTL runs out.
 	loadReg := newRegistry(t, s.client(t), pfx, append(opts, registry.WithExpireAfter(2*time.Second), registry.WithAutoRenew())...)
-	var (
-		loadAcq, loadErr, lostLoad atomic.Int64
-		stop                       = make(chan struct{})
-		wg                         sync.WaitGroup
-	)
-	defer func() { close(stop); wg.Wait() }()
-	for g := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; n < 1e6; n++ { // bounded; stops at stop
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				err := loadReg.ExecuteLocked(ctx, fmt.Sprintf("load-%d", g), func(context.Context) error { return nil })
-				cancel()
-				switch {
-				case errors.Is(err, registry.ErrLockLost):
-					lostLoad.Add(1) // a hold taken while the links were cut
-					continue
-				case err != nil:
-					t.Log("load:", err)
-					loadErr.Add(1)
-					continue
-				}
-				loadAcq.Add(1)
-			}
-		}()
-	}
+	var loadAcq, loadErr, lostLoad atomic.Int64
+	work := startLoad(t, 2, func(g int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := loadReg.ExecuteLocked(ctx, fmt.Sprintf("load-%d", g), func(context.Context) error { return nil })
+		switch {
+		case errors.Is(err, registry.ErrLockLost):
+			lostLoad.Add(1) // a hold taken while the links were cut
+		case err != nil:
+			t.Log("load:", err)
+			loadErr.Add(1)
+		default:
+			loadAcq.Add(1)
+		}
+	})
+	defer work.halt()
 	waitFor(t, 10*time.Second, "load", func() bool { return loadAcq.Load() > 10 })
 
 	for _, link := range s.links {

@@ -70,19 +70,7 @@ func BenchmarkRedlockLockUnlock(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer r.Close()
-	var seq atomic.Int64
-	b.RunParallel(func(pb *testing.PB) {
-		l, err := r.Obtain(strconv.FormatInt(seq.Add(1), 10))
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		for pb.Next() {
-			l.Lock()
-			//lint:ignore SA2001 the acquire and release are what is measured
-			l.Unlock()
-		}
-	})
+	parallelLockUnlock(b, r)
 }
 
 // Uncontended Lock+Unlock on the single real server, one key per
@@ -91,6 +79,12 @@ func BenchmarkParallelLockUnlock(b *testing.B) {
 	pool := redistest.NewPool(real.Addr)
 	defer pool.Close()
 	r := newRegPrefix(b, pool, "bench-plu")
+	parallelLockUnlock(b, r)
+}
+
+// parallelLockUnlock runs Lock+Unlock on r in parallel, one key per
+// goroutine.
+func parallelLockUnlock(b *testing.B, r *registry.Registry) {
 	var seq atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		l, err := r.Obtain(strconv.FormatInt(seq.Add(1), 10))

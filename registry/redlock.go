@@ -35,10 +35,10 @@ var fenceScript = newScript("fence", fenceSrc)
 // The number of clients must be odd and at least 3, with no duplicates.
 // WithReplicaAck is refused: the nodes are meant to be masters without
 // replicas. With WithFencing the token is the highest counter of the
-// majority, which the obtain then writes back to that majority, so that
-// any later majority (which shares a node with it) counts above it. This
-// holds while the nodes keep their data: a node that restarts empty can
-// break it (see docs/SCALING.md for what Redlock does and does not give).
+// majority, which the obtain then writes to every node (a majority must
+// take it), so that any later majority (which shares a node with it)
+// counts above it. This holds while the nodes keep their data: a node that
+// restarts empty can break it (see docs/SCALING.md for what Redlock does and does not give).
 // Local hand-off among goroutines still passes a hold without a command,
 // but never through the pass script.
 func NewRedlock(clients []Client, registryKey string, opts ...Option) (*Registry, error) {
@@ -83,10 +83,10 @@ type quorum struct {
 
 func (q *quorum) majority() int { return len(q.nodes)/2 + 1 }
 
-// each runs fn on every node in parallel, each with ctx bounded by the node
-// timeout, and returns the results in node order.
-func (q *quorum) each(ctx context.Context, fn func(ctx context.Context, c Client) Result) []Result {
-	out := make([]Result, len(q.nodes))
+// fanOut runs fn on every node of q in parallel, each with ctx bounded by
+// the node timeout, and returns the results in node order.
+func fanOut[T any](ctx context.Context, q *quorum, fn func(ctx context.Context, i int, c Client) T) []T {
+	out := make([]T, len(q.nodes))
 	var wg sync.WaitGroup
 	for i, c := range q.nodes {
 		wg.Add(1)
@@ -94,15 +94,16 @@ func (q *quorum) each(ctx context.Context, fn func(ctx context.Context, c Client
 			defer wg.Done()
 			nctx, cancel := context.WithTimeout(ctx, q.nodeTimeout)
 			defer cancel()
-			out[i] = fn(nctx, c)
+			out[i] = fn(nctx, i, c)
 		}()
 	}
 	wg.Wait()
 	return out
 }
 
+// evalAll runs s on every node.
 func (q *quorum) evalAll(ctx context.Context, s *Script, keys []string, args []any) []Result {
-	return q.each(ctx, func(ctx context.Context, c Client) Result {
+	return fanOut(ctx, q, func(ctx context.Context, _ int, c Client) Result {
 		v, err := c.Eval(ctx, s, keys, args)
 		return Result{v, err}
 	})
@@ -155,7 +156,7 @@ func firstOf(first, err error) error {
 }
 
 // obtain runs obtain.lua on every node. On a majority it returns {1, the
-// highest fence counter}, after writing that counter back to the majority
+// highest fence counter}, after raising every node's counter to it
 // (fencing); otherwise it releases the nodes it took and returns {0, the
 // shortest TTL of another holder} or an ErrNoQuorum error.
 func (q *quorum) obtain(ctx context.Context, keys []string, args []any) (any, error) {
@@ -187,7 +188,7 @@ func (q *quorum) obtain(ctx context.Context, keys []string, args []any) (any, er
 		}
 	}
 	if len(won) >= q.majority() && len(keys) == 3 { // fencing
-		if err := q.raiseFence(ctx, keys[2], fence, won); err != nil {
+		if err := q.raiseFence(ctx, keys[2], fence); err != nil {
 			q.undo(ctx, keys[0], args[0], won)
 			return nil, err
 		}
@@ -205,16 +206,15 @@ func (q *quorum) obtain(ctx context.Context, keys []string, args []any) (any, er
 	return []any{int64(0), pttl}, nil
 }
 
-// raiseFence sets the fence counter of every node in won to at least fence,
-// so that any later majority counts above it. It fails unless a majority
-// took it.
-func (q *quorum) raiseFence(ctx context.Context, fenceKey string, fence int64, won []int) error {
-	res := q.evalAll(ctx, fenceScript, []string{fenceKey}, []any{fence})
+// raiseFence sets the fence counter of every node to at least fence, so
+// that any later majority, which shares a node with a majority that took
+// it, counts above it. It fails unless a majority took it.
+func (q *quorum) raiseFence(ctx context.Context, fenceKey string, fence int64) error {
 	ok, failed, firstErr := 0, 0, error(nil)
-	for _, i := range won {
-		if res[i].Err != nil {
+	for _, r := range q.evalAll(ctx, fenceScript, []string{fenceKey}, []any{fence}) {
+		if r.Err != nil {
 			failed++
-			firstErr = firstOf(firstErr, res[i].Err)
+			firstErr = firstOf(firstErr, r.Err)
 			continue
 		}
 		ok++
@@ -225,25 +225,24 @@ func (q *quorum) raiseFence(ctx context.Context, fenceKey string, fence int64, w
 	return nil
 }
 
-// undo releases the lock key on the nodes in idx, where this obtain took
+// undo releases the lock key on the nodes in won, where this obtain took
 // it, best effort: a node that fails keeps it until its TTL. Waiters are
 // told, as by any release.
-func (q *quorum) undo(ctx context.Context, key string, token any, idx []int) {
-	if len(idx) == 0 {
+func (q *quorum) undo(ctx context.Context, key string, token any, won []int) {
+	if len(won) == 0 {
 		return
 	}
-	ctx = context.WithoutCancel(ctx)
-	var wg sync.WaitGroup
-	for _, i := range idx {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nctx, cancel := context.WithTimeout(ctx, q.nodeTimeout)
-			defer cancel()
-			_, _ = q.nodes[i].Eval(nctx, releaseScript, []string{key}, []any{token, channelName(q.prefix, key)})
-		}()
+	took := make([]bool, len(q.nodes))
+	for _, i := range won {
+		took[i] = true
 	}
-	wg.Wait()
+	fanOut(context.WithoutCancel(ctx), q, func(ctx context.Context, i int, c Client) error {
+		if !took[i] {
+			return nil
+		}
+		_, err := c.Eval(ctx, releaseScript, []string{key}, []any{token, channelName(q.prefix, key)})
+		return err
+	})
 }
 
 // EvalWait is refused: NewRedlock does not accept WithReplicaAck.
@@ -254,18 +253,9 @@ func (q *quorum) EvalWait(context.Context, *Script, []string, []any, int, time.D
 // EvalBatch runs the batch on every node and combines each call's replies
 // as count does.
 func (q *quorum) EvalBatch(ctx context.Context, s *Script, calls []Call) []Result {
-	per := make([][]Result, len(q.nodes))
-	var wg sync.WaitGroup
-	for i, c := range q.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nctx, cancel := context.WithTimeout(ctx, q.nodeTimeout)
-			defer cancel()
-			per[i] = c.EvalBatch(nctx, s, calls)
-		}()
-	}
-	wg.Wait()
+	per := fanOut(ctx, q, func(ctx context.Context, _ int, c Client) []Result {
+		return c.EvalBatch(ctx, s, calls)
+	})
 	out := make([]Result, len(calls))
 	col := make([]Result, len(q.nodes))
 	for j := range calls {
