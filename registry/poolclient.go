@@ -10,20 +10,23 @@ import (
 )
 
 // poolClient is the Client over a redigo pool.
-type poolClient struct{ pool Pool }
+type poolClient struct {
+	pool    Pool
+	nilPool bool // every call fails
+}
 
 // NewPoolClient returns the Client that New builds from pool: each call
 // takes a pooled connection and runs its commands in the calling goroutine,
 // bounded by ctx's deadline. A nil pool makes every call fail with
 // ErrInvalidConfig.
-func NewPoolClient(pool Pool) Client { return &poolClient{pool: pool} }
+func NewPoolClient(pool Pool) Client { return &poolClient{pool: pool, nilPool: isNil(pool)} }
 
 // conn returns a pooled connection and the time left until ctx's deadline
 // (0: none). A cancellation of ctx is seen here, before any command is
 // sent; a command in flight then completes or times out. (Waiting for a
 // cancellation during the read would cost a goroutine per command.)
 func (p *poolClient) conn(ctx context.Context) (redis.Conn, time.Duration, error) {
-	if isNil(p.pool) {
+	if p.nilPool {
 		return nil, 0, fmt.Errorf("%w: nil pool", ErrInvalidConfig)
 	}
 	if err := ctx.Err(); err != nil {
