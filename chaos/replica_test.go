@@ -58,6 +58,12 @@ func promote(t *testing.T, optsA ...registry.Option) (heldByA, double bool) {
 	// The link works: so does the first client, acknowledged or not.
 	mustNil(t, a.LockContext(ctxFor(t, 2*time.Second)))
 	mustNil(t, a.UnlockContext(ctxFor(t, time.Second)))
+	// The release must reach the replica before the cut: a lost release
+	// would bring the lock back on the promoted replica until its TTL.
+	waitFor(t, 5*time.Second, "the release replicated", func() bool {
+		n, _ := redis.Int(do(t, replica.Addr, "EXISTS", a.Key()), nil)
+		return n == 0
+	})
 
 	addToxic(t, link, "cut", `"type":"timeout","stream":"downstream","attributes":{"timeout":0}`) // the replica falls behind
 	err := a.LockContext(ctxFor(t, time.Second))
