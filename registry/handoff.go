@@ -151,6 +151,7 @@ func (l *RedisLock) inherit() bool {
 		l.touch()
 		return true
 	}
+	l.reg.stats.lostHold(h)
 	l.forget(h)
 	l.cleanup(h.token)
 	return false

@@ -17,6 +17,8 @@ type hold struct {
 	// renewal, plus expireAfter minus the drift margin.
 	deadline atomic.Int64
 	lostFlag atomic.Bool
+	// lostCounted records that Stats counted the loss.
+	lostCounted atomic.Bool
 
 	// mu guards the following.
 	mu     sync.Mutex
@@ -105,6 +107,7 @@ func (h *hold) check(r *Registry) {
 	now := r.now()
 	if h.lost(now) {
 		h.markLost()
+		r.stats.lostHold(h)
 		return
 	}
 	h.mu.Lock()

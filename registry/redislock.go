@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -129,6 +130,7 @@ func (l *RedisLock) TryLock() bool {
 		l.mustUnlockLocal()
 		return false
 	}
+	l.reg.stats.acquired(false, -1)
 	l.touch()
 	return true
 }
@@ -192,6 +194,9 @@ func (l *RedisLock) UnlockContext(ctx context.Context) error {
 
 // finish ends h after its release, frees the local mutex and returns err.
 func (l *RedisLock) finish(h *hold, err error) error {
+	if errors.Is(err, ErrLockLost) {
+		l.reg.stats.lostHold(h)
+	}
 	l.forget(h)
 	l.touch()
 	l.mustUnlockLocal()
@@ -212,6 +217,7 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool) error {
 	if r.isClosed() {
 		return ErrClosed
 	}
+	start := r.now()
 	reentered, err := l.local.Lock(ctx, r.closed)
 	switch {
 	case errors.Is(err, reentrant.ErrAborted):
@@ -222,37 +228,43 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool) error {
 		return nil
 	}
 	if l.inherit() {
+		r.stats.acquired(true, time.Duration(r.now()-start))
 		return nil
 	}
 	if r.isClosed() { // the wait was handed the mutex as Close aborted it
 		l.mustUnlockLocal()
 		return ErrClosed
 	}
-	if err := l.acquire(ctx, retryAll); err != nil {
+	waited, err := l.acquire(ctx, retryAll)
+	if err != nil {
 		l.mustUnlockLocal()
 		l.touch()
 		return err
 	}
+	r.stats.acquired(waited, time.Duration(r.now()-start))
 	l.touch()
 	return nil
 }
 
 // acquire runs the obtain script until it succeeds, sleeping between tries
 // as pollDelay says, or with backoff after errors. The caller owns local.
-func (l *RedisLock) acquire(ctx context.Context, retryAll bool) error {
+// waited reports that the lock was not taken at the first attempt: another
+// holder had it, or this goroutine yielded to another registry.
+func (l *RedisLock) acquire(ctx context.Context, retryAll bool) (waited bool, err error) {
 	r := l.reg
 	var (
 		bo      backoff
 		lastErr error
 	)
+	waited = l.handoff.yield
 	if err := l.yieldFirst(ctx); err != nil {
-		return l.waitErr(err, nil)
+		return waited, l.waitErr(err, nil)
 	}
 	for {
 		l.prepareWait()
 		ok, pttl, err := l.obtain(ctx)
 		if ok {
-			return nil
+			return waited, nil
 		}
 		delay := pollDelay(r.cfg.idle, pttl)
 		if err != nil {
@@ -262,19 +274,20 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool) error {
 				lastErr = err
 			}
 			if end := ctxEnded(ctx); end != nil {
-				return l.waitErr(end, lastErr)
+				return waited, l.waitErr(end, lastErr)
 			}
 			if !retryAll && !isTransient(err) {
-				return fmt.Errorf("lockyard: obtaining %q: %w", l.key, err)
+				return waited, fmt.Errorf("lockyard: obtaining %q: %w", l.key, err)
 			}
 			r.log.Warn("lockyard: obtain failed, retrying", "key", l.key, "err", err)
 			delay = bo.delay()
 		} else {
+			waited = true // another holder has it
 			bo.reset()
 			l.listen()
 		}
 		if err := r.sleep(ctx, delay, l.wake); err != nil {
-			return l.waitErr(err, lastErr)
+			return waited, l.waitErr(err, lastErr)
 		}
 	}
 }
@@ -412,6 +425,7 @@ func (l *RedisLock) renew(ctx context.Context) error {
 	sent := r.now()
 	if h.lost(sent) {
 		h.markLost()
+		r.stats.lostHold(h)
 		return fmt.Errorf("%w: validity of %q ended before renewal", ErrLockLost, l.key)
 	}
 	n, err := redis.Int(r.eval(ctx, renewScript, []string{l.key}, h.token, ttl.Milliseconds()))
@@ -420,12 +434,15 @@ func (l *RedisLock) renew(ctx context.Context) error {
 		return fmt.Errorf("lockyard: renewing %q: %w", l.key, err)
 	case n == 0:
 		h.markLost()
+		r.stats.lostHold(h)
 		return fmt.Errorf("%w: %q expired or was taken by another holder", ErrLockLost, l.key)
 	}
 	if !h.extend(r.now(), sent+int64(ttl-drift(ttl))) {
 		h.markLost()
+		r.stats.lostHold(h)
 		return fmt.Errorf("%w: renewal of %q completed after its validity ended", ErrLockLost, l.key)
 	}
+	r.stats.renewals.Add(1)
 	return nil
 }
 

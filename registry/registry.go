@@ -61,6 +61,8 @@ type Registry struct {
 	// subscriber were started; set under goMu, read without it.
 	renewStarted, subStarted atomic.Bool
 	evictionChecked          atomic.Bool // see checkEviction
+
+	stats *stats
 }
 
 // New returns a registry of locks whose Redis keys are registryKey + ":" +
@@ -109,6 +111,7 @@ func NewWithClient(client Client, registryKey string, opts ...Option) (*Registry
 		log:          cfg.logger.With("registry", registryKey),
 		epoch:        time.Now(),
 		closed:       make(chan struct{}),
+		stats:        newStats(),
 	}, nil
 }
 
@@ -196,6 +199,9 @@ func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx co
 		cancel(nil)
 		lost := h.lost(r.now())
 		uerr := l.UnlockContext(ctx)
+		if lost {
+			r.stats.lostHold(h)
+		}
 		if lost && !errors.Is(uerr, ErrLockLost) {
 			uerr = errors.Join(uerr, fmt.Errorf("%w: validity of %q ended before release", ErrLockLost, key))
 		}
@@ -256,7 +262,9 @@ func (r *Registry) startOnce(started *atomic.Bool, fn func()) {
 func (r *Registry) eval(ctx context.Context, s *Script, keys []string, args ...any) (any, error) {
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
-	return r.client.Eval(ctx, s, keys, args)
+	v, err := r.client.Eval(ctx, s, keys, args)
+	r.stats.redisError(err)
+	return v, err
 }
 
 // bound returns ctx with a deadline at most the command timeout away. A

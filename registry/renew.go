@@ -90,6 +90,7 @@ func (r *Registry) renewBatch(batch []renewal) {
 			failed  int
 		)
 		for i, res := range results {
+			r.stats.redisError(res.Err)
 			if isStaleConn(res.Err) && try < netTries && !r.isClosed() {
 				again = append(again, batch[i])
 				continue
@@ -117,7 +118,10 @@ func (r *Registry) applyRenewal(x renewal, n int, err error, sent int64) {
 		r.log.Warn("lockyard: renewal failed", "key", x.l.key, "err", err)
 	case n == 0 || !x.h.extend(r.now(), sent+int64(ttl-drift(ttl))):
 		x.h.markLost()
+		r.stats.lostHold(x.h)
 		r.untrack(x.l, x.h)
 		r.log.Warn("lockyard: lock lost: renewal found the key gone", "key", x.l.key)
+	default:
+		r.stats.renewals.Add(1)
 	}
 }

@@ -21,6 +21,7 @@ func (l *RedisLock) runObtain(ctx context.Context, token string) (any, error) {
 	bctx, cancel := r.bound(ctx)
 	reply, acked, err := r.client.EvalWait(bctx, obtainScript, keys, args, r.cfg.ackReplicas, r.cfg.ackTimeout)
 	cancel()
+	r.stats.redisError(err)
 	if reply == nil || !isAcquired(reply) {
 		return reply, err
 	}

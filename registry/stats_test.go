@@ -1,0 +1,85 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lockyard/lockyard/registry"
+)
+
+func TestStats(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		r1 := newRegPrefix(t, b.pool(t), pfx, registry.WithExpireAfter(time.Second), registry.WithIdleBetweenTries(5*time.Millisecond))
+		r2 := newRegPrefix(t, b.pool(t), pfx, registry.WithIdleBetweenTries(5*time.Millisecond))
+		l1 := obtain(t, r1, "k")
+		for range 3 {
+			mustNil(t, l1.LockContext(bg(t)))
+			mustNil(t, l1.LockContext(bg(t))) // reentrant: not counted
+			mustNil(t, l1.UnlockContext(bg(t)))
+			mustNil(t, l1.UnlockContext(bg(t)))
+		}
+		s := r1.Stats()
+		if s.Acquisitions != 3 || s.Contended != 0 || s.Waits != 3 || s.CachedLocks != 1 || s.RedisErrors != 0 {
+			t.Fatalf("after 3 uncontended locks: %+v", s)
+		}
+		if n := len(s.WaitCounts); n != len(registry.WaitBuckets) || s.WaitCounts[n-1] != 3 || s.WaitSum <= 0 {
+			t.Fatalf("wait histogram %v, sum %v", s.WaitCounts, s.WaitSum)
+		}
+
+		// A lock held by another registry: r2 waits, and says so.
+		h, ok := holdIn(t, l1)
+		if !ok {
+			t.Fatal("TryLock failed")
+		}
+		l2 := obtain(t, r2, "k")
+		got := make(chan error, 1)
+		go func() {
+			err := l2.LockContext(bg(t))
+			if err == nil {
+				err = l2.UnlockContext(context.Background())
+			}
+			got <- err
+		}()
+		waitFor(t, 5*time.Second, "the wait marker", func() bool {
+			v, _ := b.do(t, "EXISTS", "{"+l1.Key()+"}:wait").(int64)
+			return v == 1
+		})
+		mustNil(t, h.unlock())
+		mustNil(t, recvWithin(t, got, 5*time.Second, "the waiter"))
+		if s := r2.Stats(); s.Acquisitions != 1 || s.Contended != 1 || s.Waits != 1 {
+			t.Fatalf("the waiting registry: %+v", s)
+		}
+		// TryLock counted as an acquisition, not a wait; RenewLock as a renewal.
+		if s := r1.Stats(); s.Acquisitions != 4 || s.Waits != 3 {
+			t.Fatalf("after TryLock: %+v", s)
+		}
+		mustNil(t, l1.LockContext(bg(t)))
+		mustNil(t, r1.RenewLock(bg(t), "k"))
+		if s := r1.Stats(); s.Renewals != 1 {
+			t.Fatalf("after RenewLock: %+v", s)
+		}
+		// A hold that runs out is counted lost once, whoever notices.
+		lost := l1.Lost()
+		b.expire(t, l1.Key(), time.Second)
+		recvWithin(t, lost, 3*time.Second, "the loss")
+		mustIs(t, l1.UnlockContext(bg(t)), registry.ErrLockLost)
+		if s := r1.Stats(); s.LostLocks != 1 {
+			t.Fatalf("after a loss: %+v", s)
+		}
+	})
+}
+
+func TestStatsRedisErrors(t *testing.T) {
+	b := realBackend()
+	fc := &faultyClient{Client: registry.NewPoolClient(b.pool(t)), script: "obtain", n: 2, err: errors.New("injected network error")}
+	r := newRegClient(t, fc, registry.WithLogger(discardLogger))
+	l := obtain(t, r, "k")
+	mustNil(t, l.LockContext(bg(t)))
+	mustNil(t, l.UnlockContext(bg(t)))
+	if s := r.Stats(); s.RedisErrors != 2 || s.Acquisitions != 1 {
+		t.Fatalf("stats %+v, want 2 Redis errors and 1 acquisition", s)
+	}
+}
