@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// common are the flags every command takes.
+type common struct {
+	url      string
+	registry string
+	verbose  bool
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	def := os.Getenv("REDIS_URL")
+	if def == "" {
+		def = "redis://127.0.0.1:6379"
+	}
+	fs.StringVar(&c.url, "redis", def, "Redis URL: redis://[user:password@]host:port[/db] or rediss:// (TLS); default $REDIS_URL")
+	fs.StringVar(&c.registry, "registry", "lockyard", "registry key: locks are REGISTRY:KEY")
+	fs.BoolVar(&c.verbose, "v", false, "log progress to stderr")
+}
+
+// logger logs to stderr in slog's text format: warnings, or from info with -v.
+func (c *common) logger() *slog.Logger {
+	level := slog.LevelWarn
+	if c.verbose {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// pool returns a pool for the URL, after checking with a PING that the
+// server answers (and accepts the credentials).
+func (c *common) pool(ctx context.Context) (*redis.Pool, error) {
+	dial := func(ctx context.Context) (redis.Conn, error) {
+		return redis.DialURLContext(ctx, c.url, redis.DialConnectTimeout(5*time.Second),
+			redis.DialReadTimeout(10*time.Second), redis.DialWriteTimeout(10*time.Second))
+	}
+	p := &redis.Pool{DialContext: dial, MaxIdle: 4, IdleTimeout: time.Minute}
+	conn, err := p.GetContext(ctx)
+	if err == nil {
+		_, err = conn.Do("PING")
+		conn.Close()
+	}
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("redis %s: %w", redactURL(c.url), err)
+	}
+	return p, nil
+}
+
+// redactURL hides the password of a Redis URL.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return "(unparsable URL)"
+}
+
+// parse parses args with fs, printing usage errors; ok is false on error.
+func parse(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fs.Usage()
+			return 0, false
+		}
+		fmt.Fprintf(os.Stderr, "lockyard %s: %v\n", fs.Name(), err)
+		return exitUsage, false
+	}
+	return 0, true
+}
+
+// fail prints err for the command name and returns code.
+func fail(name string, code int, err error) int {
+	fmt.Fprintf(os.Stderr, "lockyard %s: %v\n", name, err)
+	return code
+}

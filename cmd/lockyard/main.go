@@ -1,0 +1,70 @@
+// Command lockyard is a distributed flock(1) on Redis: it runs a command
+// while holding a lockyard lock, and shows and removes locks.
+//
+//	lockyard run [flags] KEY -- COMMAND [ARGS...]
+//	lockyard status [flags] [KEY...]
+//	lockyard release --force [flags] KEY
+//
+// The Redis server comes from --redis or REDIS_URL (redis://[user:password@]host:port[/db],
+// or rediss:// for TLS); the default is redis://127.0.0.1:6379. Locks live
+// under the registry key --registry (default "lockyard"), as
+// registryKey:KEY, compatible with every lockyard registry and Spring's
+// RedisLockRegistry on the same registry key.
+//
+// Exit status of run: the command's status (128+N if a signal N killed it),
+// or one of:
+//
+//	64  usage error
+//	69  Redis unavailable or refused the command
+//	75  the lock was not acquired within --wait
+//	76  the lock was lost while the command ran (the command was signalled)
+//
+// The command runs with LOCKYARD_KEY set to the lock's Redis key and, with
+// --fencing, LOCKYARD_TOKEN to its fencing token (0 without). On SIGINT or
+// SIGTERM run forwards the signal to the command and still releases the
+// lock after it exits. Progress goes to stderr as log/slog text, warnings
+// only unless -v; lock keys appear only at info level.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// Exit codes other than the command's own.
+const (
+	exitUsage       = 64 // EX_USAGE
+	exitUnavailable = 69 // EX_UNAVAILABLE
+	exitNotAcquired = 75 // EX_TEMPFAIL
+	exitLost        = 76
+)
+
+const usage = `usage:
+  lockyard run [flags] KEY -- COMMAND [ARGS...]   run COMMAND while holding the lock on KEY
+  lockyard status [flags] [KEY...]                list held locks (all, or KEYs) with TTL and fencing counter
+  lockyard release --force [flags] KEY            remove a lock, whoever holds it
+Run "lockyard COMMAND -h" for the flags of a command.
+`
+
+func main() { os.Exit(realMain(os.Args[1:])) }
+
+// realMain runs the command line args and returns the exit status.
+func realMain(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(args[1:])
+	case "status":
+		return cmdStatus(args[1:])
+	case "release":
+		return cmdRelease(args[1:])
+	case "-h", "-help", "--help", "help":
+		fmt.Print(usage)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "lockyard: unknown command %q\n%s", args[0], usage)
+	return exitUsage
+}

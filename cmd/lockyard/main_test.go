@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"go.uber.org/goleak"
+
+	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+const mainEnv = "LOCKYARD_CMD_MAIN"
+
+var server *redistest.Server
+
+// TestMain runs the command itself when re-executed by a test, and
+// otherwise starts the real redis-server the tests use.
+func TestMain(m *testing.M) {
+	if os.Getenv(mainEnv) == "1" {
+		os.Exit(realMain(os.Args[1:]))
+	}
+	var err error
+	if server, err = redistest.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: real-Redis tier:", err) // never skipped
+		os.Exit(1)
+	}
+	code := m.Run()
+	server.Close()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// lockyard returns the command `lockyard args...` against the test server.
+func lockyard(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), mainEnv+"=1", "REDIS_URL=redis://"+server.Addr)
+	return cmd
+}
+
+// exitCode runs cmd and returns its exit status and its output.
+func exitCode(t *testing.T, cmd *exec.Cmd) (int, string) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, out.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), out.String()
+	}
+	t.Fatalf("%v: %v", cmd.Args, err)
+	return 0, ""
+}
+
+var keySeq int
+
+// newKey returns a lock key unique to the test.
+func newKey(t *testing.T) string {
+	keySeq++
+	return fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "."), keySeq)
+}
+
+func exists(t *testing.T, key string) bool {
+	n, err := redis.Int(server.Do("EXISTS", "lockyard:"+key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval of a deadline loop
+	}
+}
+
+// Three `lockyard run` processes on one key: their commands never overlap.
+func TestRunExclusion(t *testing.T) {
+	key, log := newKey(t), filepath.Join(t.TempDir(), "log")
+	script := fmt.Sprintf(`echo start >> %[1]s; sleep 0.2; echo end >> %[1]s`, log)
+	var cmds []*exec.Cmd
+	for range 3 {
+		c := lockyard("run", "--wait", "20s", "--pubsub", key, "--", "sh", "-c", script)
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, c)
+	}
+	for _, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("lockyard run: %v", err)
+		}
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(string(b)); strings.Join(got, " ") != "start end start end start end" {
+		t.Fatalf("the commands overlapped: %v", got)
+	}
+	if exists(t, key) {
+		t.Fatal("the lock is still held after the last run")
+	}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	key := newKey(t)
+	if code, _ := exitCode(t, lockyard("run", key, "--", "sh", "-c", "exit 3")); code != 3 {
+		t.Errorf("command exit 3: lockyard exited %d", code)
+	}
+	if code, _ := exitCode(t, lockyard("run", key, "--", "sh", "-c", "kill -9 $$")); code != 128+9 {
+		t.Errorf("command killed by SIGKILL: lockyard exited %d, want 137", code)
+	}
+	if code, out := exitCode(t, lockyard("run", key)); code != exitUsage {
+		t.Errorf("no command: exit %d (%s), want %d", code, out, exitUsage)
+	}
+	cmd := lockyard("run", key, "--", "true")
+	cmd.Env = append(cmd.Env, "REDIS_URL=redis://127.0.0.1:1")
+	if code, out := exitCode(t, cmd); code != exitUnavailable {
+		t.Errorf("no Redis: exit %d (%s), want %d", code, out, exitUnavailable)
+	}
+
+	// Held by a library registry: not acquired, at once or after --wait.
+	pool := server.Pool()
+	defer pool.Close()
+	reg, err := registry.New(pool, "lockyard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	l, _ := reg.Obtain(key)
+	if err := l.LockContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock()
+	if code, _ := exitCode(t, lockyard("run", key, "--", "true")); code != exitNotAcquired {
+		t.Errorf("held elsewhere, --wait 0: exit %d, want %d", code, exitNotAcquired)
+	}
+	start := time.Now()
+	if code, _ := exitCode(t, lockyard("run", "--wait", "300ms", key, "--", "true")); code != exitNotAcquired {
+		t.Errorf("held elsewhere, --wait 300ms: exit %d, want %d", code, exitNotAcquired)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("--wait 300ms gave up after %v", d)
+	}
+}
+
+// SIGTERM to lockyard reaches the command, and the lock is released after
+// it exits.
+func TestRunForwardsSignals(t *testing.T) {
+	key := newKey(t)
+	cmd := lockyard("run", key, "--", "sh", "-c", `trap "exit 7" TERM; while :; do sleep 0.02; done`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the lock", func() bool { return exists(t, key) })
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Fatalf("lockyard run: %v, want exit 7 (the command's, after the forwarded SIGTERM)", err)
+	}
+	if exists(t, key) {
+		t.Fatal("the lock was not released")
+	}
+}
+
+// An operator's release --force while a command runs: status shows the
+// lock first, release says what it removed, and run signals its command
+// and exits with the lost-lock status.
+func TestStatusReleaseAndLoss(t *testing.T) {
+	key := newKey(t)
+	cmd := lockyard("run", "--ttl", "600ms", "--fencing", key, "--", "sh", "-c",
+		`test "$LOCKYARD_TOKEN" = 1 || exit 2; trap "exit 9" TERM; while :; do sleep 0.02; done`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the lock", func() bool { return exists(t, key) })
+	code, out := exitCode(t, lockyard("status"))
+	if code != 0 || !strings.Contains(out, key) || !strings.Contains(out, "held") {
+		t.Fatalf("status (exit %d):\n%s", code, out)
+	}
+	code, out = exitCode(t, lockyard("status", key))
+	if fields := strings.Fields(strings.Split(out, "\n")[1]); code != 0 || len(fields) != 5 || fields[3] != "1" {
+		t.Fatalf("status %s (exit %d): want one held line with fence 1:\n%s", key, code, out)
+	}
+	if code, out := exitCode(t, lockyard("release", key)); code != exitUsage {
+		t.Fatalf("release without --force: exit %d (%s)", code, out)
+	}
+	code, out = exitCode(t, lockyard("release", "--force", key))
+	if code != 0 || !strings.HasPrefix(out, "removed lockyard:"+key) {
+		t.Fatalf("release --force (exit %d): %s", code, out)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitLost {
+		t.Fatalf("lockyard run after the forced release: %v, want exit %d", err, exitLost)
+	}
+	code, out = exitCode(t, lockyard("release", "--force", key))
+	if code != 0 || !strings.Contains(out, "was not held") {
+		t.Fatalf("second release --force (exit %d): %s", code, out)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	if got := redactURL("rediss://app:s3cret@redis.example:6380/2"); strings.Contains(got, "s3cret") {
+		t.Fatalf("redactURL left the password: %s", got)
+	}
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/lockyard/lockyard/registry"
+)
+
+// runFlags are the flags of lockyard run.
+type runFlags struct {
+	common
+	ttl    time.Duration
+	wait   time.Duration
+	pubsub  bool
+	fencing bool
+	onLost  string
+}
+
+func cmdRun(args []string) int {
+	var f runFlags
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	f.register(fs)
+	fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "lock time to live; renewed every ttl/3 while the command runs")
+	fs.DurationVar(&f.wait, "wait", 0, "how long to wait for the lock (0: fail at once if it is held)")
+	fs.BoolVar(&f.pubsub, "pubsub", false, "wait with pub/sub wake-ups instead of polling")
+	fs.BoolVar(&f.fencing, "fencing", false, "take a fencing token, passed to the command as $LOCKYARD_TOKEN")
+	fs.StringVar(&f.onLost, "on-lost", "TERM", "signal sent to the command if the lock is lost (TERM, INT, KILL, HUP, or none)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: lockyard run [flags] KEY -- COMMAND [ARGS...]")
+		fs.PrintDefaults()
+	}
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	rest := fs.Args()
+	if len(rest) >= 2 && rest[1] == "--" {
+		rest = append(rest[:1], rest[2:]...)
+	}
+	if len(rest) < 2 {
+		return fail("run", exitUsage, errors.New("need KEY -- COMMAND [ARGS...]"))
+	}
+	lostSig, err := parseSignal(f.onLost)
+	if err != nil {
+		return fail("run", exitUsage, err)
+	}
+	return f.run(rest[0], rest[1:], lostSig)
+}
+
+// parseSignal returns the signal named s, or nil for "none".
+func parseSignal(s string) (os.Signal, error) {
+	switch s {
+	case "TERM", "SIGTERM":
+		return syscall.SIGTERM, nil
+	case "INT", "SIGINT":
+		return syscall.SIGINT, nil
+	case "KILL", "SIGKILL":
+		return syscall.SIGKILL, nil
+	case "HUP", "SIGHUP":
+		return syscall.SIGHUP, nil
+	case "none":
+		return nil, nil
+	}
+	return nil, fmt.Errorf("unknown --on-lost signal %q", s)
+}
+
+func (f *runFlags) run(key string, argv []string, lostSig os.Signal) int {
+	log := f.logger()
+	// Signals that arrive while waiting for the lock end the wait; once
+	// the command runs they are forwarded to it.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	ctx := context.Background()
+	pool, err := f.pool(ctx)
+	if err != nil {
+		return fail("run", exitUnavailable, err)
+	}
+	defer pool.Close()
+	opts := []registry.Option{registry.WithExpireAfter(f.ttl), registry.WithAutoRenew(), registry.WithLogger(log)}
+	if f.pubsub {
+		opts = append(opts, registry.WithLockType(registry.PubSubLock))
+	}
+	if f.fencing {
+		opts = append(opts, registry.WithFencing())
+	}
+	reg, err := registry.New(pool, f.registry, opts...)
+	if err != nil {
+		return fail("run", exitUsage, err)
+	}
+	defer reg.Close()
+	l, err := reg.Obtain(key)
+	if err != nil {
+		return fail("run", exitUsage, err)
+	}
+	if code := f.acquire(l, sigs); code != 0 {
+		return code
+	}
+	log.Info("lockyard: lock acquired", "key", l.Key(), "token", l.Token())
+	code, lost := f.exec(l, argv, lostSig, sigs)
+	uerr := l.UnlockContext(context.Background())
+	switch {
+	case lost || errors.Is(uerr, registry.ErrLockLost):
+		fmt.Fprintf(os.Stderr, "lockyard run: the lock on %s was lost while the command ran\n", l.Key())
+		return exitLost
+	case uerr != nil:
+		log.Warn("lockyard: release failed; the lock expires by its TTL", "key", l.Key(), "err", uerr)
+	default:
+		log.Info("lockyard: lock released", "key", l.Key())
+	}
+	return code
+}
+
+// acquire takes the lock within --wait, or at once with --wait 0. A signal
+// ends the wait. It returns 0 once the lock is held.
+func (f *runFlags) acquire(l *registry.RedisLock, sigs <-chan os.Signal) int {
+	if f.wait <= 0 {
+		if !l.TryLock() {
+			fmt.Fprintf(os.Stderr, "lockyard run: %s is held by another holder\n", l.Key())
+			return exitNotAcquired
+		}
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.wait)
+	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-stop:
+		}
+	}()
+	err := l.LockContext(ctx)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		fmt.Fprintf(os.Stderr, "lockyard run: %s not acquired within %v: %v\n", l.Key(), f.wait, err)
+		return exitNotAcquired
+	}
+	return fail("run", exitUnavailable, err)
+}
+
+// exec runs argv while the lock is held, forwarding SIGINT and SIGTERM, and
+// signalling it with lostSig if the lock is lost. It returns the command's
+// exit status and whether the lock was lost.
+func (f *runFlags) exec(l *registry.RedisLock, argv []string, lostSig os.Signal, sigs <-chan os.Signal) (code int, lost bool) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), "LOCKYARD_KEY="+l.Key(), fmt.Sprintf("LOCKYARD_TOKEN=%d", l.Token()))
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "lockyard run: %v\n", err)
+		return 127, false
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	lostCh := l.Lost()
+	for {
+		select {
+		case sig := <-sigs:
+			_ = cmd.Process.Signal(sig)
+		case <-lostCh:
+			lost, lostCh = true, nil
+			if lostSig != nil {
+				_ = cmd.Process.Signal(lostSig)
+			}
+		case err := <-done:
+			return exitStatus(err), lost
+		}
+	}
+}
+
+// exitStatus maps a command's Wait error to a shell-style exit status.
+func exitStatus(err error) int {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return 1
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+func cmdStatus(args []string) int {
+	var f common
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	f.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: lockyard status [flags] [KEY...]")
+		fs.PrintDefaults()
+	}
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	ctx := context.Background()
+	pool, err := f.pool(ctx)
+	if err != nil {
+		return fail("status", exitUnavailable, err)
+	}
+	defer pool.Close()
+	c, err := pool.GetContext(ctx)
+	if err != nil {
+		return fail("status", exitUnavailable, err)
+	}
+	defer c.Close()
+	keys := fs.Args()
+	if len(keys) == 0 {
+		if keys, err = scanKeys(c, f.registry); err != nil {
+			return fail("status", exitUnavailable, err)
+		}
+	}
+	if err := printStatus(os.Stdout, c, f.registry, keys); err != nil {
+		return fail("status", exitUnavailable, err)
+	}
+	return 0
+}
+
+// scanKeys returns the keys of the locks held under registryKey, found
+// with SCAN (never KEYS, which blocks the server).
+func scanKeys(c redis.Conn, registryKey string) ([]string, error) {
+	pattern := globEscape(registryKey) + ":*"
+	var keys []string
+	cursor := "0"
+	for {
+		v, err := redis.Values(c.Do("SCAN", cursor, "MATCH", pattern, "COUNT", 1000))
+		if err != nil {
+			return nil, err
+		}
+		batch, err := redis.Strings(v[1], nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range batch {
+			keys = append(keys, k[len(registryKey)+1:])
+		}
+		if cursor, err = redis.String(v[0], nil); err != nil || cursor == "0" {
+			return keys, err
+		}
+	}
+}
+
+// globEscape escapes the glob characters of s for SCAN MATCH.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(`*?[]\`, s[i]) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// printStatus prints one line per key: whether it is held, its remaining
+// TTL, its fencing counter and the holder's registry id.
+func printStatus(w io.Writer, c redis.Conn, registryKey string, keys []string) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tSTATE\tTTL\tFENCE\tHOLDER")
+	for _, k := range keys {
+		lk := registryKey + ":" + k
+		c.Send("GET", lk)
+		c.Send("PTTL", lk)
+		c.Send("GET", "{"+lk+"}:fence")
+		v, err := redis.Values(c.Do(""))
+		if err != nil {
+			return err
+		}
+		token, err := redis.String(v[0], nil)
+		if errors.Is(err, redis.ErrNil) {
+			fmt.Fprintf(tw, "%s\tfree\t-\t%s\t-\n", k, fence(v[2]))
+			continue
+		}
+		pttl, _ := redis.Int64(v[1], nil)
+		fmt.Fprintf(tw, "%s\theld\t%s\t%s\t%s\n", k, ttlString(pttl), fence(v[2]), holder(token))
+	}
+	return tw.Flush()
+}
+
+func ttlString(pttl int64) string {
+	if pttl < 0 {
+		return "none"
+	}
+	return (time.Duration(pttl) * time.Millisecond).String()
+}
+
+func fence(v any) string {
+	n, err := redis.Int64(v, nil)
+	if err != nil {
+		return "-"
+	}
+	return fmt.Sprint(n)
+}
+
+// holder returns the registry id part of a lockyard token (uuid:counter),
+// or the whole value of a foreign one.
+func holder(token string) string {
+	if i := strings.LastIndexByte(token, ':'); i > 0 {
+		return token[:i]
+	}
+	return token
+}
+
+func cmdRelease(args []string) int {
+	var f common
+	var force bool
+	fs := flag.NewFlagSet("release", flag.ContinueOnError)
+	f.register(fs)
+	fs.BoolVar(&force, "force", false, "required: remove the lock whoever holds it")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: lockyard release --force [flags] KEY")
+		fs.PrintDefaults()
+	}
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if !force || fs.NArg() != 1 {
+		return fail("release", exitUsage, errors.New("need --force and exactly one KEY: this removes a lock that someone else may hold"))
+	}
+	ctx := context.Background()
+	pool, err := f.pool(ctx)
+	if err != nil {
+		return fail("release", exitUnavailable, err)
+	}
+	defer pool.Close()
+	c, err := pool.GetContext(ctx)
+	if err != nil {
+		return fail("release", exitUnavailable, err)
+	}
+	defer c.Close()
+	lk := f.registry + ":" + fs.Arg(0)
+	v, err := redis.Values(forceRelease.Do(c, lk, f.registry+"-channel:"+lk))
+	if err != nil {
+		return fail("release", exitUnavailable, err)
+	}
+	token, _ := redis.String(v[0], nil)
+	if token == "" {
+		fmt.Printf("%s was not held: nothing removed\n", lk)
+		return 0
+	}
+	pttl, _ := redis.Int64(v[1], nil)
+	fmt.Printf("removed %s (holder %s, %s left); waiters were notified\n", lk, holder(token), ttlString(pttl))
+	return 0
+}
+
+// forceRelease deletes a lock key whatever its value and publishes the
+// release, in one step; it returns the value and TTL it removed.
+var forceRelease = redis.NewScript(1, forceReleaseSrc)
+
+//go:embed forcerelease.lua
+var forceReleaseSrc string
