@@ -17,8 +17,8 @@ import (
 // runFlags are the flags of lockyard run.
 type runFlags struct {
 	common
-	ttl    time.Duration
-	wait   time.Duration
+	ttl     time.Duration
+	wait    time.Duration
 	pubsub  bool
 	fencing bool
 	onLost  string
