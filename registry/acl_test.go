@@ -1,0 +1,107 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+// aclFor returns the least-privilege ACL rules of docs/SECURITY.md for a
+// registry key.
+func aclFor(registryKey string) []any {
+	return []any{"on", ">pw-" + registryKey, "resetkeys", "resetchannels",
+		"~" + registryKey + ":*", "~{" + registryKey + ":*", "&" + registryKey + "-channel:*",
+		"-@all", "+evalsha", "+eval", "+psubscribe", "+ping", "+info",
+		"+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+publish"}
+}
+
+// userPool returns a pool that authenticates as user.
+func userPool(t *testing.T, user string) *redis.Pool {
+	p := &redis.Pool{DialContext: func(ctx context.Context) (redis.Conn, error) {
+		return redis.DialContext(ctx, "tcp", real.Addr, redis.DialUsername(user), redis.DialPassword("pw-"+user),
+			redis.DialReadTimeout(2*time.Second))
+	}}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// The ACL of docs/SECURITY.md is enough for every feature (fencing, pub/sub
+// wake-ups, auto-renew), and a user limited to another prefix can neither
+// take nor release the locks.
+func TestLeastPrivilegeACL(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	other := pfx + "-other"
+	for _, u := range []string{pfx, other} {
+		b.do(t, "ACL", append([]any{"SETUSER", u}, aclFor(u)...)...)
+		t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", u) })
+	}
+	opts := []registry.Option{registry.WithFencing(), registry.WithAutoRenew(), registry.WithExpireAfter(300 * time.Millisecond),
+		registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
+	r1 := newRegPrefix(t, userPool(t, pfx), pfx, opts...)
+	r2 := newRegPrefix(t, userPool(t, pfx), pfx, opts...)
+	l1, l2 := obtain(t, r1, "k"), obtain(t, r2, "k")
+	mustNil(t, l1.LockContext(bg(t)))
+	if l1.Token() != 1 {
+		t.Fatalf("token %d", l1.Token())
+	}
+	got := make(chan error, 1)
+	go func() {
+		err := l2.LockContext(bg(t))
+		if err == nil {
+			err = l2.UnlockContext(context.Background())
+		}
+		got <- err
+	}()
+	waitFor(t, 5*time.Second, "the wait marker", func() bool {
+		n, _ := redis.Int(b.do(t, "EXISTS", "{"+l1.Key()+"}:wait"), nil)
+		return n == 1
+	})
+	// Held past its TTL by renewals, then released; the waiter is woken
+	// by the release message (it polls every 10s).
+	until := time.Now().Add(400 * time.Millisecond) // more than the TTL: only the watchdog keeps the lock
+	waitFor(t, 5*time.Second, "a TTL and more", func() bool {
+		select {
+		case <-l1.Lost():
+			t.Fatal("lost under the ACL: renewals denied?")
+		default:
+		}
+		return time.Now().After(until)
+	})
+	mustNil(t, l1.UnlockContext(bg(t)))
+	mustNil(t, recvWithin(t, got, 3*time.Second, "the waiter woken by the release"))
+
+	// Another prefix's user: no access to our keys, by lockyard or by hand.
+	mustNil(t, l1.LockContext(bg(t)))
+	defer l1.Unlock()
+	intruder := newRegPrefix(t, userPool(t, other), pfx, registry.WithLogger(discardLogger))
+	il := obtain(t, intruder, "k")
+	err := il.LockContext(bg(t))
+	var re *registry.ReplyError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("another prefix's user: LockContext = %v, want a NOPERM reply at once", err)
+	}
+	c, err := userPool(t, other).GetContext(bg(t))
+	mustNil(t, err)
+	defer c.Close()
+	if _, err := c.Do("DEL", l1.Key()); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("another prefix's user deleted our lock key: %v", err)
+	}
+	if _, err := c.Do("PSUBSCRIBE", pfx+"-channel:*"); err == nil {
+		if _, err = c.Receive(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Fatalf("another prefix's user subscribed to our channel: %v", err)
+		}
+	}
+	select {
+	case <-l1.Lost():
+		t.Fatal("our lock was lost to the other user")
+	default:
+	}
+}
