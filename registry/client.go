@@ -74,7 +74,10 @@ type Subscription interface {
 // redis.Error, go-redis's error reply), so errors.As with it works too.
 type ReplyError struct{ Err error }
 
+// Error returns the server's reply, such as "NOPERM ...".
 func (e *ReplyError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the client's own error value.
 func (e *ReplyError) Unwrap() error { return e.Err }
 
 // Script is one of the registry's Lua scripts (lua/*.lua), as a Client

@@ -120,7 +120,7 @@ func (r *Registry) applyRenewal(x renewal, n int, err error, sent int64) {
 		x.h.markLost()
 		r.stats.lostHold(x.h)
 		r.untrack(x.l, x.h)
-		r.log.Warn("lockyard: lock lost: renewal found the key gone", "key", x.l.key)
+		r.log.Warn("lockyard: lock lost: renewal found the key gone", "key", x.l.key, "token", x.h.fence)
 	default:
 		r.stats.renewals.Add(1)
 	}
