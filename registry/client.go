@@ -22,7 +22,8 @@ import (
 //
 // A Client may also have a method Info(ctx, section string) (string, error)
 // returning the server's INFO section; the registry then checks the
-// eviction policy once (see New).
+// eviction policy once (see New). A wrapper that embeds a Client hides
+// that method unless it declares its own.
 type Client interface {
 	// Eval runs s with keys and args: EVALSHA, then EVAL if the server
 	// replies NOSCRIPT. In Redis Cluster every key lies in one slot.
