@@ -23,7 +23,7 @@
 // --fencing, LOCKYARD_TOKEN to its fencing token (0 without). On SIGINT or
 // SIGTERM run forwards the signal to the command and still releases the
 // lock after it exits. Progress goes to stderr as log/slog text, warnings
-// only unless -v; lock keys appear only at info level.
+// only unless -v; lock keys are not logged at info level.
 package main
 
 import (

@@ -104,7 +104,7 @@ func (f *runFlags) run(key string, argv []string, lostSig os.Signal) int {
 	if code := f.acquire(l, sigs); code != 0 {
 		return code
 	}
-	log.Info("lockyard: lock acquired", "key", l.Key(), "token", l.Token())
+	log.Info("lockyard: lock acquired", "token", l.Token())
 	code, lost := f.exec(l, argv, lostSig, sigs)
 	uerr := l.UnlockContext(context.Background())
 	switch {
@@ -114,7 +114,7 @@ func (f *runFlags) run(key string, argv []string, lostSig os.Signal) int {
 	case uerr != nil:
 		log.Warn("lockyard: release failed; the lock expires by its TTL", "key", l.Key(), "err", uerr)
 	default:
-		log.Info("lockyard: lock released", "key", l.Key())
+		log.Info("lockyard: lock released")
 	}
 	return code
 }
