@@ -86,6 +86,10 @@
 // connection every second and reconnects after 3 seconds of silence, so a
 // connection that died without a FIN is noticed. docs/RELIABILITY.md lists
 // the faults the test suite injects and what lockyard did under each.
+// Registry.Stats returns counters (acquisitions, contended waits, a
+// wait-time histogram, renewals, lost locks, Redis errors, cached locks)
+// for a metrics system. Lock keys are logged only in records about a
+// failure of that lock, at warn or error level, never at info level.
 //
 // # Backends
 //
