@@ -129,9 +129,12 @@ func ExampleNewWithClient() {
 	defer reg.Close()
 	lock, _ := reg.Obtain("order-42")
 	lock.Lock()
+	fmt.Println("holding", lock.Key())
 	lock.Unlock()
 	fmt.Println(counter.scripts)
-	// Output: [obtain release]
+	// Output:
+	// holding orders:order-42
+	// [obtain release]
 }
 
 type countingClient struct {
@@ -153,6 +156,7 @@ func ExampleRegistry_Stats() {
 	lock, _ := reg.Obtain("order-42")
 	for range 3 {
 		lock.Lock()
+		//lint:ignore SA2001 an empty critical section is enough to count
 		lock.Unlock()
 	}
 	s := reg.Stats()
