@@ -52,14 +52,7 @@ func TestLeastPrivilegeACL(t *testing.T) {
 	if l1.Token() != 1 {
 		t.Fatalf("token %d", l1.Token())
 	}
-	got := make(chan error, 1)
-	go func() {
-		err := l2.LockContext(bg(t))
-		if err == nil {
-			err = l2.UnlockContext(context.Background())
-		}
-		got <- err
-	}()
+	got := lockInBackground(t, l2)
 	waitFor(t, 5*time.Second, "the wait marker", func() bool {
 		n, _ := redis.Int(b.do(t, "EXISTS", "{"+l1.Key()+"}:wait"), nil)
 		return n == 1

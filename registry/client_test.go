@@ -88,14 +88,7 @@ func TestHashTag(t *testing.T) {
 		// A waiter in another registry is woken by the release (its poll
 		// interval is 10s), so the channel of a hash-tag key maps back to
 		// its lock.
-		got := make(chan error, 1)
-		go func() {
-			err := l2.LockContext(bg(t))
-			if err == nil {
-				err = l2.UnlockContext(context.Background())
-			}
-			got <- err
-		}()
+		got := lockInBackground(t, l2)
 		waitFor(t, 5*time.Second, "the waiter's wait marker", func() bool {
 			n, _ := redis.Int(b.do(t, "EXISTS", l1.Key()+":wait"), nil)
 			return n == 1
@@ -209,14 +202,7 @@ func TestTransientRepliesAtRelease(t *testing.T) {
 			if !ok {
 				t.Fatal("TryLock failed")
 			}
-			waiter := make(chan error, 1)
-			go func() {
-				err := l.LockContext(bg(t))
-				if err == nil {
-					err = l.UnlockContext(context.Background())
-				}
-				waiter <- err
-			}()
+			waiter := lockInBackground(t, l)
 			waitFor(t, 5*time.Second, "a local waiter", func() bool { return l.Waiters() == 1 })
 			mustNil(t, h.unlock())
 			mustNil(t, recvWithin(t, waiter, 5*time.Second, "the waiter"))

@@ -247,3 +247,18 @@ func newMiniredis(tb testing.TB) *miniredis.Miniredis {
 	tb.Cleanup(mr.Close)
 	return mr
 }
+
+// lockInBackground makes a new goroutine wait for l with LockContext and
+// release it at once; the channel gets the first error, or nil.
+func lockInBackground(t *testing.T, l *registry.RedisLock) <-chan error {
+	got := make(chan error, 1)
+	ctx := bg(t)
+	go func() {
+		err := l.LockContext(ctx)
+		if err == nil {
+			err = l.UnlockContext(context.Background())
+		}
+		got <- err
+	}()
+	return got
+}

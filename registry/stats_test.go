@@ -1,7 +1,6 @@
 package registry_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -35,14 +34,7 @@ func TestStats(t *testing.T) {
 			t.Fatal("TryLock failed")
 		}
 		l2 := obtain(t, r2, "k")
-		got := make(chan error, 1)
-		go func() {
-			err := l2.LockContext(bg(t))
-			if err == nil {
-				err = l2.UnlockContext(context.Background())
-			}
-			got <- err
-		}()
+		got := lockInBackground(t, l2)
 		waitFor(t, 5*time.Second, "the wait marker", func() bool {
 			v, _ := b.do(t, "EXISTS", "{"+l1.Key()+"}:wait").(int64)
 			return v == 1
