@@ -140,15 +140,16 @@ func (l *RedisLock) TryLock() bool {
 // the calling goroutine does not hold the lock. A lost lock or a Redis error
 // is logged (at error level) instead of returned: use UnlockContext to see it.
 func (l *RedisLock) Unlock() {
+	token := l.Token() // read before the release forgets the hold
 	err := l.UnlockContext(context.Background())
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotOwner):
 		panic(fmt.Sprintf("lockyard: Unlock of %q by a goroutine that does not hold it", l.key))
 	case errors.Is(err, ErrLockLost):
-		l.reg.log.Error("lockyard: lock was lost before Unlock", "key", l.key, "err", err)
+		l.reg.log.Error("lockyard: lock was lost before Unlock", "key", l.key, "token", token, "err", err)
 	default:
-		l.reg.log.Error("lockyard: release failed; the key expires by its TTL", "key", l.key, "err", err)
+		l.reg.log.Error("lockyard: release failed; the key expires by its TTL", "key", l.key, "token", token, "err", err)
 	}
 }
 
