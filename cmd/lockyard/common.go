@@ -18,6 +18,7 @@ import (
 type common struct {
 	url      string
 	registry string
+	hashTag  bool
 	verbose  bool
 }
 
@@ -28,7 +29,38 @@ func (c *common) register(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&c.url, "redis", def, "Redis URL: redis://[user:password@]host:port[/db] or rediss:// (TLS); default $REDIS_URL")
 	fs.StringVar(&c.registry, "registry", "lockyard", "registry key: locks are REGISTRY:KEY")
+	fs.BoolVar(&c.hashTag, "hash-tag", false, "locks are REGISTRY:{KEY}, as registries with WithHashTag (Redis Cluster) make them")
 	fs.BoolVar(&c.verbose, "v", false, "log progress to stderr")
+}
+
+// lockKey returns the Redis key of the lock on key.
+func (c *common) lockKey(key string) string {
+	if c.hashTag {
+		return c.registry + ":{" + key + "}"
+	}
+	return c.registry + ":" + key
+}
+
+// fenceKey returns the fence counter key of the lock key lk.
+func (c *common) fenceKey(lk string) string {
+	if c.hashTag {
+		return lk + ":fence"
+	}
+	return "{" + lk + "}:fence"
+}
+
+// userKey returns the key of the lock key lk under the registry key, and
+// whether lk is a lock key of this form at all (not a fence counter or a
+// wait marker).
+func (c *common) userKey(lk string) (string, bool) {
+	k := lk[len(c.registry)+1:]
+	if !c.hashTag {
+		return k, true
+	}
+	if len(k) < 3 || k[0] != '{' || k[len(k)-1] != '}' {
+		return "", false
+	}
+	return k[1 : len(k)-1], true
 }
 
 // logger logs to stderr in slog's text format: warnings, or from info with -v.

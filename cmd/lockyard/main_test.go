@@ -232,3 +232,39 @@ func TestRedactURL(t *testing.T) {
 		t.Fatalf("redactURL left the password: %s", got)
 	}
 }
+
+// With --hash-tag, run, status and release use the registryKey:{KEY} form
+// of WithHashTag registries, and status lists only lock keys, not fence
+// counters.
+func TestHashTagForm(t *testing.T) {
+	key := newKey(t)
+	if code, out := exitCode(t, lockyard("run", "--hash-tag", "--fencing", key, "--", "sh", "-c",
+		`test "$LOCKYARD_KEY" = "lockyard:{`+key+`}"`)); code != 0 {
+		t.Fatalf("run --hash-tag: exit %d: %s", code, out)
+	}
+	cmd := lockyard("run", "--hash-tag", "--fencing", key, "--", "sh", "-c", `while :; do sleep 0.02; done`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	waitFor(t, 5*time.Second, "the lock", func() bool {
+		n, _ := redis.Int(server.Do("EXISTS", "lockyard:{"+key+"}"))
+		return n == 1
+	})
+	code, out := exitCode(t, lockyard("status", "--hash-tag"))
+	var line string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, key) {
+			if line != "" {
+				t.Fatalf("status lists %s twice (fence counter as a lock?):\n%s", key, out)
+			}
+			line = l
+		}
+	}
+	if f := strings.Fields(line); code != 0 || len(f) != 5 || f[0] != key || f[1] != "held" || f[3] != "2" {
+		t.Fatalf("status --hash-tag (exit %d): want %s held with fence 2:\n%s", code, key, out)
+	}
+	if code, out := exitCode(t, lockyard("release", "--force", "--hash-tag", key)); code != 0 || !strings.HasPrefix(out, "removed lockyard:{"+key+"}") {
+		t.Fatalf("release --force --hash-tag (exit %d): %s", code, out)
+	}
+}

@@ -92,6 +92,9 @@ func (f *runFlags) run(key string, argv []string, lostSig os.Signal) int {
 	if f.fencing {
 		opts = append(opts, registry.WithFencing())
 	}
+	if f.hashTag {
+		opts = append(opts, registry.WithHashTag())
+	}
 	reg, err := registry.New(pool, f.registry, opts...)
 	if err != nil {
 		return fail("run", exitUsage, err)

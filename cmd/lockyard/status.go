@@ -39,11 +39,11 @@ func cmdStatus(args []string) int {
 	defer c.Close()
 	keys := fs.Args()
 	if len(keys) == 0 {
-		if keys, err = scanKeys(c, f.registry); err != nil {
+		if keys, err = scanKeys(c, &f); err != nil {
 			return fail("status", exitUnavailable, err)
 		}
 	}
-	if err := printStatus(os.Stdout, c, f.registry, keys); err != nil {
+	if err := printStatus(os.Stdout, c, &f, keys); err != nil {
 		return fail("status", exitUnavailable, err)
 	}
 	return 0
@@ -51,8 +51,8 @@ func cmdStatus(args []string) int {
 
 // scanKeys returns the keys of the locks held under registryKey, found
 // with SCAN (never KEYS, which blocks the server).
-func scanKeys(c redis.Conn, registryKey string) ([]string, error) {
-	pattern := globEscape(registryKey) + ":*"
+func scanKeys(c redis.Conn, f *common) ([]string, error) {
+	pattern := globEscape(f.registry) + ":*"
 	var keys []string
 	cursor := "0"
 	for {
@@ -65,7 +65,9 @@ func scanKeys(c redis.Conn, registryKey string) ([]string, error) {
 			return nil, err
 		}
 		for _, k := range batch {
-			keys = append(keys, k[len(registryKey)+1:])
+			if uk, ok := f.userKey(k); ok {
+				keys = append(keys, uk)
+			}
 		}
 		if cursor, err = redis.String(v[0], nil); err != nil || cursor == "0" {
 			return keys, err
@@ -87,14 +89,14 @@ func globEscape(s string) string {
 
 // printStatus prints one line per key: whether it is held, its remaining
 // TTL, its fencing counter and the holder's registry id.
-func printStatus(w io.Writer, c redis.Conn, registryKey string, keys []string) error {
+func printStatus(w io.Writer, c redis.Conn, f *common, keys []string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tSTATE\tTTL\tFENCE\tHOLDER")
 	for _, k := range keys {
-		lk := registryKey + ":" + k
+		lk := f.lockKey(k)
 		c.Send("GET", lk)
 		c.Send("PTTL", lk)
-		c.Send("GET", "{"+lk+"}:fence")
+		c.Send("GET", f.fenceKey(lk))
 		v, err := redis.Values(c.Do(""))
 		if err != nil {
 			return err
@@ -161,7 +163,7 @@ func cmdRelease(args []string) int {
 		return fail("release", exitUnavailable, err)
 	}
 	defer c.Close()
-	lk := f.registry + ":" + fs.Arg(0)
+	lk := f.lockKey(fs.Arg(0))
 	v, err := redis.Values(forceRelease.Do(c, lk, f.registry+"-channel:"+lk))
 	if err != nil {
 		return fail("release", exitUnavailable, err)
