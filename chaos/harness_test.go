@@ -136,17 +136,8 @@ func repeat(wg *sync.WaitGroup, stop <-chan struct{}, body func()) {
 	}()
 }
 
-// waitFor polls cond every few milliseconds until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval of a deadline loop
-	}
-}
+// waitFor is redistest.WaitFor: a deadline poll.
+var waitFor = redistest.WaitFor
 
 func mustNil(t testing.TB, err error) {
 	t.Helper()

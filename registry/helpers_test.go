@@ -107,17 +107,8 @@ func obtain(t *testing.T, r *registry.Registry, key string) *registry.RedisLock 
 	return l
 }
 
-// waitFor polls cond every few milliseconds until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval of a deadline loop
-	}
-}
+// waitFor is redistest.WaitFor: a deadline poll.
+var waitFor = redistest.WaitFor
 
 // inGoroutine runs fn in another goroutine and returns its result.
 func inGoroutine[T any](fn func() T) T {

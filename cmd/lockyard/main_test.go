@@ -86,16 +86,8 @@ func exists(t *testing.T, key string) bool {
 	return n == 1
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond) // poll interval of a deadline loop
-	}
-}
+// waitFor is redistest.WaitFor: a deadline poll.
+var waitFor = redistest.WaitFor
 
 // Three `lockyard run` processes on one key: their commands never overlap.
 func TestRunExclusion(t *testing.T) {
