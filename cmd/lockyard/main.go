@@ -22,7 +22,8 @@
 // The command runs with LOCKYARD_KEY set to the lock's Redis key and, with
 // --fencing, LOCKYARD_TOKEN to its fencing token (0 without). On SIGINT or
 // SIGTERM run forwards the signal to the command and still releases the
-// lock after it exits. Progress goes to stderr as log/slog text, warnings
+// lock after it exits; a signal that arrives while run waits for the lock
+// ends the wait, and run exits 128+N without starting the command. Progress goes to stderr as log/slog text, warnings
 // only unless -v; lock keys are not logged at info level.
 package main
 

@@ -160,15 +160,39 @@ func TestRunExitCodes(t *testing.T) {
 	}
 }
 
+// startTrapped starts `lockyard args... -- sh -c SCRIPT`, where the shell
+// script runs check, then exits with exit on SIGTERM, and loops until then.
+// It returns once the trap is installed: a SIGTERM sent earlier would kill
+// the shell by default action, which is not what the tests look at.
+func startTrapped(t *testing.T, exit int, check string, args ...string) *exec.Cmd {
+	t.Helper()
+	ready := filepath.Join(t.TempDir(), "ready")
+	script := fmt.Sprintf(`trap "exit %d" TERM; : > %q; while :; do sleep 0.02; done`, exit, ready)
+	if check != "" {
+		script = check + "; " + script
+	}
+	cmd := lockyard(append(args, "--", "sh", "-c", script)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil { // the test failed before its Wait
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	waitFor(t, 5*time.Second, "the command's trap", func() bool {
+		_, err := os.Stat(ready)
+		return err == nil
+	})
+	return cmd
+}
+
 // SIGTERM to lockyard reaches the command, and the lock is released after
 // it exits.
 func TestRunForwardsSignals(t *testing.T) {
 	key := newKey(t)
-	cmd := lockyard("run", key, "--", "sh", "-c", `trap "exit 7" TERM; while :; do sleep 0.02; done`)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "the lock", func() bool { return exists(t, key) })
+	cmd := startTrapped(t, 7, "", "run", key)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -182,17 +206,68 @@ func TestRunForwardsSignals(t *testing.T) {
 	}
 }
 
+// A signal while run waits for the lock ends the wait: run exits 128+N as
+// a shell would, and the command never starts.
+func TestRunSignalWhileWaiting(t *testing.T) {
+	key, ran := newKey(t), filepath.Join(t.TempDir(), "ran")
+	pool := server.Pool()
+	defer pool.Close()
+	reg, err := registry.New(pool, "lockyard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	l, _ := reg.Obtain(key)
+	if err := l.LockContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock()
+
+	numpat := func() int {
+		n, err := redis.Int(server.Do("PUBSUB", "NUMPAT"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := numpat()
+	cmd := lockyard("run", "--pubsub", "--wait", "1m", key, "--", "sh", "-c", ": > "+ran)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}()
+	// A PubSubLock subscribes after its first failed attempt: run waits.
+	waitFor(t, 5*time.Second, "run to wait", func() bool { return numpat() > before })
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
+		t.Fatalf("SIGTERM while waiting: %v, want exit %d", err, 128+int(syscall.SIGTERM))
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatal("the command ran although run was interrupted before it got the lock")
+	}
+	if !exists(t, key) {
+		t.Fatal("the holder's lock is gone")
+	}
+}
+
 // An operator's release --force while a command runs: status shows the
 // lock first, release says what it removed, and run signals its command
 // and exits with the lost-lock status.
 func TestStatusReleaseAndLoss(t *testing.T) {
 	key := newKey(t)
-	cmd := lockyard("run", "--ttl", "600ms", "--fencing", key, "--", "sh", "-c",
-		`test "$LOCKYARD_TOKEN" = 1 || exit 2; trap "exit 9" TERM; while :; do sleep 0.02; done`)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	cmd := startTrapped(t, 9, `test "$LOCKYARD_TOKEN" = 1 || exit 2`, "run", "--ttl", "600ms", "--fencing", key)
+	if !exists(t, key) {
+		t.Fatal("the command runs but the lock is not held")
 	}
-	waitFor(t, 5*time.Second, "the lock", func() bool { return exists(t, key) })
 	code, out := exitCode(t, lockyard("status"))
 	if code != 0 || !strings.Contains(out, key) || !strings.Contains(out, "held") {
 		t.Fatalf("status (exit %d):\n%s", code, out)

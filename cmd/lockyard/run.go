@@ -134,17 +134,32 @@ func (f *runFlags) acquire(l *registry.RedisLock, sigs <-chan os.Signal) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.wait)
 	defer cancel()
-	stop := make(chan struct{})
-	defer close(stop)
+	stop, done := make(chan struct{}), make(chan struct{})
+	var sig os.Signal
 	go func() {
+		defer close(done)
 		select {
-		case <-sigs:
+		case sig = <-sigs:
 			cancel()
 		case <-stop:
 		}
 	}()
 	err := l.LockContext(ctx)
+	close(stop)
+	<-done
 	switch {
+	case sig != nil:
+		// Interrupted while waiting: give the lock back if it was taken
+		// meanwhile, and exit as a shell does for a command the signal
+		// killed.
+		if err == nil {
+			_ = l.UnlockContext(context.Background())
+		}
+		fmt.Fprintf(os.Stderr, "lockyard run: %v while waiting for %s\n", sig, l.Key())
+		if s, ok := sig.(syscall.Signal); ok {
+			return 128 + int(s)
+		}
+		return exitNotAcquired
 	case err == nil:
 		return 0
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
