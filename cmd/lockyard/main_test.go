@@ -86,6 +86,24 @@ func exists(t *testing.T, key string) bool {
 	return n == 1
 }
 
+// holdElsewhere holds key in a library registry, as another process
+// would, until the test ends.
+func holdElsewhere(t *testing.T, key string) {
+	t.Helper()
+	pool := server.Pool()
+	t.Cleanup(func() { _ = pool.Close() })
+	reg, err := registry.New(pool, "lockyard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reg.Close() })
+	l, _ := reg.Obtain(key)
+	if err := l.LockContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Unlock)
+}
+
 // waitFor is redistest.WaitFor: a deadline poll.
 var waitFor = redistest.WaitFor
 
@@ -136,18 +154,7 @@ func TestRunExitCodes(t *testing.T) {
 	}
 
 	// Held by a library registry: not acquired, at once or after --wait.
-	pool := server.Pool()
-	defer pool.Close()
-	reg, err := registry.New(pool, "lockyard")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
-	l, _ := reg.Obtain(key)
-	if err := l.LockContext(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer l.Unlock()
+	holdElsewhere(t, key)
 	if code, _ := exitCode(t, lockyard("run", key, "--", "true")); code != exitNotAcquired {
 		t.Errorf("held elsewhere, --wait 0: exit %d, want %d", code, exitNotAcquired)
 	}
@@ -210,18 +217,7 @@ func TestRunForwardsSignals(t *testing.T) {
 // a shell would, and the command never starts.
 func TestRunSignalWhileWaiting(t *testing.T) {
 	key, ran := newKey(t), filepath.Join(t.TempDir(), "ran")
-	pool := server.Pool()
-	defer pool.Close()
-	reg, err := registry.New(pool, "lockyard")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
-	l, _ := reg.Obtain(key)
-	if err := l.LockContext(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer l.Unlock()
+	holdElsewhere(t, key)
 
 	numpat := func() int {
 		n, err := redis.Int(server.Do("PUBSUB", "NUMPAT"))
@@ -246,7 +242,7 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
 		t.Fatalf("SIGTERM while waiting: %v, want exit %d", err, 128+int(syscall.SIGTERM))
