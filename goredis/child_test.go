@@ -33,7 +33,7 @@ func runChild(role string) int {
 }
 
 // contendChild runs 2 registries x 4 goroutines, each making LY_ITER
-// fenced, non-atomic increments of cnt:{key} under the lock of key, on the
+// fenced, non-atomic increments of LY_PREFIX:cnt:{key} under the lock of key, on the
 // cluster at LY_ADDRS. It prints RESULT acquisitions stale-tokens errors.
 func contendChild() int {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(os.Getenv("LY_ADDRS"), ","), ContextTimeoutEnabled: true})
@@ -63,7 +63,7 @@ func contendChild() int {
 						if err != nil {
 							return err
 						}
-						if !fencedIncrement(ctx, rdb, key, l.Token()) {
+						if !fencedIncrement(ctx, rdb, os.Getenv("LY_PREFIX"), key, l.Token()) {
 							stale.Add(1)
 						}
 						return nil
@@ -84,11 +84,12 @@ func contendChild() int {
 	return 0
 }
 
-// fencedIncrement adds 1 to cnt:{key} by a read, a pause and a write, so
-// that two holders at once lose an update, and records token as the last
-// seen in seen:{key}. It reports whether token was greater than the last.
-func fencedIncrement(ctx context.Context, rdb redis.UniversalClient, key string, token int64) bool {
-	cnt, seen := "cnt:{"+key+"}", "seen:{"+key+"}"
+// fencedIncrement adds 1 to prefix:cnt:{key} by a read, a pause and a
+// write, so that two holders at once lose an update, and records token as
+// the last seen in prefix:seen:{key}. It reports whether token was greater
+// than the last.
+func fencedIncrement(ctx context.Context, rdb redis.UniversalClient, prefix, key string, token int64) bool {
+	cnt, seen := prefix+":cnt:{"+key+"}", prefix+":seen:{"+key+"}"
 	v, err := rdb.Get(ctx, cnt).Int()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return false

@@ -29,7 +29,7 @@ func TestClusterMutualExclusion(t *testing.T) {
 	rdb := c.client(t)
 	var total int64
 	for _, k := range keys {
-		n, _ := rdb.Get(ctxBg(), "cnt:{"+k+"}").Int64()
+		n, _ := rdb.Get(ctxBg(), pfx+":cnt:{"+k+"}").Int64()
 		total += n
 	}
 	t.Logf("FIGURE cluster exclusion: %d acquisitions by %d processes over %d keys on 3 masters: %d lost updates, %d stale tokens, %d errors",

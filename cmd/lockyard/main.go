@@ -23,7 +23,9 @@
 // --fencing, LOCKYARD_TOKEN to its fencing token (0 without). On SIGINT or
 // SIGTERM run forwards the signal to the command and still releases the
 // lock after it exits; a signal that arrives while run waits for the lock
-// ends the wait, and run exits 128+N without starting the command. Progress goes to stderr as log/slog text, warnings
+// ends the wait, and run exits 128+N without starting the command. On
+// Linux, if run itself dies (even by SIGKILL), the kernel sends the command
+// the --on-lost signal: nothing renews the lock any more. Progress goes to stderr as log/slog text, warnings
 // only unless -v; lock keys are not logged at info level.
 package main
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -168,17 +169,20 @@ func TestRunExitCodes(t *testing.T) {
 }
 
 // startTrapped starts `lockyard args... -- sh -c SCRIPT`, where the shell
-// script runs check, then exits with exit on SIGTERM, and loops until then.
-// It returns once the trap is installed: a SIGTERM sent earlier would kill
-// the shell by default action, which is not what the tests look at.
-func startTrapped(t *testing.T, exit int, check string, args ...string) *exec.Cmd {
+// script runs check, then loops for at most a minute; on SIGTERM it
+// creates the file trapped and exits with exit. startTrapped returns once
+// the trap is installed: a SIGTERM sent earlier would kill the shell by
+// default action, which is not what the tests look at.
+func startTrapped(t *testing.T, exit int, check string, args ...string) (cmd *exec.Cmd, trapped string) {
 	t.Helper()
-	ready := filepath.Join(t.TempDir(), "ready")
-	script := fmt.Sprintf(`trap "exit %d" TERM; : > %q; while :; do sleep 0.02; done`, exit, ready)
+	dir := t.TempDir()
+	ready, trapped := filepath.Join(dir, "ready"), filepath.Join(dir, "trapped")
+	script := fmt.Sprintf(`trap ': > %q; exit %d' TERM; : > %q; n=0; while [ $n -lt 3000 ]; do sleep 0.02; n=$((n+1)); done`,
+		trapped, exit, ready)
 	if check != "" {
 		script = check + "; " + script
 	}
-	cmd := lockyard(append(args, "--", "sh", "-c", script)...)
+	cmd = lockyard(append(args, "--", "sh", "-c", script)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -188,18 +192,35 @@ func startTrapped(t *testing.T, exit int, check string, args ...string) *exec.Cm
 			_ = cmd.Wait()
 		}
 	})
-	waitFor(t, 5*time.Second, "the command's trap", func() bool {
-		_, err := os.Stat(ready)
-		return err == nil
-	})
-	return cmd
+	waitFor(t, 5*time.Second, "the command's trap", func() bool { return fileExists(ready) })
+	return cmd, trapped
+}
+
+func fileExists(name string) bool {
+	_, err := os.Stat(name)
+	return err == nil
+}
+
+// If lockyard dies by SIGKILL, nothing renews the lock: on Linux the
+// command gets the --on-lost signal instead of running on unprotected.
+func TestRunKilledSignalsCommand(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent-death signal is Linux only")
+	}
+	key := newKey(t)
+	cmd, trapped := startTrapped(t, 7, "", "run", key)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	waitFor(t, 5*time.Second, "SIGTERM to the command of the killed lockyard", func() bool { return fileExists(trapped) })
 }
 
 // SIGTERM to lockyard reaches the command, and the lock is released after
 // it exits.
 func TestRunForwardsSignals(t *testing.T) {
 	key := newKey(t)
-	cmd := startTrapped(t, 7, "", "run", key)
+	cmd, _ := startTrapped(t, 7, "", "run", key)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +281,7 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 // and exits with the lost-lock status.
 func TestStatusReleaseAndLoss(t *testing.T) {
 	key := newKey(t)
-	cmd := startTrapped(t, 9, `test "$LOCKYARD_TOKEN" = 1 || exit 2`, "run", "--ttl", "600ms", "--fencing", key)
+	cmd, _ := startTrapped(t, 9, `test "$LOCKYARD_TOKEN" = 1 || exit 2`, "run", "--ttl", "600ms", "--fencing", key)
 	if !exists(t, key) {
 		t.Fatal("the command runs but the lock is not held")
 	}

@@ -32,7 +32,7 @@ func cmdRun(args []string) int {
 	fs.DurationVar(&f.wait, "wait", 0, "how long to wait for the lock (0: fail at once if it is held)")
 	fs.BoolVar(&f.pubsub, "pubsub", false, "wait with pub/sub wake-ups instead of polling")
 	fs.BoolVar(&f.fencing, "fencing", false, "take a fencing token, passed to the command as $LOCKYARD_TOKEN")
-	fs.StringVar(&f.onLost, "on-lost", "TERM", "signal sent to the command if the lock is lost (TERM, INT, KILL, HUP, or none)")
+	fs.StringVar(&f.onLost, "on-lost", "TERM", "signal sent to the command if the lock is lost, or on Linux if lockyard dies (TERM, INT, KILL, HUP, or none)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: lockyard run [flags] KEY -- COMMAND [ARGS...]")
 		fs.PrintDefaults()
@@ -176,6 +176,7 @@ func (f *runFlags) exec(l *registry.RedisLock, argv []string, lostSig os.Signal,
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), "LOCKYARD_KEY="+l.Key(), fmt.Sprintf("LOCKYARD_TOKEN=%d", l.Token()))
+	defer onParentDeath(cmd, lostSig)()
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "lockyard run: %v\n", err)
 		return 127, false
