@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -139,25 +138,12 @@ func repeat(wg *sync.WaitGroup, stop <-chan struct{}, body func()) {
 // waitFor is redistest.WaitFor: a deadline poll.
 var waitFor = redistest.WaitFor
 
-func mustNil(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func mustIs(t testing.TB, err, target error) {
-	t.Helper()
-	if !errors.Is(err, target) {
-		t.Fatalf("error %v, want %v", err, target)
-	}
-}
-
-func ctxFor(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// mustNil, mustIs and ctxFor are the shared test helpers of redistest.
+var (
+	mustNil = redistest.MustNil
+	mustIs  = redistest.MustIs
+	ctxFor  = redistest.CtxFor
+)
 
 // acquired is the outcome of a lockAsync.
 type acquired struct {

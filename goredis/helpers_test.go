@@ -1,8 +1,6 @@
 package goredis_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,26 +46,12 @@ func newSingle(t testing.TB) *redis.Client {
 	return rdb
 }
 
-func mustNil(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func mustIs(t testing.TB, err, target error) {
-	t.Helper()
-	if !errors.Is(err, target) {
-		t.Fatalf("got error %v, want one matching %v", err, target)
-	}
-}
-
-// ctxFor returns a context that ends after d or at the end of the test.
-func ctxFor(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// mustNil, mustIs and ctxFor are the shared test helpers of redistest.
+var (
+	mustNil = redistest.MustNil
+	mustIs  = redistest.MustIs
+	ctxFor  = redistest.CtxFor
+)
 
 // waitFor is redistest.WaitFor: a deadline poll.
 var waitFor = redistest.WaitFor

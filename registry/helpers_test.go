@@ -2,7 +2,6 @@ package registry_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -168,19 +167,11 @@ func (h *logRecorder) count(level slog.Level, msg string) int {
 	return n
 }
 
-func mustIs(t *testing.T, err, target error) {
-	t.Helper()
-	if !errors.Is(err, target) {
-		t.Fatalf("got error %v, want one matching %v", err, target)
-	}
-}
-
-func mustNil(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+// mustIs and mustNil fail the test at once on an unexpected error.
+var (
+	mustIs  = redistest.MustIs
+	mustNil = redistest.MustNil
+)
 
 // bg returns a context for a test step that must finish well within 10s.
 func bg(t *testing.T) context.Context {
