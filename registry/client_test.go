@@ -162,6 +162,57 @@ func TestReplicaAck(t *testing.T) {
 	mustNil(t, l2.UnlockContext(bg(t)))
 }
 
+// With WithReplicaAck, renewals are acknowledged too: while the replica is
+// attached the watchdog keeps the hold past several TTLs; once it is gone
+// the renewals still reach the master but no longer move the hold's
+// validity, so the holder learns of the loss within a TTL. A promoted
+// replica would have expired the key at the last acknowledged deadline.
+func TestReplicaAckRenewals(t *testing.T) {
+	master, err := redistest.Start("--repl-diskless-sync-delay", "0")
+	mustNil(t, err)
+	defer master.Close()
+	host, port, _ := strings.Cut(master.Addr, ":")
+	replica, err := redistest.Start("--replicaof", host, port)
+	mustNil(t, err)
+	defer replica.Close()
+	replicas := func() string {
+		info, _ := redis.String(master.Do("INFO", "replication"))
+		return info
+	}
+	waitFor(t, 10*time.Second, "the replica to connect", func() bool {
+		return strings.Contains(replicas(), "connected_slaves:1") && strings.Contains(replicas(), "state=online")
+	})
+	pool := master.Pool()
+	defer pool.Close()
+	const ttl = 600 * time.Millisecond
+	r := newReg(t, pool, registry.WithReplicaAck(1, 50*time.Millisecond), registry.WithExpireAfter(ttl), registry.WithAutoRenew())
+	l := obtain(t, r, "k")
+	mustNil(t, l.LockContext(bg(t)))
+	waitFor(t, 10*time.Second, "renewals past 3 TTLs", func() bool { return r.Stats().Renewals >= 7 })
+	select {
+	case <-l.Lost():
+		t.Fatal("lost while the replica acknowledged every renewal")
+	default:
+	}
+	mustNil(t, r.RenewLock(bg(t), "k"))
+
+	_, err = replica.Do("REPLICAOF", "NO", "ONE")
+	mustNil(t, err)
+	waitFor(t, 10*time.Second, "the master to see the replica gone", func() bool {
+		return strings.Contains(replicas(), "connected_slaves:0")
+	})
+	mustIs(t, r.RenewLock(bg(t), "k"), registry.ErrReplicaAck)
+	select {
+	case <-l.Lost():
+	case <-time.After(10 * ttl):
+		t.Fatalf("not lost %v after the replica left (renewals: %d)", 10*ttl, r.Stats().Renewals)
+	}
+	mustIs(t, l.UnlockContext(bg(t)), registry.ErrLockLost)
+	if s := r.Stats(); s.LostLocks != 1 {
+		t.Fatalf("Stats.LostLocks = %d, want 1", s.LostLocks)
+	}
+}
+
 // faultyClient fails the first n runs of the script named script with err.
 type faultyClient struct {
 	registry.Client

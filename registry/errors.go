@@ -29,7 +29,9 @@ var (
 	ErrInvalidConfig = errors.New("lockyard: invalid configuration")
 	// ErrReplicaAck means that, with WithReplicaAck, fewer replicas than
 	// required acknowledged an obtained lock in time; the lock was released
-	// again. LockContext retries it until its ctx ends.
+	// again. LockContext retries it until its ctx ends. From RenewLock it
+	// means the renewal was not acknowledged: the lock is still held, but
+	// its validity did not move.
 	ErrReplicaAck = errors.New("lockyard: too few replicas acknowledged the lock")
 )
 

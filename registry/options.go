@@ -204,7 +204,10 @@ func WithHashTag() Option {
 // WithReplicaAck makes each obtain wait, on the same connection, until n
 // replicas acknowledged it (WAIT n timeout). If fewer did within timeout,
 // the lock is released again and the attempt fails with ErrReplicaAck;
-// LockContext and Lock retry it. This narrows the failover hole of a
+// LockContext and Lock retry it. Renewals wait the same way, and one that
+// too few replicas acknowledged does not extend the hold's validity
+// (RenewLock returns ErrReplicaAck; the watchdog tries again a period
+// later): a hold that no acknowledged renewal extends in time is lost. This narrows the failover hole of a
 // single master: a replica promoted after the ack has the key. It does not
 // close it (WAIT does not make Redis strongly consistent; see
 // docs/SCALING.md), and it costs the replication round trip on every

@@ -429,8 +429,10 @@ func (l *RedisLock) renew(ctx context.Context) error {
 		r.stats.lostHold(h)
 		return fmt.Errorf("%w: validity of %q ended before renewal", ErrLockLost, l.key)
 	}
-	n, err := redis.Int(r.eval(ctx, renewScript, []string{l.key}, h.token, ttl.Milliseconds()))
+	n, err := redis.Int(l.runRenew(ctx, h.token, ttl.Milliseconds()))
 	switch {
+	case errors.Is(err, ErrReplicaAck):
+		return err
 	case err != nil:
 		return fmt.Errorf("lockyard: renewing %q: %w", l.key, err)
 	case n == 0:

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"errors"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -68,29 +69,25 @@ func (r *Registry) renewAll() {
 	}
 }
 
-// renewBatch sends one pipelined batch of renew scripts and applies the
-// replies. A renewal that failed on a pooled connection the server had
+// renewBatch renews one batch (pipelined, or one by one with
+// WithReplicaAck) and applies the replies. A renewal that failed on a pooled connection the server had
 // closed (restart, CLIENT KILL) is sent again at once rather than a period
 // later: renewing is idempotent.
 func (r *Registry) renewBatch(batch []renewal) {
-	ttl := r.cfg.expireAfter
-	ttlArg := ttl.Milliseconds()
+	ttlArg := r.cfg.expireAfter.Milliseconds()
 	for try := 1; len(batch) > 0; try++ {
-		calls := make([]Call, len(batch))
-		for i, x := range batch {
-			calls[i] = Call{Keys: []string{x.l.key}, Args: []any{x.h.token, ttlArg}}
-		}
-		ctx, cancel := r.bound(r.bgCtx)
 		sent := r.now()
-		results := r.client.EvalBatch(ctx, renewScript, calls)
-		cancel()
+		results := r.renewCalls(batch, ttlArg)
 		var again []renewal
 		var (
 			lastErr error
 			failed  int
 		)
 		for i, res := range results {
-			r.stats.redisError(res.Err)
+			if errors.Is(res.Err, ErrReplicaAck) {
+				lastErr, failed = res.Err, failed+1
+				continue
+			}
 			if isStaleConn(res.Err) && try < netTries && !r.isClosed() {
 				again = append(again, batch[i])
 				continue
@@ -107,6 +104,26 @@ func (r *Registry) renewBatch(batch []renewal) {
 		}
 		batch = again
 	}
+}
+
+// renewCalls runs the renewals of batch: one pipelined batch, or with
+// WithReplicaAck one acknowledged renewal each. Redis errors are counted in
+// Stats.
+func (r *Registry) renewCalls(batch []renewal, ttl int64) []Result {
+	if r.cfg.ackReplicas > 0 {
+		return r.renewEach(r.bgCtx, batch, ttl)
+	}
+	calls := make([]Call, len(batch))
+	for i, x := range batch {
+		calls[i] = Call{Keys: []string{x.l.key}, Args: []any{x.h.token, ttl}}
+	}
+	ctx, cancel := r.bound(r.bgCtx)
+	defer cancel()
+	results := r.client.EvalBatch(ctx, renewScript, calls)
+	for _, res := range results {
+		r.stats.redisError(res.Err)
+	}
+	return results
 }
 
 // applyRenewal moves the deadline of a renewed hold, or marks it lost.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // runObtain runs obtain.lua for token. With WithReplicaAck, WAIT follows
@@ -42,4 +43,53 @@ func (l *RedisLock) runObtain(ctx context.Context, token string) (any, error) {
 func isAcquired(reply any) bool {
 	v, ok := reply.([]any)
 	return ok && len(v) == 2 && v[0] == int64(1)
+}
+
+// ackRenewWorkers bounds the concurrent renewals of one watchdog batch with
+// WithReplicaAck: each waits for its own WAIT on its own connection.
+const ackRenewWorkers = 16
+
+// runRenew runs renew.lua for the hold with token. With WithReplicaAck,
+// WAIT follows on the same connection, and a renewal that too few replicas
+// acknowledged fails with an error matching ErrReplicaAck: a replica
+// promoted now would expire the key at the old deadline, so the hold's
+// validity must not move. The key itself keeps its new TTL on the master.
+func (l *RedisLock) runRenew(ctx context.Context, token string, ttl int64) (any, error) {
+	r := l.reg
+	keys, args := []string{l.key}, []any{token, ttl}
+	if r.cfg.ackReplicas == 0 {
+		return r.eval(ctx, renewScript, keys, args...)
+	}
+	bctx, cancel := r.bound(ctx)
+	defer cancel()
+	reply, acked, err := r.client.EvalWait(bctx, renewScript, keys, args, r.cfg.ackReplicas, r.cfg.ackTimeout)
+	r.stats.redisError(err)
+	switch {
+	case err != nil:
+		return reply, err
+	case reply == int64(1) && acked < r.cfg.ackReplicas:
+		return nil, fmt.Errorf("%w: %d of %d replicas acknowledged the renewal of %q within %v",
+			ErrReplicaAck, acked, r.cfg.ackReplicas, l.key, r.cfg.ackTimeout)
+	}
+	return reply, nil
+}
+
+// renewEach renews batch one lock at a time, ackRenewWorkers at once: the
+// watchdog's path with WithReplicaAck, where a pipelined batch could not
+// tell which renewals the replicas acknowledged.
+func (r *Registry) renewEach(ctx context.Context, batch []renewal, ttl int64) []Result {
+	out := make([]Result, len(batch))
+	sem := make(chan struct{}, ackRenewWorkers)
+	var wg sync.WaitGroup
+	for i, x := range batch {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			v, err := x.l.runRenew(ctx, x.h.token, ttl)
+			out[i] = Result{v, err}
+		}()
+	}
+	wg.Wait()
+	return out
 }

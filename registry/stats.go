@@ -15,7 +15,7 @@ var WaitBuckets = []time.Duration{
 
 // Stats is a snapshot of a registry's counters since New, from
 // Registry.Stats. Counters only grow; export them as Prometheus counters
-// (examples/metrics does).
+// (examples/prometheus does).
 type Stats struct {
 	// Acquisitions counts outermost acquisitions (reentrant ones do not
 	// count): from Redis, or handed over by a goroutine of this registry.
