@@ -260,6 +260,11 @@ func TestTransientRepliesAtRelease(t *testing.T) {
 			if n, _ := redis.Int(b.do(t, "EXISTS", l.Key()), nil); n != 0 {
 				t.Fatal("the lock key is still there")
 			}
+			// The waiter queued locally, whether it inherited the lock or
+			// took it from Redis at its first attempt.
+			if s := r.Stats(); s.Acquisitions != 2 || s.Contended != 1 {
+				t.Fatalf("stats %+v, want 2 acquisitions, 1 contended", s)
+			}
 		})
 	}
 }

@@ -219,13 +219,13 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool) error {
 		return ErrClosed
 	}
 	start := r.now()
-	reentered, err := l.local.Lock(ctx, r.closed)
+	how, err := l.local.Lock(ctx, r.closed)
 	switch {
 	case errors.Is(err, reentrant.ErrAborted):
 		return ErrClosed
 	case err != nil:
 		return fmt.Errorf("lockyard: waiting for %q: %w", l.key, err)
-	case reentered:
+	case how == reentrant.Reentered:
 		return nil
 	}
 	if l.inherit() {
@@ -242,7 +242,7 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool) error {
 		l.touch()
 		return err
 	}
-	r.stats.acquired(waited, time.Duration(r.now()-start))
+	r.stats.acquired(waited || how == reentrant.Queued, time.Duration(r.now()-start))
 	l.touch()
 	return nil
 }

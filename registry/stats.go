@@ -21,7 +21,8 @@ type Stats struct {
 	// count): from Redis, or handed over by a goroutine of this registry.
 	Acquisitions uint64
 	// Contended counts the acquisitions that waited for another holder:
-	// handed over locally, or after a failed attempt in Redis.
+	// queued behind a goroutine of this registry, or after a failed attempt
+	// in Redis.
 	Contended uint64
 	// Waits counts the acquisitions by Lock, LockContext and ExecuteLocked
 	// (TryLock never waits), WaitSum their total wait, and WaitCounts[i]

@@ -60,31 +60,41 @@ func (m *Mutex) TryLock() (ok, reentered bool) {
 	return false, false
 }
 
+// How says how Lock acquired the mutex.
+type How int
+
+const (
+	Fresh     How = iota // m was free
+	Reentered            // the caller already owned m
+	Queued               // the caller waited for m to be handed over
+)
+
 // Lock acquires m for the calling goroutine, re-entering it if the caller
-// already owns it. It waits in FIFO order until m is handed over, ctx is done
+// already owns it, and says how. It waits in FIFO order until m is handed over, ctx is done
 // (ctx.Err() is returned) or abort is closed (ErrAborted). A wait that
 // returns an error leaves nothing held; one whose ctx ends just as m is
 // handed over succeeds, as x/sync's semaphore may.
-func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}) (reentered bool, err error) {
+func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}) (How, error) {
 	gid := goid.Get()
 	m.mu.Lock()
 	switch {
 	case m.owner == gid:
 		m.depth++
 		m.mu.Unlock()
-		return true, nil
+		return Reentered, nil
 	case m.owner == 0 && len(m.waiters) == 0:
 		m.owner, m.depth = gid, 1
 		m.mu.Unlock()
-		return false, nil
+		return Fresh, nil
 	}
 	w := &waiter{gid: gid, ready: make(chan struct{})}
 	m.waiters = append(m.waiters, w)
 	m.mu.Unlock()
 
+	var err error
 	select {
 	case <-w.ready:
-		return false, nil
+		return Queued, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-abort:
@@ -96,10 +106,10 @@ func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}) (reentered bool
 		// Ownership was handed over as we gave up: keep it. The caller may
 		// inherit what the previous owner left for it, so passing it on
 		// here could strand that.
-		return false, nil
+		return Queued, nil
 	}
 	m.remove(w)
-	return false, err
+	return Queued, err
 }
 
 // Depth returns the hold count of the calling goroutine: 0 if it does not own m.

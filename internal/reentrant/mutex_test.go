@@ -28,10 +28,10 @@ func waitWaiters(t *testing.T, m *Mutex, n int) {
 
 func TestReentrancyAndOwnership(t *testing.T) {
 	var m Mutex
-	if re, err := m.Lock(context.Background(), nil); re || err != nil {
-		t.Fatalf("first Lock = %v, %v", re, err)
+	if how, err := m.Lock(context.Background(), nil); how != Fresh || err != nil {
+		t.Fatalf("first Lock = %v, %v", how, err)
 	}
-	if re, err := m.Lock(context.Background(), nil); !re || err != nil || m.Depth() != 2 {
+	if how, err := m.Lock(context.Background(), nil); how != Reentered || err != nil || m.Depth() != 2 {
 		t.Fatal("owner could not re-enter")
 	}
 	if ok, re := m.TryLock(); !ok || !re || m.Depth() != 3 {
@@ -84,6 +84,27 @@ func TestFIFOHandOff(t *testing.T) {
 		if v != i {
 			t.Fatalf("acquisition order %v, want FIFO", order)
 		}
+	}
+}
+
+// A goroutine that had to wait for another owner is told so: the registry
+// counts it as a contended acquisition.
+func TestLockSaysQueued(t *testing.T) {
+	var m Mutex
+	m.Lock(context.Background(), nil)
+	got := make(chan How)
+	go func() {
+		how, err := m.Lock(context.Background(), nil)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- how
+		m.Unlock()
+	}()
+	waitWaiters(t, &m, 1)
+	m.Unlock()
+	if how := <-got; how != Queued {
+		t.Fatalf("the waiter's Lock = %v, want Queued (%v)", how, Queued)
 	}
 }
 
