@@ -20,13 +20,18 @@
 //	76  the lock was lost while the command ran (the command was signalled)
 //
 // The command runs with LOCKYARD_KEY set to the lock's Redis key and, with
-// --fencing, LOCKYARD_TOKEN to its fencing token (0 without). On SIGINT or
-// SIGTERM run forwards the signal to the command and still releases the
-// lock after it exits; a signal that arrives while run waits for the lock
-// ends the wait, and run exits 128+N without starting the command. On
+// --fencing, LOCKYARD_TOKEN to its fencing token (0 without).
+//
+// On SIGINT or SIGTERM run forwards the signal to the command and still
+// releases the lock after it exits. A SIGINT that the terminal sent to its
+// foreground process group (Ctrl-C) has reached the command already and is
+// not sent again (Linux). A signal that arrives while run waits for the
+// lock ends the wait, and run exits 128+N without starting the command. On
 // Linux, if run itself dies (even by SIGKILL), the kernel sends the command
-// the --on-lost signal: nothing renews the lock any more. Progress goes to stderr as log/slog text, warnings
-// only unless -v; lock keys are not logged at info level.
+// the --on-lost signal: nothing renews the lock any more.
+//
+// Progress goes to stderr as log/slog text, warnings only unless -v; lock
+// keys are not logged at info level.
 package main
 
 import (

@@ -168,21 +168,35 @@ func TestRunExitCodes(t *testing.T) {
 	}
 }
 
-// startTrapped starts `lockyard args... -- sh -c SCRIPT`, where the shell
-// script runs check, then loops for at most a minute; on SIGTERM it
-// creates the file trapped and exits with exit. startTrapped returns once
-// the trap is installed: a SIGTERM sent earlier would kill the shell by
-// default action, which is not what the tests look at.
-func startTrapped(t *testing.T, exit int, check string, args ...string) (cmd *exec.Cmd, trapped string) {
-	t.Helper()
+// trapFiles are the files a trapCommand creates: ready once its traps are
+// set, a line in ints per SIGINT, and term on SIGTERM.
+type trapFiles struct{ ready, ints, term string }
+
+// trapCommand returns the argv of `sh -c SCRIPT` for run: the script runs
+// check, records SIGINTs, exits with exit on SIGTERM, and otherwise loops
+// for at most a minute.
+func trapCommand(t *testing.T, exit int, check string) ([]string, trapFiles) {
 	dir := t.TempDir()
-	ready, trapped := filepath.Join(dir, "ready"), filepath.Join(dir, "trapped")
-	script := fmt.Sprintf(`trap ': > %q; exit %d' TERM; : > %q; n=0; while [ $n -lt 3000 ]; do sleep 0.02; n=$((n+1)); done`,
-		trapped, exit, ready)
+	f := trapFiles{filepath.Join(dir, "ready"), filepath.Join(dir, "ints"), filepath.Join(dir, "term")}
+	script := fmt.Sprintf(`trap 'echo INT >> %q' INT; trap ': > %q; exit %d' TERM; : > %q; `+
+		`n=0; while [ $n -lt 3000 ]; do sleep 0.02; n=$((n+1)); done`, f.ints, f.term, exit, f.ready)
 	if check != "" {
 		script = check + "; " + script
 	}
-	cmd = lockyard(append(args, "--", "sh", "-c", script)...)
+	return []string{"sh", "-c", script}, f
+}
+
+// startTrapped starts `lockyard args... -- trapCommand`, and returns once
+// the command's traps are set: a SIGTERM sent earlier would kill the shell
+// by default action, which is not what the tests look at. setup, if not
+// nil, adjusts the command before it starts.
+func startTrapped(t *testing.T, exit int, check string, setup func(*exec.Cmd), args ...string) (*exec.Cmd, trapFiles) {
+	t.Helper()
+	argv, f := trapCommand(t, exit, check)
+	cmd := lockyard(append(append(args, "--"), argv...)...)
+	if setup != nil {
+		setup(cmd)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -192,8 +206,8 @@ func startTrapped(t *testing.T, exit int, check string, args ...string) (cmd *ex
 			_ = cmd.Wait()
 		}
 	})
-	waitFor(t, 5*time.Second, "the command's trap", func() bool { return fileExists(ready) })
-	return cmd, trapped
+	waitFor(t, 5*time.Second, "the command's traps", func() bool { return fileExists(f.ready) })
+	return cmd, f
 }
 
 func fileExists(name string) bool {
@@ -208,19 +222,19 @@ func TestRunKilledSignalsCommand(t *testing.T) {
 		t.Skip("the parent-death signal is Linux only")
 	}
 	key := newKey(t)
-	cmd, trapped := startTrapped(t, 7, "", "run", key)
+	cmd, f := startTrapped(t, 7, "", nil, "run", key)
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	waitFor(t, 5*time.Second, "SIGTERM to the command of the killed lockyard", func() bool { return fileExists(trapped) })
+	waitFor(t, 5*time.Second, "SIGTERM to the command of the killed lockyard", func() bool { return fileExists(f.term) })
 }
 
 // SIGTERM to lockyard reaches the command, and the lock is released after
 // it exits.
 func TestRunForwardsSignals(t *testing.T) {
 	key := newKey(t)
-	cmd, _ := startTrapped(t, 7, "", "run", key)
+	cmd, _ := startTrapped(t, 7, "", nil, "run", key)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +295,7 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 // and exits with the lost-lock status.
 func TestStatusReleaseAndLoss(t *testing.T) {
 	key := newKey(t)
-	cmd, _ := startTrapped(t, 9, `test "$LOCKYARD_TOKEN" = 1 || exit 2`, "run", "--ttl", "600ms", "--fencing", key)
+	cmd, _ := startTrapped(t, 9, `test "$LOCKYARD_TOKEN" = 1 || exit 2`, nil, "run", "--ttl", "600ms", "--fencing", key)
 	if !exists(t, key) {
 		t.Fatal("the command runs but the lock is not held")
 	}

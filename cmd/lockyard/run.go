@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -108,7 +109,7 @@ func (f *runFlags) run(key string, argv []string, lostSig os.Signal) int {
 		return code
 	}
 	log.Info("lockyard: lock acquired", "token", l.Token())
-	code, lost := f.exec(l, argv, lostSig, sigs)
+	code, lost := f.exec(l, argv, lostSig, sigs, log)
 	uerr := l.UnlockContext(context.Background())
 	switch {
 	case lost || errors.Is(uerr, registry.ErrLockLost):
@@ -169,10 +170,11 @@ func (f *runFlags) acquire(l *registry.RedisLock, sigs <-chan os.Signal) int {
 	return fail("run", exitUnavailable, err)
 }
 
-// exec runs argv while the lock is held, forwarding SIGINT and SIGTERM, and
+// exec runs argv while the lock is held, forwarding SIGINT and SIGTERM
+// (but not a SIGINT that the terminal sent to the command as well), and
 // signalling it with lostSig if the lock is lost. It returns the command's
 // exit status and whether the lock was lost.
-func (f *runFlags) exec(l *registry.RedisLock, argv []string, lostSig os.Signal, sigs <-chan os.Signal) (code int, lost bool) {
+func (f *runFlags) exec(l *registry.RedisLock, argv []string, lostSig os.Signal, sigs <-chan os.Signal, log *slog.Logger) (code int, lost bool) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), "LOCKYARD_KEY="+l.Key(), fmt.Sprintf("LOCKYARD_TOKEN=%d", l.Token()))
@@ -187,6 +189,11 @@ func (f *runFlags) exec(l *registry.RedisLock, argv []string, lostSig os.Signal,
 	for {
 		select {
 		case sig := <-sigs:
+			if sig == syscall.SIGINT && terminalForeground() {
+				log.Info("lockyard: SIGINT came from the terminal to the command too; not forwarded")
+				continue
+			}
+			log.Info("lockyard: signal forwarded", "signal", sig)
 			_ = cmd.Process.Signal(sig)
 		case <-lostCh:
 			lost, lostCh = true, nil
