@@ -136,18 +136,7 @@ func TestReplicaAck(t *testing.T) {
 		t.Fatal("TryLock succeeded without a replica")
 	}
 
-	// A master of its own with one replica.
-	master, err := redistest.Start("--repl-diskless-sync-delay", "0")
-	mustNil(t, err)
-	defer master.Close()
-	host, port, _ := strings.Cut(master.Addr, ":")
-	replica, err := redistest.Start("--replicaof", host, port)
-	mustNil(t, err)
-	defer replica.Close()
-	waitFor(t, 10*time.Second, "the replica to connect", func() bool {
-		info, _ := redis.String(master.Do("INFO", "replication"))
-		return strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
-	})
+	master, replica := startReplicated(t)
 	pool := master.Pool()
 	defer pool.Close()
 	r2 := newReg(t, pool, registry.WithReplicaAck(1, time.Second))
@@ -162,26 +151,36 @@ func TestReplicaAck(t *testing.T) {
 	mustNil(t, l2.UnlockContext(bg(t)))
 }
 
+// startReplicated starts a master of its own with one replica, online,
+// both stopped at the end of the test.
+func startReplicated(t *testing.T) (master, replica *redistest.Server) {
+	t.Helper()
+	master, err := redistest.Start("--repl-diskless-sync-delay", "0")
+	mustNil(t, err)
+	t.Cleanup(master.Close)
+	host, port, _ := strings.Cut(master.Addr, ":")
+	replica, err = redistest.Start("--replicaof", host, port)
+	mustNil(t, err)
+	t.Cleanup(replica.Close)
+	waitFor(t, 10*time.Second, "the replica to connect", func() bool {
+		info := replicationInfo(master)
+		return strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	})
+	return master, replica
+}
+
+func replicationInfo(s *redistest.Server) string {
+	info, _ := redis.String(s.Do("INFO", "replication"))
+	return info
+}
+
 // With WithReplicaAck, renewals are acknowledged too: while the replica is
 // attached the watchdog keeps the hold past several TTLs; once it is gone
 // the renewals still reach the master but no longer move the hold's
 // validity, so the holder learns of the loss within a TTL. A promoted
 // replica would have expired the key at the last acknowledged deadline.
 func TestReplicaAckRenewals(t *testing.T) {
-	master, err := redistest.Start("--repl-diskless-sync-delay", "0")
-	mustNil(t, err)
-	defer master.Close()
-	host, port, _ := strings.Cut(master.Addr, ":")
-	replica, err := redistest.Start("--replicaof", host, port)
-	mustNil(t, err)
-	defer replica.Close()
-	replicas := func() string {
-		info, _ := redis.String(master.Do("INFO", "replication"))
-		return info
-	}
-	waitFor(t, 10*time.Second, "the replica to connect", func() bool {
-		return strings.Contains(replicas(), "connected_slaves:1") && strings.Contains(replicas(), "state=online")
-	})
+	master, replica := startReplicated(t)
 	pool := master.Pool()
 	defer pool.Close()
 	const ttl = 600 * time.Millisecond
@@ -196,10 +195,10 @@ func TestReplicaAckRenewals(t *testing.T) {
 	}
 	mustNil(t, r.RenewLock(bg(t), "k"))
 
-	_, err = replica.Do("REPLICAOF", "NO", "ONE")
+	_, err := replica.Do("REPLICAOF", "NO", "ONE")
 	mustNil(t, err)
 	waitFor(t, 10*time.Second, "the master to see the replica gone", func() bool {
-		return strings.Contains(replicas(), "connected_slaves:0")
+		return strings.Contains(replicationInfo(master), "connected_slaves:0")
 	})
 	mustIs(t, r.RenewLock(bg(t), "k"), registry.ErrReplicaAck)
 	select {
