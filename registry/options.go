@@ -207,14 +207,17 @@ func WithHashTag() Option {
 // LockContext and Lock retry it. Renewals wait the same way, and one that
 // too few replicas acknowledged does not extend the hold's validity
 // (RenewLock returns ErrReplicaAck; the watchdog tries again a period
-// later): a hold that no acknowledged renewal extends in time is lost. This narrows the failover hole of a
-// single master: a replica promoted after the ack has the key. It does not
-// close it (WAIT does not make Redis strongly consistent; see
-// docs/SCALING.md), and it costs the replication round trip on every
-// obtain (and Redis checks WAIT timeouts on its clock tick, so with the
-// default hz 10 a refusal can take up to 100ms more than timeout).
-// n < 1, timeout <= 0, or a timeout not shorter than the command
-// timeout and expireAfter makes New fail.
+// later): a hold that no acknowledged renewal extends in time is lost.
+//
+// This narrows the failover hole of a single master: a replica promoted
+// after the ack has the key. It does not close it (WAIT does not make
+// Redis strongly consistent; see docs/SCALING.md), and it costs the
+// replication round trip on every obtain and renewal (and Redis checks
+// WAIT timeouts on its clock tick, so with the default hz 10 a refusal can
+// take up to 100ms more than timeout).
+//
+// New fails if n < 1, timeout <= 0, or timeout is not shorter than both
+// the command timeout and expireAfter.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return func(c *config) error {
 		if n < 1 || timeout <= 0 {

@@ -69,10 +69,10 @@ func (r *Registry) renewAll() {
 	}
 }
 
-// renewBatch renews one batch (pipelined, or one by one with
-// WithReplicaAck) and applies the replies. A renewal that failed on a pooled connection the server had
-// closed (restart, CLIENT KILL) is sent again at once rather than a period
-// later: renewing is idempotent.
+// renewBatch renews one batch (pipelined, or one by one with WithReplicaAck)
+// and applies the replies. A renewal that failed on a pooled connection the
+// server had closed (restart, CLIENT KILL) is sent again at once rather than
+// a period later: renewing is idempotent.
 func (r *Registry) renewBatch(batch []renewal) {
 	ttlArg := r.cfg.expireAfter.Milliseconds()
 	for try := 1; len(batch) > 0; try++ {

@@ -75,8 +75,10 @@ func (l *RedisLock) runRenew(ctx context.Context, token string, ttl int64) (any,
 }
 
 // renewEach renews batch one lock at a time, ackRenewWorkers at once: the
-// watchdog's path with WithReplicaAck, where a pipelined batch could not
-// tell which renewals the replicas acknowledged.
+// watchdog's path with WithReplicaAck. Client.EvalBatch has no WAIT, and in
+// a Cluster a batch spans several masters, each needing its own; EvalWait
+// already handles both. With many held locks this costs a round trip per
+// lock and period instead of one per batch.
 func (r *Registry) renewEach(ctx context.Context, batch []renewal, ttl int64) []Result {
 	out := make([]Result, len(batch))
 	sem := make(chan struct{}, ackRenewWorkers)

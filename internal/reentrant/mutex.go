@@ -70,10 +70,10 @@ const (
 )
 
 // Lock acquires m for the calling goroutine, re-entering it if the caller
-// already owns it, and says how. It waits in FIFO order until m is handed over, ctx is done
-// (ctx.Err() is returned) or abort is closed (ErrAborted). A wait that
-// returns an error leaves nothing held; one whose ctx ends just as m is
-// handed over succeeds, as x/sync's semaphore may.
+// already owns it, and says how. It waits in FIFO order until m is handed
+// over, ctx is done (ctx.Err() is returned) or abort is closed (ErrAborted).
+// A wait that returns an error leaves nothing held; one whose ctx ends just
+// as m is handed over succeeds, as x/sync's semaphore may.
 func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}) (How, error) {
 	gid := goid.Get()
 	m.mu.Lock()
