@@ -200,9 +200,12 @@ func TestReplicaAckRenewals(t *testing.T) {
 	waitFor(t, 10*time.Second, "the master to see the replica gone", func() bool {
 		return strings.Contains(replicationInfo(master), "connected_slaves:0")
 	})
+	gone := time.Now()
 	mustIs(t, r.RenewLock(bg(t), "k"), registry.ErrReplicaAck)
 	select {
 	case <-l.Lost():
+		t.Logf("FIGURE replica ack: %d acknowledged renewals (TTL %v); lost %.0f ms after the replica left",
+			r.Stats().Renewals, ttl, float64(time.Since(gone).Microseconds())/1000)
 	case <-time.After(10 * ttl):
 		t.Fatalf("not lost %v after the replica left (renewals: %d)", 10*ttl, r.Stats().Renewals)
 	}
