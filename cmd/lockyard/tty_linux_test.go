@@ -18,6 +18,9 @@ import (
 func openPTY(t *testing.T) (master, slave *os.File) {
 	t.Helper()
 	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		t.Skip("no /dev/ptmx: this machine has no pseudo-terminals") // the only skip: no Redis involved
+	}
 	if err != nil {
 		t.Fatalf("a pseudo-terminal: %v", err)
 	}
