@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/wire"
 )
 
 // common are the flags every command takes.
@@ -33,34 +35,9 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.verbose, "v", false, "log progress to stderr")
 }
 
-// lockKey returns the Redis key of the lock on key.
-func (c *common) lockKey(key string) string {
-	if c.hashTag {
-		return c.registry + ":{" + key + "}"
-	}
-	return c.registry + ":" + key
-}
-
-// fenceKey returns the fence counter key of the lock key lk.
-func (c *common) fenceKey(lk string) string {
-	if c.hashTag {
-		return lk + ":fence"
-	}
-	return "{" + lk + "}:fence"
-}
-
-// userKey returns the key of the lock key lk under the registry key, and
-// whether lk is a lock key of this form at all (not a fence counter or a
-// wait marker).
-func (c *common) userKey(lk string) (string, bool) {
-	k := lk[len(c.registry)+1:]
-	if !c.hashTag {
-		return k, true
-	}
-	if len(k) < 3 || k[0] != '{' || k[len(k)-1] != '}' {
-		return "", false
-	}
-	return k[1 : len(k)-1], true
+// layout returns the registry's key layout, shared with the library.
+func (c *common) layout() wire.Layout {
+	return wire.Layout{Registry: c.registry, HashTag: c.hashTag}
 }
 
 // logger logs to stderr in slog's text format: warnings, or from info with -v.

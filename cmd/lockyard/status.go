@@ -8,11 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/wire"
 )
 
 func cmdStatus(args []string) int {
@@ -52,7 +53,8 @@ func cmdStatus(args []string) int {
 // scanKeys returns the keys of the locks held under registryKey, found
 // with SCAN (never KEYS, which blocks the server).
 func scanKeys(c redis.Conn, f *common) ([]string, error) {
-	pattern := globEscape(f.registry) + ":*"
+	w := f.layout()
+	pattern := w.ScanPattern()
 	var keys []string
 	cursor := "0"
 	for {
@@ -65,7 +67,7 @@ func scanKeys(c redis.Conn, f *common) ([]string, error) {
 			return nil, err
 		}
 		for _, k := range batch {
-			if uk, ok := f.userKey(k); ok {
+			if uk, ok := w.UserKey(k); ok {
 				keys = append(keys, uk)
 			}
 		}
@@ -75,28 +77,17 @@ func scanKeys(c redis.Conn, f *common) ([]string, error) {
 	}
 }
 
-// globEscape escapes the glob characters of s for SCAN MATCH.
-func globEscape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if strings.IndexByte(`*?[]\`, s[i]) >= 0 {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // printStatus prints one line per key: whether it is held, its remaining
 // TTL, its fencing counter and the holder's registry id.
 func printStatus(w io.Writer, c redis.Conn, f *common, keys []string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tSTATE\tTTL\tFENCE\tHOLDER")
+	layout := f.layout()
 	for _, k := range keys {
-		lk := f.lockKey(k)
+		lk := layout.LockKey(k)
 		c.Send("GET", lk)
 		c.Send("PTTL", lk)
-		c.Send("GET", f.fenceKey(lk))
+		c.Send("GET", layout.FenceKey(lk))
 		v, err := redis.Values(c.Do(""))
 		if err != nil {
 			return err
@@ -107,7 +98,7 @@ func printStatus(w io.Writer, c redis.Conn, f *common, keys []string) error {
 			continue
 		}
 		pttl, _ := redis.Int64(v[1], nil)
-		fmt.Fprintf(tw, "%s\theld\t%s\t%s\t%s\n", k, ttlString(pttl), fence(v[2]), holder(token))
+		fmt.Fprintf(tw, "%s\theld\t%s\t%s\t%s\n", k, ttlString(pttl), fence(v[2]), wire.Holder(token))
 	}
 	return tw.Flush()
 }
@@ -125,15 +116,6 @@ func fence(v any) string {
 		return "-"
 	}
 	return fmt.Sprint(n)
-}
-
-// holder returns the registry id part of a lockyard token (uuid:counter),
-// or the whole value of a foreign one.
-func holder(token string) string {
-	if i := strings.LastIndexByte(token, ':'); i > 0 {
-		return token[:i]
-	}
-	return token
 }
 
 func cmdRelease(args []string) int {
@@ -163,8 +145,9 @@ func cmdRelease(args []string) int {
 		return fail("release", exitUnavailable, err)
 	}
 	defer c.Close()
-	lk := f.lockKey(fs.Arg(0))
-	v, err := redis.Values(forceRelease.Do(c, lk, f.registry+"-channel:"+lk))
+	w := f.layout()
+	lk := w.LockKey(fs.Arg(0))
+	v, err := redis.Values(forceRelease.Do(c, lk, w.Channel(lk)))
 	if err != nil {
 		return fail("release", exitUnavailable, err)
 	}
@@ -174,7 +157,7 @@ func cmdRelease(args []string) int {
 		return 0
 	}
 	pttl, _ := redis.Int64(v[1], nil)
-	fmt.Printf("removed %s (holder %s, %s left); waiters were notified\n", lk, holder(token), ttlString(pttl))
+	fmt.Printf("removed %s (holder %s, %s left); waiters were notified\n", lk, wire.Holder(token), ttlString(pttl))
 	return 0
 }
 

@@ -1,0 +1,151 @@
+package wire
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestChannelPatternEscapesGlobs(t *testing.T) {
+	cases := map[string]string{
+		"orders":  "orders-channel:*",
+		"a*b?c":   `a\*b\?c-channel:*`,
+		`[x]\y`:   `\[x\]\\y-channel:*`,
+		"sp ace:": "sp ace:-channel:*",
+		"x?y":     `x\?y-channel:*`,
+	}
+	for in, want := range cases {
+		if got := (Layout{Registry: in}).ChannelPattern(); got != want {
+			t.Errorf("ChannelPattern(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := (Layout{Registry: "a*"}).ScanPattern(); got != `a\*:*` {
+		t.Errorf("ScanPattern = %q", got)
+	}
+}
+
+func TestNamesOfKeys(t *testing.T) {
+	for _, c := range []struct {
+		hashTag                 bool
+		lock, fence, wait, user string
+	}{
+		{false, "orders:42", "{orders:42}:fence", "{orders:42}:wait", "42"},
+		{true, "orders:{42}", "orders:{42}:fence", "orders:{42}:wait", "42"},
+	} {
+		w := Layout{Registry: "orders", HashTag: c.hashTag}
+		lk := w.LockKey("42")
+		user, ok := w.UserKey(lk)
+		if lk != c.lock || w.FenceKey(lk) != c.fence || w.WaitKey(lk) != c.wait || user != c.user || !ok {
+			t.Errorf("hashTag=%v: keys %q %q %q, user key %q %v; want %q %q %q, %q", c.hashTag,
+				lk, w.FenceKey(lk), w.WaitKey(lk), user, ok, c.lock, c.fence, c.wait, c.user)
+		}
+		if ch := w.Channel(lk); ch != "orders-channel:"+lk {
+			t.Errorf("Channel = %q", ch)
+		} else if back, ok := w.LockKeyOfChannel(ch); !ok || back != lk {
+			t.Errorf("LockKeyOfChannel(%q) = %q, %v", ch, back, ok)
+		}
+	}
+	tagged := Layout{Registry: "orders", HashTag: true}
+	for _, notLock := range []string{"orders:{42}:fence", "orders:{42}:wait", "other:{42}", "orders:42", "orders:{}"} {
+		if k, ok := tagged.UserKey(notLock); ok {
+			t.Errorf("UserKey(%q) = %q, true; want false (not a lock key of the hash-tag form)", notLock, k)
+		}
+	}
+	if _, ok := (Layout{Registry: "orders"}).UserKey("other:42"); ok {
+		t.Error("UserKey of another registry's key: true")
+	}
+	if _, ok := (Layout{Registry: "orders"}).LockKeyOfChannel("other-channel:other:1"); ok {
+		t.Error("LockKeyOfChannel of another registry's channel: true")
+	}
+	if a, b := NewToken("id", 1), NewToken("id", 0xabc); a != "id:0000000000000001" || b != "id:0000000000000abc" {
+		t.Errorf("tokens %q, %q: want id:<16 hex digits of the counter>", a, b)
+	}
+	if h := Holder(NewToken("0a-b", 7)); h != "0a-b" {
+		t.Errorf("Holder = %q", h)
+	}
+	if h := Holder("spring-uuid"); h != "spring-uuid" {
+		t.Errorf("Holder of a foreign value = %q", h)
+	}
+}
+
+// slot is Redis Cluster's key slot: CRC16 (XMODEM) of the hash tag, or of
+// the whole key when it has none, modulo 16384.
+func slot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}
+
+func TestSlot(t *testing.T) {
+	// Values from CLUSTER KEYSLOT on Redis 7.
+	for key, want := range map[string]uint16{"foo": 12182, "{user1000}.following": 3443, "{}x": 10595, "a{}b{c}": 7353} {
+		if got := slot(key); got != want {
+			t.Errorf("slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
+
+// FuzzLayout: in both forms the user key comes back from the lock key and
+// from its release channel; with HashTag, whenever the first braces of the
+// lock key hold a non-empty tag, the lock key, fence counter and wait
+// marker share one Cluster slot; glob escaping keeps the pattern literal.
+func FuzzLayout(f *testing.F) {
+	for _, k := range []string{"42", "}x", "a}b", "{x}", "{", "}", "{}", "x{y}z", "\x00", "*?[]\\"} {
+		f.Add("orders", k)
+		f.Add("app{eu}", k)
+		f.Add("a{}b", k)
+		f.Add("a*[", k)
+	}
+	f.Fuzz(func(t *testing.T, prefix, key string) {
+		if prefix == "" || key == "" {
+			return
+		}
+		for _, tag := range []bool{false, true} {
+			w := Layout{Registry: prefix, HashTag: tag}
+			lk := w.LockKey(key)
+			if got, ok := w.UserKey(lk); !ok || got != key {
+				t.Fatalf("hashTag=%v: UserKey(%q) = %q, %v; want %q", tag, lk, got, ok, key)
+			}
+			if got, ok := w.LockKeyOfChannel(w.Channel(lk)); !ok || got != lk {
+				t.Fatalf("LockKeyOfChannel(Channel(%q)) = %q, %v", lk, got, ok)
+			}
+			i := strings.IndexByte(lk, '{')
+			if !tag || lk[i+1] == '}' {
+				continue
+			}
+			if s := slot(lk); slot(w.FenceKey(lk)) != s || slot(w.WaitKey(lk)) != s {
+				t.Fatalf("prefix %q key %q: slots %d %d %d", prefix, key, s, slot(w.FenceKey(lk)), slot(w.WaitKey(lk)))
+			}
+		}
+		if un := unescape(GlobEscape(prefix)); un != prefix {
+			t.Fatalf("GlobEscape(%q) unescapes to %q", prefix, un)
+		}
+	})
+}
+
+// unescape undoes GlobEscape, failing on an unescaped glob character.
+func unescape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			i++
+		} else if strings.IndexByte("*?[]", s[i]) >= 0 {
+			return "<unescaped " + string(s[i]) + ">"
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
