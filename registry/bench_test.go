@@ -99,3 +99,25 @@ func parallelLockUnlock(b *testing.B, r *registry.Registry) {
 		}
 	})
 }
+
+// Lock+Unlock of one key by 8 goroutines of one registry on the real
+// server: most acquisitions are local hand-offs (free passes, and a pass
+// script every ninth).
+func BenchmarkLocalHandOff(b *testing.B) {
+	pool := redistest.NewPool(real.Addr)
+	defer pool.Close()
+	r := newRegPrefix(b, pool, "bench-ho")
+	l, err := r.Obtain("k")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetParallelism(4) // 8 goroutines on 2 CPUs
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l.Lock()
+			//lint:ignore SA2001 the acquire and release are what is measured
+			l.Unlock()
+		}
+	})
+}

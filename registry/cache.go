@@ -3,6 +3,8 @@ package registry
 import (
 	"cmp"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,46 +13,73 @@ import (
 // one), so that the scan over the cache is paid once per many insertions.
 const evictFraction = 16
 
-// insert adds a lock for key, evicting least recently used unheld locks when
-// the cache is full.
-func (r *Registry) insert(key string) (*RedisLock, error) {
-	r.insertMu.Lock()
-	defer r.insertMu.Unlock()
-	if v, ok := r.locks.Load(key); ok { // lost the race to another Obtain
-		l := v.(*RedisLock)
-		l.touch()
+// cache holds a registry's locks by key, at most capacity of them. Hits are
+// lock-free (sync.Map); insertions and evictions take mu.
+type cache struct {
+	capacity int
+	locks    sync.Map     // key string -> *RedisLock
+	size     atomic.Int64 // entries in locks
+
+	// mu serialises insertions and evictions so that the size bound holds.
+	mu sync.Mutex
+}
+
+// get returns the cached lock for key, touched.
+func (c *cache) get(key string) (*RedisLock, bool) {
+	v, ok := c.locks.Load(key)
+	if !ok {
+		return nil, false
+	}
+	l := v.(*RedisLock)
+	l.touch()
+	return l, true
+}
+
+// peek returns the cached lock for key without touching it.
+func (c *cache) peek(key string) (*RedisLock, bool) {
+	v, ok := c.locks.Load(key)
+	if !ok {
+		return nil, false
+	}
+	return v.(*RedisLock), true
+}
+
+// getOrInsert returns the lock for key, adding one made by newLock,
+// evicting least recently used unheld locks when the cache is full.
+func (c *cache) getOrInsert(key string, newLock func() *RedisLock) (*RedisLock, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l, ok := c.get(key); ok { // lost the race to another Obtain
 		return l, nil
 	}
-	if r.size.Load() >= int64(r.cfg.capacity) && r.evictLRU() == 0 {
+	if c.size.Load() >= int64(c.capacity) && c.evictLRU() == 0 {
 		return nil, ErrCacheFull
 	}
-	l := newRedisLock(r, key)
-	r.locks.Store(key, l)
-	r.size.Add(1)
+	l := newLock()
+	c.locks.Store(key, l)
+	c.size.Add(1)
 	return l, nil
 }
 
 // evictLRU removes up to capacity/evictFraction (at least one) of the least
 // recently used locks that nobody holds or waits for, and returns how many it
-// removed. insertMu must be held.
-func (r *Registry) evictLRU() int {
+// removed. mu must be held.
+func (c *cache) evictLRU() int {
 	type entry struct {
 		used int64
 		l    *RedisLock
 	}
 	var idle []entry
-	r.locks.Range(func(_, v any) bool {
-		l := v.(*RedisLock)
+	c.each(func(l *RedisLock) {
 		if !l.local.Busy() {
 			idle = append(idle, entry{l.lastUsed.Load(), l})
 		}
-		return true
 	})
 	slices.SortFunc(idle, func(a, b entry) int { return cmp.Compare(a.used, b.used) })
-	n := min(len(idle), max(1, r.cfg.capacity/evictFraction))
+	n := min(len(idle), max(1, c.capacity/evictFraction))
 	removed := 0
 	for _, e := range idle[:n] {
-		if r.drop(e.l) {
+		if c.drop(e.l) {
 			removed++
 		}
 	}
@@ -61,26 +90,34 @@ func (r *Registry) evictLRU() int {
 // that obtained l before the removal may still lock it: the lock keeps
 // working uncached, and Redis, where every acquisition has its own token,
 // keeps it exclusive with any instance obtained later.
-func (r *Registry) drop(l *RedisLock) bool {
-	if l.local.Busy() || !r.locks.CompareAndDelete(l.userKey(), l) {
+func (c *cache) drop(l *RedisLock) bool {
+	if l.local.Busy() || !c.locks.CompareAndDelete(l.name, l) {
 		return false
 	}
-	r.size.Add(-1)
+	c.size.Add(-1)
 	return true
 }
 
-// ExpireUnusedOlderThan removes from the cache every lock that nobody holds
-// or waits for and that was last obtained, locked or unlocked at least age
-// ago; a negative age removes every such lock. It never touches Redis.
-func (r *Registry) ExpireUnusedOlderThan(age time.Duration) {
-	r.insertMu.Lock()
-	defer r.insertMu.Unlock()
-	now := r.now()
-	r.locks.Range(func(_, v any) bool {
-		l := v.(*RedisLock)
+// expire drops every lock that nobody holds or waits for and that was last
+// used at least age before now (registry clock); age < 0 drops every such
+// lock.
+func (c *cache) expire(now int64, age time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.each(func(l *RedisLock) {
 		if age < 0 || now-l.lastUsed.Load() >= int64(age) {
-			r.drop(l)
+			c.drop(l)
 		}
+	})
+}
+
+// each calls fn for every cached lock.
+func (c *cache) each(fn func(*RedisLock)) {
+	c.locks.Range(func(_, v any) bool {
+		fn(v.(*RedisLock))
 		return true
 	})
 }
+
+// len returns the number of cached locks.
+func (c *cache) len() int { return int(c.size.Load()) }

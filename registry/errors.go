@@ -3,7 +3,9 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strconv"
 	"strings"
 )
 
@@ -33,7 +35,34 @@ var (
 	// means the renewal was not acknowledged: the lock is still held, but
 	// its validity did not move.
 	ErrReplicaAck = errors.New("lockyard: too few replicas acknowledged the lock")
+	// ErrNoQuorum means a Redlock registry could not reach a majority of its
+	// nodes: too many were down, slow or failing. LockContext retries it
+	// until its ctx ends.
+	ErrNoQuorum = errors.New("lockyard: no quorum of Redis nodes")
 )
+
+// errGone is the ErrLockLost of a lock whose key was found gone or
+// another holder's.
+func errGone(key string) error {
+	return fmt.Errorf("%w: %q expired or was taken by another holder", ErrLockLost, key)
+}
+
+// keyError is the error of an operation on one lock: "lockyard: OP "KEY":
+// CAUSE". CAUSE drops its own "lockyard: " prefix, so that the message reads
+// "lockyard: waiting for "k": registry closed", not "...: lockyard: registry
+// closed"; errors.Is and errors.As see the cause as it is.
+type keyError struct {
+	op, key string
+	err     error
+}
+
+func wrapKey(op, key string, err error) error { return &keyError{op: op, key: key, err: err} }
+
+func (e *keyError) Error() string {
+	return "lockyard: " + e.op + " " + strconv.Quote(e.key) + ": " + strings.TrimPrefix(e.err.Error(), "lockyard: ")
+}
+
+func (e *keyError) Unwrap() error { return e.err }
 
 // transientPrefixes are Redis error replies that go away by themselves
 // (server loading, busy script, failover, cluster reconfiguration).

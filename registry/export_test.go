@@ -4,12 +4,15 @@ package registry
 
 // IsCached reports whether key has a cached lock.
 func (r *Registry) IsCached(key string) bool {
-	_, ok := r.locks.Load(key)
+	_, ok := r.cache.peek(key)
 	return ok
 }
 
 // CacheLen returns the number of cached locks.
-func (r *Registry) CacheLen() int { return int(r.size.Load()) }
+func (r *Registry) CacheLen() int { return r.cache.len() }
 
 // Waiters returns the number of goroutines queued on l's local mutex.
 func (l *RedisLock) Waiters() int { return l.local.Waiters() }
+
+// Phase returns the name of l's lifecycle phase.
+func (l *RedisLock) Phase() string { return phase(l.phase.Load()).String() }

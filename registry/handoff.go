@@ -3,10 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 )
 
 // Local hand-off. When the outermost Unlock finds goroutines of the same
@@ -16,29 +13,30 @@ import (
 // registries win or lose at random).
 //
 //   - Free pass: no command at all, while the hold has at least three
-//     quarters of expireAfter left and fewer than maxFreePasses were made
+//     quarters of its TTL left and fewer than maxFreePasses were made
 //     since the last command. Without fencing only: the next goroutine
 //     inherits the hold, its token and its fencing token.
-//   - Pass script (pass.lua): one round trip resets the TTL and, with
+//   - Pass (store.pass, pass.lua): one round trip resets the TTL and, with
 //     fencing, gives the next goroutine a new fencing token. If another
 //     registry left a wait marker (obtain.lua writes one on every failed
 //     attempt), the script releases the key instead, and the next local
 //     goroutine yields: it waits before its first attempt (PubSubLock: twice
 //     the pass's round trip plus 1ms; SpinLock: one poll interval), so that
-//     the other registry's waiter, woken by the release, gets the lock.
+//     the other registry's waiter, woken by the release, gets the lock. A
+//     store that declines to pass (Redlock) makes the holder release as
+//     usual.
 //
 // So a registry keeps a contended key for at most maxFreePasses+1 local
 // holds while another registry waits, and the Redis key is touched by one
 // command per maxFreePasses+1 local holds when nobody else waits.
 const maxFreePasses = 8
 
-// handoffState is the hand-off bookkeeping of one lock, owned by the
-// goroutine that owns its local mutex.
-type handoffState struct {
+// turn is the hand-off bookkeeping of one lock, owned by the goroutine that
+// owns its local mutex.
+type turn struct {
 	passes int           // free passes since the last command on the key
 	yield  bool          // the next acquisition waits before its first attempt
 	grace  time.Duration // how long a PubSubLock waiter yields
-	err    error         // why the last pass failed
 }
 
 type handoffResult int
@@ -46,51 +44,45 @@ type handoffResult int
 const (
 	notHandedOver     handoffResult = iota // release as usual
 	handedOver                             // the next local goroutine holds the lock
-	releasedForOthers                      // pass.lua released the key for another registry
-	passFailed                             // pass.lua failed (handoffState.err); cleanup started
-	releaseAfterPass                       // pass.lua failed on the network or transiently (handoffState.err): release instead
+	releasedForOthers                      // the pass released the key for another registry
+	passFailed                             // the pass failed (the error says why); cleanup started
+	releaseAfterPass                       // the pass failed on the network or transiently: release instead
 )
 
 // handOff passes the hold h of the calling goroutine, whose outermost
-// Unlock this is, to the next local waiter.
-func (l *RedisLock) handOff(ctx context.Context, h *hold) handoffResult {
+// Unlock this is, to the next local waiter. The error says why a pass
+// failed.
+func (l *RedisLock) handOff(ctx context.Context, h *hold) (handoffResult, error) {
 	r := l.reg
 	now := r.now()
-	if r.isClosed() || h.lost(now) {
-		return notHandedOver
+	if r.bg.isClosed() || h.lost(now) {
+		return notHandedOver, nil
 	}
-	if !r.cfg.fencing && l.handoff.passes < maxFreePasses &&
-		h.deadline.Load()-now >= int64(r.cfg.expireAfter*3/4) {
-		l.handoff.passes++
-		return l.giveLocal()
-	}
-	if r.cfg.redlock {
-		return notHandedOver // a pass needs one node's view of the waiters
+	if !r.cfg.fencing && l.turn.passes < maxFreePasses && h.deadline.Load()-now >= int64(h.ttl*3/4) {
+		l.turn.passes++
+		return l.giveLocal(), nil
 	}
 	switch res, err := l.pass(ctx, h); {
 	case errors.Is(err, ErrLockLost):
-		l.handoff.err = err
-		return passFailed
+		return passFailed, err
 	case isStaleConn(err), !isAmbiguous(err) && isTransient(err):
 		// Most likely a pooled connection that the server closed, or a
 		// Cluster slot in migration (TRYAGAIN: the pass's keys are split
 		// between two nodes): the caller releases instead (one key),
 		// retrying.
-		l.handoff.err = err
-		return releaseAfterPass
+		return releaseAfterPass, err
 	case err != nil:
 		// The key may or may not still be ours: free it in the
 		// background rather than wait for a second command now.
-		l.handoff.err = fmt.Errorf("lockyard: releasing %q: %w", l.key, err)
-		l.cleanup(h.token)
-		return passFailed
+		l.reg.cleanup(l.key, h.token)
+		return passFailed, wrapKey("releasing", l.key, err)
 	case res == releasedForOthers:
-		l.handoff.yield = true
-		return res
+		l.turn.yield = true
+		return res, nil
 	case res == handedOver:
-		return l.giveLocal()
+		return l.giveLocal(), nil
 	}
-	return notHandedOver
+	return notHandedOver, nil
 }
 
 // giveLocal hands the local mutex, with the current hold, to the head of
@@ -106,37 +98,32 @@ func (l *RedisLock) giveLocal() handoffResult {
 	return handedOver
 }
 
-// pass runs pass.lua for h. When the key is kept it replaces h with a hold
-// renewed from the script's send time (and, with fencing, a new token).
+// pass runs the store's pass for h. When the key is kept it replaces h with
+// a hold renewed from the pass's send time (and, with fencing, a new token).
 func (l *RedisLock) pass(ctx context.Context, h *hold) (handoffResult, error) {
 	r := l.reg
-	ttl := r.cfg.expireAfter
+	ttl := h.ttl
 	sent := r.now()
-	// h ends here whatever the outcome: a renewal of h that lands after
-	// the pass (which may delete the key) is not a loss.
-	h.end()
-	reply, err := redis.Values(r.eval(context.WithoutCancel(ctx), passScript, l.scriptKeys(), h.token, r.ttlArg, l.channel(), r.clientIDArg))
+	// h is retired here whatever the outcome: a renewal of h that lands
+	// after the pass (which may delete the key) is not a loss.
+	l.retire(h)
+	p, err := r.store.pass(context.WithoutCancel(ctx), l.key, h.token, ttl)
 	if err != nil {
 		return notHandedOver, err
 	}
-	var state, fence int64
-	if _, err := redis.Scan(reply, &state, &fence); err != nil {
-		return notHandedOver, fmt.Errorf("lockyard: unexpected pass reply %v: %w", reply, err)
-	}
 	rtt := time.Duration(r.now() - sent)
-	l.handoff.grace = min(2*rtt+time.Millisecond, r.cfg.idle)
-	switch state {
-	case 1:
-		nh := newHold(h.token, fence, sent+int64(ttl-drift(ttl)))
-		l.forget(h)
-		l.hold.Store(nh)
-		r.track(l, nh)
-		l.handoff.passes = 0
+	l.turn.grace = min(2*rtt+time.Millisecond, r.cfg.idle)
+	switch p.outcome {
+	case passKept:
+		l.turn.passes = 0
+		l.begin(newHold(h.token, p.fence, ttl, sent+int64(ttl-drift(ttl))))
 		return handedOver, nil
-	case 2:
+	case passReleased:
 		return releasedForOthers, nil
+	case passGone:
+		return notHandedOver, errGone(l.key)
 	}
-	return notHandedOver, fmt.Errorf("%w: %q expired or was taken by another holder", ErrLockLost, l.key)
+	return notHandedOver, nil // declined
 }
 
 // inherit takes over a hold handed over by the previous local holder, if
@@ -148,34 +135,27 @@ func (l *RedisLock) inherit() bool {
 		return false
 	}
 	if !h.lost(l.reg.now()) {
+		l.setPhase(held)
 		l.touch()
 		return true
 	}
 	l.reg.stats.lostHold(h)
-	l.forget(h)
-	l.cleanup(h.token)
+	l.retire(h)
+	l.hold.Store(nil)
+	l.reg.cleanup(l.key, h.token)
 	return false
 }
 
 // yieldFirst makes the first acquisition after a release for another
 // registry wait, so that the other registry's waiter gets the lock.
 func (l *RedisLock) yieldFirst(ctx context.Context) error {
-	if !l.handoff.yield {
+	if !l.turn.yield {
 		return nil
 	}
-	l.handoff.yield = false
-	d := l.handoff.grace
+	l.turn.yield = false
+	d := l.turn.grace
 	if l.wake == nil {
 		d = pollDelay(l.reg.cfg.idle, -1)
 	}
-	return l.reg.sleep(ctx, d, nil)
-}
-
-// scriptKeys returns the keys of obtain.lua and pass.lua: the lock key,
-// the wait marker and, with fencing, the fence counter.
-func (l *RedisLock) scriptKeys() []string {
-	if l.reg.cfg.fencing {
-		return []string{l.key, l.waitKey(), l.fenceKey()}
-	}
-	return []string{l.key, l.waitKey()}
+	return l.reg.bg.sleep(ctx, d, nil)
 }

@@ -10,11 +10,12 @@ import (
 // hold is one acquisition of a lock in Redis: from a successful obtain to the
 // release. Its fields other than deadline and the lost signal never change.
 type hold struct {
-	token string // the value stored at the lock key
-	fence int64  // fencing token, 0 without WithFencing
+	token string        // the value stored at the lock key
+	fence int64         // fencing token, 0 without WithFencing
+	ttl   time.Duration // the key's time to live: each renewal resets it to this
 	// deadline is the end of validity on the registry clock (see
 	// Registry.now): the send time of the obtain, or of the latest successful
-	// renewal, plus expireAfter minus the drift margin.
+	// renewal, plus ttl minus the drift margin.
 	deadline atomic.Int64
 	lostFlag atomic.Bool
 	// lostCounted records that Stats counted the loss.
@@ -35,8 +36,8 @@ func drift(ttl time.Duration) time.Duration {
 	return min(ttl/100+2*time.Millisecond, ttl/10)
 }
 
-func newHold(token string, fence, deadline int64) *hold {
-	h := &hold{token: token, fence: fence}
+func newHold(token string, fence int64, ttl time.Duration, deadline int64) *hold {
+	h := &hold{token: token, fence: fence, ttl: ttl}
 	h.deadline.Store(deadline)
 	return h
 }

@@ -187,3 +187,50 @@ func TestNewRejectsBadInput(t *testing.T) {
 		t.Fatal("New contacted Redis")
 	}
 }
+
+// A lock goes through the named phases of its lifecycle: idle, acquiring
+// while it waits in Redis, held, and idle again after the release or a
+// failed wait; a hand-off to a local waiter leaves it held.
+func TestPhases(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		other := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
+		l := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
+		phase := func(want string) {
+			t.Helper()
+			if got := l.Phase(); got != want {
+				t.Fatalf("phase %q, want %q", got, want)
+			}
+		}
+		phase("idle")
+		other.Lock()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		waiter := make(chan error, 1)
+		go func() { waiter <- l.LockContext(ctx) }()
+		waitFor(t, 5*time.Second, "the waiter acquiring", func() bool { return l.Phase() == "acquiring" })
+		mustIs(t, recvWithin(t, waiter, 5*time.Second, "waiter"), context.DeadlineExceeded)
+		phase("idle")
+		other.Unlock()
+
+		l.Lock()
+		phase("held")
+		got, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		go func() {
+			if err := l.LockContext(bg(t)); err != nil {
+				done <- err
+				return
+			}
+			close(got)
+			<-release
+			done <- l.UnlockContext(context.Background())
+		}()
+		waitFor(t, 5*time.Second, "a local waiter", func() bool { return l.Waiters() == 1 })
+		mustNil(t, l.UnlockContext(bg(t))) // a free pass to the waiter
+		recvWithin(t, got, 5*time.Second, "the hand-off")
+		phase("held")
+		close(release)
+		mustNil(t, recvWithin(t, done, 5*time.Second, "local waiter"))
+		phase("idle")
+	})
+}

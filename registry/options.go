@@ -55,7 +55,6 @@ type config struct {
 	hashTag        bool
 	ackReplicas    int
 	ackTimeout     time.Duration
-	redlock        bool // set by NewRedlock: no pass script
 }
 
 // newConfig applies opts to the defaults and checks the result.

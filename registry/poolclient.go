@@ -9,7 +9,29 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// poolClient is the Client over a redigo pool.
+// Pool hands out Redis connections. *redis.Pool (redigo) satisfies it. The
+// connections must implement redis.ConnWithContext, as redigo's do; those
+// that also implement redis.ConnWithTimeout (redigo's do) run each command
+// in the calling goroutine, which is faster.
+type Pool interface {
+	GetContext(ctx context.Context) (redis.Conn, error)
+}
+
+// New returns a registry of locks whose Redis keys are registryKey + ":" +
+// key, on the Redis that pool connects to: New(pool, ...) is
+// NewWithClient(NewPoolClient(pool), ...). It does not contact Redis. It
+// fails with ErrInvalidConfig for a nil pool or an option out of range, and
+// with ErrInvalidKey for an empty or over-long registryKey or one that
+// begins with '{'.
+func New(pool Pool, registryKey string, opts ...Option) (*Registry, error) {
+	if isNil(pool) {
+		return nil, fmt.Errorf("%w: nil pool", ErrInvalidConfig)
+	}
+	return NewWithClient(NewPoolClient(pool), registryKey, opts...)
+}
+
+// poolClient is the Client over a redigo pool; it is the only part of the
+// registry that imports redigo.
 type poolClient struct {
 	pool    Pool
 	nilPool bool // every call fails

@@ -2,25 +2,11 @@ package registry
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 )
-
-// ErrNoQuorum means a Redlock registry could not reach a majority of its
-// nodes: too many were down, slow or failing. LockContext retries it until
-// its ctx ends.
-var ErrNoQuorum = errors.New("lockyard: no quorum of Redis nodes")
-
-//go:embed lua/fence.lua
-var fenceSrc string
-
-var fenceScript = newScript("fence", fenceSrc)
 
 // NewRedlock returns a registry whose locks live on a majority of
 // independent Redis masters, one Client each (the Redlock algorithm): an
@@ -42,193 +28,133 @@ var fenceScript = newScript("fence", fenceSrc)
 // Local hand-off among goroutines still passes a hold without a command,
 // but never through the pass script.
 func NewRedlock(clients []Client, registryKey string, opts ...Option) (*Registry, error) {
+	if err := checkNodes(clients); err != nil {
+		return nil, err
+	}
+	return build(registryKey, opts, func(cfg config, s scripts, st *stats) (store, error) {
+		if cfg.ackReplicas > 0 {
+			return nil, fmt.Errorf("%w: WithReplicaAck does not apply to Redlock nodes", ErrInvalidConfig)
+		}
+		return &quorumStore{
+			nodes:       append([]Client(nil), clients...),
+			s:           s,
+			timeout:     cfg.commandTimeout,
+			nodeTimeout: min(cfg.commandTimeout, max(50*time.Millisecond, cfg.expireAfter/100)),
+			stats:       st,
+		}, nil
+	})
+}
+
+// checkNodes checks the clients of a Redlock registry: an odd number, at
+// least 3, none nil, none twice.
+func checkNodes(clients []Client) error {
 	n := len(clients)
 	if n < 3 || n%2 == 0 {
-		return nil, fmt.Errorf("%w: Redlock needs an odd number of nodes, at least 3; got %d", ErrInvalidConfig, n)
+		return fmt.Errorf("%w: Redlock needs an odd number of nodes, at least 3; got %d", ErrInvalidConfig, n)
 	}
 	seen := make(map[Client]bool, n)
 	for i, c := range clients {
 		if isNil(c) {
-			return nil, fmt.Errorf("%w: nil client %d", ErrInvalidConfig, i)
+			return fmt.Errorf("%w: nil client %d", ErrInvalidConfig, i)
 		}
 		if seen[c] {
-			return nil, fmt.Errorf("%w: client %d appears twice", ErrInvalidConfig, i)
+			return fmt.Errorf("%w: client %d appears twice", ErrInvalidConfig, i)
 		}
 		seen[c] = true
 	}
-	cfg, err := newConfig(opts)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.ackReplicas > 0 {
-		return nil, fmt.Errorf("%w: WithReplicaAck does not apply to Redlock nodes", ErrInvalidConfig)
-	}
-	q := &quorum{
-		prefix:      registryKey,
-		nodes:       append([]Client(nil), clients...),
-		nodeTimeout: min(cfg.commandTimeout, max(50*time.Millisecond, cfg.expireAfter/100)),
-	}
-	opts = append(opts[:len(opts):len(opts)], func(c *config) error { c.redlock = true; return nil })
-	return NewWithClient(q, registryKey, opts...)
+	return nil
 }
 
-// quorum is the Client of a Redlock registry: every call runs on every
-// node in parallel, and the replies are combined per script.
-type quorum struct {
-	prefix      string // the registry key, for release channels
+// quorumStore is the store of a Redlock registry: every operation runs on
+// every node in parallel (quorum.go), and succeeds on a majority.
+type quorumStore struct {
 	nodes       []Client
-	nodeTimeout time.Duration
+	s           scripts
+	timeout     time.Duration // the command timeout, for a whole operation
+	nodeTimeout time.Duration // for one node's call
+	stats       *stats
 	next        atomic.Uint32 // the node the next subscription tries first
 }
 
-func (q *quorum) majority() int { return len(q.nodes)/2 + 1 }
-
-// fanOut runs fn on every node of q in parallel, each with ctx bounded by
-// the node timeout, and returns the results in node order.
-func fanOut[T any](ctx context.Context, q *quorum, fn func(ctx context.Context, i int, c Client) T) []T {
-	out := make([]T, len(q.nodes))
-	var wg sync.WaitGroup
-	for i, c := range q.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nctx, cancel := context.WithTimeout(ctx, q.nodeTimeout)
-			defer cancel()
-			out[i] = fn(nctx, i, c)
-		}()
-	}
-	wg.Wait()
-	return out
+// obtain runs obtain.lua on every node. On a majority it grants the lock
+// with the highest fence counter, after raising every node's counter to it
+// (fencing); otherwise it releases the nodes it took and reports the
+// shortest TTL of another holder, or an ErrNoQuorum error.
+func (q *quorumStore) obtain(ctx context.Context, lk, token string, ttl time.Duration) (grant, error) {
+	ctx, cancel := bound(ctx, q.timeout)
+	defer cancel()
+	g, err := q.obtainAll(ctx, lk, token, ttl)
+	q.stats.redisError(err)
+	return g, err
 }
 
-// evalAll runs s on every node.
-func (q *quorum) evalAll(ctx context.Context, s *Script, keys []string, args []any) []Result {
-	return fanOut(ctx, q, func(ctx context.Context, _ int, c Client) Result {
-		v, err := c.Eval(ctx, s, keys, args)
-		return Result{v, err}
-	})
-}
-
-func (q *quorum) Eval(ctx context.Context, s *Script, keys []string, args []any) (any, error) {
-	switch s {
-	case obtainScript:
-		return q.obtain(ctx, keys, args)
-	case releaseScript, renewScript:
-		return q.count(q.evalAll(ctx, s, keys, args))
-	}
-	return nil, fmt.Errorf("%w: the %s script does not run on Redlock", ErrInvalidConfig, s.Name())
-}
-
-// count combines replies of 1 (done) or 0 (key gone or another's): 1 on a
-// majority, an ErrNoQuorum error when the failures leave no majority
-// possible, else 0.
-func (q *quorum) count(res []Result) (any, error) {
-	done, failed, firstErr := 0, 0, error(nil)
-	for _, r := range res {
-		n, err := redis.Int(r.Reply, r.Err)
-		switch {
-		case err != nil:
-			failed++
-			firstErr = firstOf(firstErr, err)
-		case n == 1:
-			done++
-		}
-	}
-	switch {
-	case done >= q.majority():
-		return int64(1), nil
-	case failed > len(q.nodes)-q.majority():
-		return nil, q.noQuorum(done, failed, firstErr)
-	}
-	return int64(0), nil
-}
-
-func (q *quorum) noQuorum(ok, failed int, err error) error {
-	return fmt.Errorf("%w: %d of %d nodes succeeded, %d failed, a majority is %d: %w", ErrNoQuorum, ok, len(q.nodes), failed, q.majority(), err)
-}
-
-// firstOf returns first, or err if first is nil.
-func firstOf(first, err error) error {
-	if first != nil {
-		return first
-	}
-	return err
-}
-
-// obtain runs obtain.lua on every node. On a majority it returns {1, the
-// highest fence counter}, after raising every node's counter to it
-// (fencing); otherwise it releases the nodes it took and returns {0, the
-// shortest TTL of another holder} or an ErrNoQuorum error.
-func (q *quorum) obtain(ctx context.Context, keys []string, args []any) (any, error) {
-	res := q.evalAll(ctx, obtainScript, keys, args)
+func (q *quorumStore) obtainAll(ctx context.Context, lk, token string, ttl time.Duration) (grant, error) {
 	var (
-		won             []int
-		fence, pttl     int64 = 0, -1
-		failed          int
-		firstErr, final error
+		v     = tally{q: q}
+		won   []int
+		out   = grant{pttl: -1}
+		final error
 	)
-	for i, r := range res {
-		var ok, n int64
-		v, err := redis.Values(r.Reply, r.Err)
-		if err == nil {
-			_, err = redis.Scan(v, &ok, &n)
+	for i, r := range q.evalAll(ctx, obtainScript, q.s.obtain(lk, token, ttl)) {
+		g, err := decodeGrant(r.Reply)
+		if r.Err != nil {
+			err = r.Err
 		}
 		switch {
 		case err != nil:
-			failed++
-			firstErr = firstOf(firstErr, err)
+			v.fail(err)
 			if !isAmbiguous(err) && !isTransient(err) {
 				final = firstOf(final, err) // WRONGTYPE and the like
 			}
-		case ok == 1:
+		case g.ok:
 			won = append(won, i)
-			fence = max(fence, n)
-		case n >= 0 && (pttl < 0 || n < pttl):
-			pttl = n
+			out.fence = max(out.fence, g.fence)
+		case g.pttl >= 0 && (out.pttl < 0 || g.pttl < out.pttl):
+			out.pttl = g.pttl
 		}
 	}
-	if len(won) >= q.majority() && len(keys) == 3 { // fencing
-		if err := q.raiseFence(ctx, keys[2], fence); err != nil {
-			q.undo(ctx, keys[0], args[0], won)
-			return nil, err
+	v.done = len(won)
+	if v.majority() && q.s.fencing {
+		if err := q.raiseFence(ctx, lk, out.fence); err != nil {
+			q.undo(ctx, lk, token, won)
+			return grant{pttl: -1}, err
 		}
 	}
-	if len(won) >= q.majority() {
-		return []any{int64(1), fence}, nil
+	if v.majority() {
+		return grant{ok: true, fence: out.fence}, nil
 	}
-	q.undo(ctx, keys[0], args[0], won)
+	q.undo(ctx, lk, token, won)
 	switch {
 	case final != nil:
-		return nil, final
-	case failed > len(q.nodes)-q.majority():
-		return nil, q.noQuorum(len(won), failed, firstErr)
+		return grant{pttl: -1}, final
+	case v.hopeless():
+		return grant{pttl: -1}, v.err()
 	}
-	return []any{int64(0), pttl}, nil
+	return grant{pttl: out.pttl}, nil
 }
 
 // raiseFence sets the fence counter of every node to at least fence, so
 // that any later majority, which shares a node with a majority that took
 // it, counts above it. It fails unless a majority took it.
-func (q *quorum) raiseFence(ctx context.Context, fenceKey string, fence int64) error {
-	ok, failed, firstErr := 0, 0, error(nil)
-	for _, r := range q.evalAll(ctx, fenceScript, []string{fenceKey}, []any{fence}) {
+func (q *quorumStore) raiseFence(ctx context.Context, lk string, fence int64) error {
+	v := tally{q: q}
+	for _, r := range q.evalAll(ctx, fenceScript, q.s.fence(lk, fence)) {
 		if r.Err != nil {
-			failed++
-			firstErr = firstOf(firstErr, r.Err)
+			v.fail(r.Err)
 			continue
 		}
-		ok++
+		v.done++
 	}
-	if ok < q.majority() {
-		return q.noQuorum(ok, failed, firstErr)
+	if !v.majority() {
+		return v.err()
 	}
 	return nil
 }
 
-// undo releases the lock key on the nodes in won, where this obtain took
-// it, best effort: a node that fails keeps it until its TTL. Waiters are
-// told, as by any release.
-func (q *quorum) undo(ctx context.Context, key string, token any, won []int) {
+// undo releases lk on the nodes in won, where this obtain took it, best
+// effort: a node that fails keeps it until its TTL. Waiters are told, as
+// by any release.
+func (q *quorumStore) undo(ctx context.Context, lk, token string, won []int) {
 	if len(won) == 0 {
 		return
 	}
@@ -236,47 +162,73 @@ func (q *quorum) undo(ctx context.Context, key string, token any, won []int) {
 	for _, i := range won {
 		took[i] = true
 	}
-	fanOut(context.WithoutCancel(ctx), q, func(ctx context.Context, i int, c Client) error {
+	c := q.s.release(lk, token)
+	fanOut(context.WithoutCancel(ctx), q, func(ctx context.Context, i int, n Client) error {
 		if !took[i] {
 			return nil
 		}
-		_, err := c.Eval(ctx, releaseScript, []string{key}, []any{token, channelName(q.prefix, key)})
+		_, err := n.Eval(ctx, releaseScript, c.Keys, c.Args)
 		return err
 	})
 }
 
-// EvalWait is refused: NewRedlock does not accept WithReplicaAck.
-func (q *quorum) EvalWait(context.Context, *Script, []string, []any, int, time.Duration) (any, int, error) {
-	return nil, 0, fmt.Errorf("%w: WAIT does not run on Redlock", ErrInvalidConfig)
+// pass is declined: a pass needs one node's view of the waiters.
+func (q *quorumStore) pass(context.Context, string, string, time.Duration) (passReply, error) {
+	return passReply{outcome: passDeclined}, nil
 }
 
-// EvalBatch runs the batch on every node and combines each call's replies
-// as count does.
-func (q *quorum) EvalBatch(ctx context.Context, s *Script, calls []Call) []Result {
-	per := fanOut(ctx, q, func(ctx context.Context, _ int, c Client) []Result {
-		return c.EvalBatch(ctx, s, calls)
+func (q *quorumStore) renew(ctx context.Context, lk, token string, ttl time.Duration) (bool, error) {
+	return q.majorityDone(ctx, renewScript, q.s.renew(lk, token, ttl))
+}
+
+func (q *quorumStore) release(ctx context.Context, lk, token string) (bool, error) {
+	return q.majorityDone(ctx, releaseScript, q.s.release(lk, token))
+}
+
+// majorityDone runs s on every node and reports whether a majority did it.
+func (q *quorumStore) majorityDone(ctx context.Context, s *Script, c Call) (bool, error) {
+	ctx, cancel := bound(ctx, q.timeout)
+	defer cancel()
+	ok, err := q.count(q.evalAll(ctx, s, c))
+	q.stats.redisError(err)
+	return ok, err
+}
+
+// renewBatch runs the batch on every node and counts each call's replies.
+func (q *quorumStore) renewBatch(ctx context.Context, calls []renewCall) []renewReply {
+	batch := make([]Call, len(calls))
+	for i, x := range calls {
+		batch[i] = q.s.renew(x.lk, x.token, x.ttl)
+	}
+	ctx, cancel := bound(ctx, q.timeout)
+	defer cancel()
+	per := fanOut(ctx, q, func(ctx context.Context, _ int, n Client) []Result {
+		return n.EvalBatch(ctx, renewScript, batch)
 	})
-	out := make([]Result, len(calls))
+	out := make([]renewReply, len(calls))
 	col := make([]Result, len(q.nodes))
 	for j := range calls {
 		for i := range q.nodes {
 			col[i] = per[i][j]
 		}
-		out[j].Reply, out[j].Err = q.count(col)
+		out[j].ok, out[j].err = q.count(col)
+		q.stats.redisError(out[j].err)
 	}
 	return out
 }
 
-// PSubscribe subscribes on the first node that accepts, trying them in
+// subscribe subscribes on the first node that accepts, trying them in
 // turn: every release publishes on every node, so one subscription hears
 // all. When it fails the registry subscribes again, on the next node.
-func (q *quorum) PSubscribe(ctx context.Context, pattern string) (Subscription, error) {
+func (q *quorumStore) subscribe(ctx context.Context) (Subscription, error) {
+	ctx, cancel := bound(ctx, q.timeout)
+	defer cancel()
 	start := int(q.next.Add(1))
 	var errs []error
 	for k := range q.nodes {
 		c := q.nodes[(start+k)%len(q.nodes)]
 		nctx, cancel := context.WithTimeout(ctx, q.nodeTimeout)
-		sub, err := c.PSubscribe(nctx, pattern)
+		sub, err := c.PSubscribe(nctx, q.s.layout.ChannelPattern())
 		cancel()
 		if err == nil {
 			return sub, nil
@@ -285,3 +237,6 @@ func (q *quorum) PSubscribe(ctx context.Context, pattern string) (Subscription, 
 	}
 	return nil, fmt.Errorf("lockyard: no Redlock node accepted the subscription: %w", errors.Join(errs...))
 }
+
+// info is not read from Redlock nodes.
+func (q *quorumStore) info(context.Context, string) (string, error) { return "", errNoInfo }

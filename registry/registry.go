@@ -6,76 +6,37 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/google/uuid"
-)
 
-// Pool hands out Redis connections. *redis.Pool (redigo) satisfies it. The
-// connections must implement redis.ConnWithContext, as redigo's do; those
-// that also implement redis.ConnWithTimeout (redigo's do) run each command
-// in the calling goroutine, which is faster.
-type Pool interface {
-	GetContext(ctx context.Context) (redis.Conn, error)
-}
+	"github.com/lockyard/lockyard/internal/wire"
+)
 
 // Registry hands out one *RedisLock per key under a key prefix, the
 // registryKey. It is safe for concurrent use. Create it with New and Close it
 // when done; Close stops its background goroutines but deletes no key.
+//
+// A registry is built from parts, each with its own file and its own
+// locking: the store (where locks live in Redis), the cache of locks, the
+// watchdog, the subscriber, and the group of background goroutines that
+// Close stops.
 type Registry struct {
-	client   Client
-	prefix   string        // registryKey
+	layout   wire.Layout
+	cfg      config
+	log      *slog.Logger
+	epoch    time.Time     // origin of now, read on the monotonic clock
 	clientID string        // random UUID, the first part of every token of this registry
 	seq      atomic.Uint64 // acquisitions, the second part of every token
-	// Script arguments that never change, converted to interfaces once.
-	ttlArg, markerTTLArg, clientIDArg any
-	cfg                               config
-	log                               *slog.Logger
-	epoch                             time.Time // origin of now, read on the monotonic clock
 
-	locks sync.Map     // key string -> *RedisLock
-	size  atomic.Int64 // entries in locks
-	// insertMu serialises cache insertions and evictions so that the size
-	// bound holds; cache hits do not take it.
-	insertMu sync.Mutex
-
-	// bgCtx bounds the Redis calls of background goroutines; Close cancels it.
-	bgCtx    context.Context
-	bgCancel context.CancelFunc
-
-	// heldMu guards held: the holds the watchdog renews (WithAutoRenew).
-	heldMu sync.Mutex
-	held   map[*RedisLock]*hold
-
-	closed    chan struct{} // closed by Close
-	closeOnce sync.Once
-	// goMu guards wg.Add against Close's wg.Wait: no goroutine starts once
-	// closed is closed.
-	goMu sync.Mutex
-	wg   sync.WaitGroup
-	// renewStarted and subStarted record that the watchdog and the
-	// subscriber were started; set under goMu, read without it.
-	renewStarted, subStarted atomic.Bool
-	evictionChecked          atomic.Bool // see checkEviction
-
-	stats *stats
-}
-
-// New returns a registry of locks whose Redis keys are registryKey + ":" +
-// key, on the Redis that pool connects to: New(pool, ...) is
-// NewWithClient(NewPoolClient(pool), ...). It does not contact Redis. It
-// fails with ErrInvalidConfig for a nil pool or an option out of range, and
-// with ErrInvalidKey for an empty or over-long registryKey or one that
-// begins with '{'.
-func New(pool Pool, registryKey string, opts ...Option) (*Registry, error) {
-	if isNil(pool) {
-		return nil, fmt.Errorf("%w: nil pool", ErrInvalidConfig)
-	}
-	return NewWithClient(NewPoolClient(pool), registryKey, opts...)
+	store      store
+	cache      cache
+	watchdog   watchdog
+	subscriber subscriber
+	bg         *group
+	stats      *stats
+	eviction   eviction
 }
 
 // NewWithClient is New on any Client: the go-redis adapter (Sentinel,
@@ -86,6 +47,14 @@ func NewWithClient(client Client, registryKey string, opts ...Option) (*Registry
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
 	}
+	return build(registryKey, opts, func(cfg config, s scripts, st *stats) (store, error) {
+		return newScriptStore(client, s, cfg, st), nil
+	})
+}
+
+// build checks the registry key and the options, and assembles a registry
+// on the store that newStore makes.
+func build(registryKey string, opts []Option, newStore func(config, scripts, *stats) (store, error)) (*Registry, error) {
 	if err := checkRegistryKey(registryKey); err != nil {
 		return nil, err
 	}
@@ -93,26 +62,22 @@ func NewWithClient(client Client, registryKey string, opts ...Option) (*Registry
 	if err != nil {
 		return nil, err
 	}
-	bgCtx, bgCancel := context.WithCancel(context.Background())
-	clientID := uuid.NewString()
-	return &Registry{
-		ttlArg: cfg.expireAfter.Milliseconds(),
-		// A wait marker lives twice the longest sleep between two attempts
-		// of a waiter, so that it lasts while the waiter waits.
-		markerTTLArg: max(1, 2*cfg.idle.Milliseconds()),
-		clientIDArg:  clientID,
-		client:       client,
-		bgCtx:        bgCtx,
-		bgCancel:     bgCancel,
-		held:         make(map[*RedisLock]*hold),
-		prefix:       registryKey,
-		clientID:     clientID,
-		cfg:          cfg,
-		log:          cfg.logger.With("registry", registryKey),
-		epoch:        time.Now(),
-		closed:       make(chan struct{}),
-		stats:        newStats(),
-	}, nil
+	r := &Registry{
+		layout:   wire.Layout{Registry: registryKey, HashTag: cfg.hashTag},
+		cfg:      cfg,
+		log:      cfg.logger.With("registry", registryKey),
+		epoch:    time.Now(),
+		clientID: uuid.NewString(),
+		bg:       newGroup(),
+		stats:    newStats(),
+	}
+	if r.store, err = newStore(cfg, newScripts(r.layout, cfg, r.clientID), r.stats); err != nil {
+		return nil, err
+	}
+	r.cache.capacity = cfg.capacity
+	r.watchdog = watchdog{r: r, enabled: cfg.autoRenew, held: make(map[*RedisLock]*hold)}
+	r.subscriber.r = r
+	return r, nil
 }
 
 // isNil reports whether v is nil or an interface holding a nil pointer.
@@ -131,35 +96,31 @@ func isNil(v any) bool {
 // now returns the registry clock: nanoseconds since New, on the monotonic clock.
 func (r *Registry) now() int64 { return int64(time.Since(r.epoch)) }
 
-func (r *Registry) isClosed() bool {
-	select {
-	case <-r.closed:
-		return true
-	default:
-		return false
-	}
-}
+// newToken returns the lock value of a new acquisition.
+func (r *Registry) newToken() string { return wire.NewToken(r.clientID, r.seq.Add(1)) }
 
 // Obtain returns the lock for key, the same *RedisLock for the same key while
 // it stays cached. It does not contact Redis. It fails with ErrInvalidKey,
 // ErrClosed, or ErrCacheFull when a new key does not fit because every
 // cached lock is held or waited for.
 func (r *Registry) Obtain(key string) (*RedisLock, error) {
-	if r.isClosed() {
+	if r.bg.isClosed() {
 		return nil, ErrClosed
 	}
-	if err := checkKey(key); err != nil {
+	if err := r.checkKey(key); err != nil {
 		return nil, err
 	}
-	if err := r.checkHashTag(key); err != nil {
-		return nil, err
-	}
-	if v, ok := r.locks.Load(key); ok {
-		l := v.(*RedisLock)
-		l.touch()
+	if l, ok := r.cache.get(key); ok {
 		return l, nil
 	}
-	return r.insert(key)
+	return r.cache.getOrInsert(key, func() *RedisLock { return newRedisLock(r, key) })
+}
+
+// ExpireUnusedOlderThan removes from the cache every lock that nobody holds
+// or waits for and that was last obtained, locked or unlocked at least age
+// ago; a negative age removes every such lock. It never touches Redis.
+func (r *Registry) ExpireUnusedOlderThan(age time.Duration) {
+	r.cache.expire(r.now(), age)
 }
 
 // RenewLock resets the time to live of the lock on key that this registry
@@ -170,11 +131,11 @@ func (r *Registry) RenewLock(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	v, ok := r.locks.Load(key)
+	l, ok := r.cache.peek(key)
 	if !ok {
 		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, key)
 	}
-	return v.(*RedisLock).renew(ctx)
+	return l.renew(ctx)
 }
 
 // ExecuteLocked runs fn while holding the lock on key, waiting for it as
@@ -216,99 +177,6 @@ func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx co
 // held locks can still be released. Keys held in Redis are not deleted.
 // Close is idempotent and always returns nil.
 func (r *Registry) Close() error {
-	r.goMu.Lock()
-	r.closeOnce.Do(func() {
-		close(r.closed)
-		r.bgCancel()
-	})
-	r.goMu.Unlock()
-	r.wg.Wait()
+	r.bg.close()
 	return nil
-}
-
-// spawn runs fn in a goroutine that Close waits for, unless the registry is
-// closed; it reports whether fn was started.
-func (r *Registry) spawn(fn func()) bool {
-	r.goMu.Lock()
-	defer r.goMu.Unlock()
-	if r.isClosed() {
-		return false
-	}
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		fn()
-	}()
-	return true
-}
-
-// startOnce starts fn with spawn the first time it is called for started.
-// Later calls cost one atomic load: it is on the path of every acquisition.
-func (r *Registry) startOnce(started *atomic.Bool, fn func()) {
-	if started.Load() {
-		return
-	}
-	r.goMu.Lock()
-	if started.Load() || r.isClosed() {
-		r.goMu.Unlock()
-		return
-	}
-	started.Store(true)
-	r.goMu.Unlock()
-	r.spawn(fn)
-}
-
-// eval runs one script, bounded by the command timeout and ctx's deadline.
-func (r *Registry) eval(ctx context.Context, s *Script, keys []string, args ...any) (any, error) {
-	ctx, cancel := r.bound(ctx)
-	defer cancel()
-	v, err := r.client.Eval(ctx, s, keys, args)
-	r.stats.redisError(err)
-	return v, err
-}
-
-// bound returns ctx with a deadline at most the command timeout away. A
-// nearer deadline of ctx is kept as it is, without a timer.
-func (r *Registry) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= r.cfg.commandTimeout {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, r.cfg.commandTimeout)
-}
-
-// checkEviction warns, once per registry, before its first obtain, when
-// the server's maxmemory-policy may evict lock keys: every policy but
-// noeviction can, since lock keys carry a TTL and so are volatile too. An
-// evicted key is a lost lock that the holder learns of only at its next
-// renewal. Errors (INFO renamed or denied, a server that is down) are
-// logged at debug level and not retried.
-func (r *Registry) checkEviction(ctx context.Context) {
-	if r.evictionChecked.Load() || !r.evictionChecked.CompareAndSwap(false, true) {
-		return
-	}
-	ic, ok := r.client.(infoClient)
-	if !ok {
-		return
-	}
-	ctx, cancel := r.bound(ctx)
-	defer cancel()
-	info, err := ic.Info(ctx, "memory")
-	if err != nil {
-		r.log.Debug("lockyard: eviction policy check skipped", "err", err)
-		return
-	}
-	if policy := infoField(info, "maxmemory_policy"); policy != "" && policy != "noeviction" {
-		r.log.Warn("lockyard: the Redis maxmemory-policy can evict lock keys, and an evicted key is a lost lock; use noeviction",
-			"maxmemory_policy", policy, "maxmemory", infoField(info, "maxmemory"))
-	}
-}
-
-// infoField returns the value of field in an INFO reply, or "".
-func infoField(info, field string) string {
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
 }

@@ -3,15 +3,21 @@ package registry
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"time"
 )
 
-// WaitBuckets are the upper bounds of the wait-time histogram in Stats.
-var WaitBuckets = []time.Duration{
+// waitBuckets are the upper bounds of the wait-time histogram in Stats.
+var waitBuckets = [...]time.Duration{
 	time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond,
 	100 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second, 30 * time.Second,
 }
+
+// WaitBuckets are the upper bounds of the wait-time histogram in Stats, a
+// copy for the caller to read: the registry counts with its own, so
+// changing this slice changes nothing.
+var WaitBuckets = slices.Clone(waitBuckets[:])
 
 // Stats is a snapshot of a registry's counters since New, from
 // Registry.Stats. Counters only grow; export them as Prometheus counters
@@ -52,7 +58,7 @@ type stats struct {
 }
 
 func newStats() *stats {
-	return &stats{waitCounts: make([]atomic.Uint64, len(WaitBuckets)+1)}
+	return &stats{waitCounts: make([]atomic.Uint64, len(waitBuckets)+1)}
 }
 
 // Stats returns a snapshot of the registry's counters. It is cheap and safe
@@ -65,14 +71,14 @@ func (r *Registry) Stats() Stats {
 		Contended:    s.contended.Load(),
 		Waits:        s.waits.Load(),
 		WaitSum:      time.Duration(s.waitSum.Load()),
-		WaitCounts:   make([]uint64, len(WaitBuckets)),
+		WaitCounts:   make([]uint64, len(waitBuckets)),
 		Renewals:     s.renewals.Load(),
 		LostLocks:    s.lost.Load(),
 		RedisErrors:  s.redisErrors.Load(),
-		CachedLocks:  int(r.size.Load()),
+		CachedLocks:  r.cache.len(),
 	}
 	var cum uint64
-	for i := range WaitBuckets {
+	for i := range waitBuckets {
 		cum += s.waitCounts[i].Load()
 		out.WaitCounts[i] = cum
 	}
@@ -90,7 +96,7 @@ func (s *stats) acquired(contended bool, wait time.Duration) {
 		return
 	}
 	i := 0
-	for i < len(WaitBuckets) && wait > WaitBuckets[i] {
+	for i < len(waitBuckets) && wait > waitBuckets[i] {
 		i++
 	}
 	s.waitCounts[i].Add(1)

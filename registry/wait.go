@@ -41,23 +41,6 @@ func pollDelay(idle time.Duration, pttl int64) time.Duration {
 	return idle - rand.N(idle/4+1)
 }
 
-// sleep waits for d, or until wake yields (a nil wake never does), ctx is
-// done (ctx.Err()) or the registry is closed (ErrClosed).
-func (r *Registry) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-wake:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-r.closed:
-		return ErrClosed
-	}
-}
-
 // ctxEnded returns ctx.Err(), or context.DeadlineExceeded once ctx's
 // deadline has passed: a command cut by that deadline can fail a moment
 // before ctx's own timer fires.

@@ -72,8 +72,11 @@ const (
 // Lock acquires m for the calling goroutine, re-entering it if the caller
 // already owns it, and says how. It waits in FIFO order until m is handed
 // over, ctx is done (ctx.Err() is returned) or abort is closed (ErrAborted).
-// A wait that returns an error leaves nothing held; one whose ctx ends just
-// as m is handed over succeeds, as x/sync's semaphore may.
+// A wait that returns an error leaves nothing held. A wait whose ctx ends
+// just as m is handed over succeeds and keeps m: the previous owner may have
+// left the new one something to inherit (the registry's hold), which passing
+// m on could strand. (x/sync's semaphore does the opposite: it gives such a
+// late grant back and returns ctx.Err().)
 func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}) (How, error) {
 	gid := goid.Get()
 	m.mu.Lock()

@@ -1,0 +1,156 @@
+package registry
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// The subscriber PINGs its connection every subscriberPing and reconnects
+// when nothing, message or pong, arrives for subscriberDead: a connection
+// that died silently (a peer gone without a FIN, a blackholed route) is
+// noticed within seconds instead of never. A pool read timeout shorter than
+// subscriberPing makes the subscriber reconnect needlessly.
+const (
+	subscriberPing = time.Second
+	subscriberDead = 3 * time.Second
+)
+
+// subscriber wakes PubSubLock waiters. They sleep as SpinLock waiters do
+// (pollDelay: until the holder's TTL runs out, at most idleBetweenTries),
+// but are woken early by the message every release publishes. One
+// subscription per registry, started on the first failed attempt, listens
+// on every release channel of the registry key and wakes only the lock
+// named by the message; within a process only the head of that lock's
+// local queue waits in Redis, so a release costs one attempt per process.
+//
+// No wake-up is missed: the waiter empties its wake channel (registering
+// interest) before each obtain attempt, so a release between the attempt and
+// the wait leaves a signal in the channel. While the subscription is down,
+// messages can be lost: it wakes every waiter when it drops and again when it
+// is back, and in between waiters poll at idleBetweenTries.
+type subscriber struct {
+	r       *Registry
+	started atomic.Bool
+}
+
+// start starts the subscriber once: a registry that never waits never
+// subscribes (and so does not receive every release of its registry key).
+// A release between the failed attempt and the subscription is not
+// missed: once subscribed, the subscriber wakes every waiter.
+func (s *subscriber) start() { s.r.bg.startOnce(&s.started, s.loop) }
+
+// loop keeps one subscription alive until Close, resubscribing with
+// backoff when it drops.
+func (s *subscriber) loop() {
+	r := s.r
+	var bo backoff
+	for {
+		err := s.session(&bo)
+		s.wakeAll() // messages may have been lost: everyone re-checks
+		if r.bg.isClosed() {
+			return
+		}
+		r.log.Warn("lockyard: pub/sub subscriber dropped, resubscribing; waiters poll meanwhile", "err", err)
+		if r.bg.sleep(r.bg.ctx, bo.delay(), nil) != nil {
+			return
+		}
+	}
+}
+
+// session subscribes and dispatches messages until the subscription fails
+// or falls silent, or the registry is closed (which cancels bg.ctx and so
+// the receive).
+func (s *subscriber) session(bo *backoff) error {
+	r := s.r
+	sub, err := r.store.subscribe(r.bg.ctx)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	bo.reset()
+	s.wakeAll() // waiters that polled meanwhile switch to wake-ups
+	// The pinger sends while this goroutine receives, as Subscription
+	// allows; it stops before the subscription is closed.
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(subscriberPing)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if sub.Ping(r.bg.ctx) != nil {
+					return // the receive sees the broken connection
+				}
+			}
+		}
+	}()
+	defer func() { close(stop); <-stopped }()
+	for {
+		ctx, cancel := context.WithTimeout(r.bg.ctx, subscriberDead)
+		ch, err := sub.Receive(ctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		s.deliver(ch)
+	}
+}
+
+// deliver wakes the waiter of the lock that channel ch names, if cached.
+func (s *subscriber) deliver(ch string) {
+	r := s.r
+	lk, ok := r.layout.LockKeyOfChannel(ch)
+	if !ok {
+		return
+	}
+	if name, ok := r.layout.UserKey(lk); ok {
+		if l, ok := r.cache.peek(name); ok {
+			l.wake.signal()
+		}
+	}
+}
+
+// wakeAll signals every cached lock.
+func (s *subscriber) wakeAll() { s.r.cache.each(func(l *RedisLock) { l.wake.signal() }) }
+
+// waker carries release notices to a PubSubLock's remote waiter; nil for
+// a SpinLock, whose waiters only poll. Buffered (1): a notice sent before
+// the wait is kept.
+type waker chan struct{}
+
+func newWaker(t LockType) waker {
+	if t == PubSubLock {
+		return make(waker, 1)
+	}
+	return nil
+}
+
+// drain readies the waiter before an obtain attempt: stale notices are
+// dropped.
+func (w waker) drain() {
+	select {
+	case <-w:
+	default:
+	}
+}
+
+// signal wakes the waiter, if any, without blocking (a nil waker never
+// blocks: its send case is never ready).
+func (w waker) signal() {
+	select {
+	case w <- struct{}{}:
+	default:
+	}
+}
+
+// listen starts the subscriber after a failed attempt of a lock whose
+// waiter it wakes (a PubSubLock).
+func (s *subscriber) listen(w waker) {
+	if w != nil {
+		s.start()
+	}
+}
