@@ -24,14 +24,15 @@ import (
 // there is no double grant.
 func TestReplicaPromoted(t *testing.T) {
 	t.Run("without-ack", func(t *testing.T) {
-		heldByA, double := promote(t)
+		heldByA, double, tokA, tokB := promote(t)
 		if !heldByA || !double {
 			t.Fatalf("first holder acquired: %v, double grant: %v; want both (the hole was not reproduced)", heldByA, double)
 		}
-		figure(t, 13, "without WithReplicaAck: master killed before replicating the key, replica promoted: a second holder acquired while the first hold was still valid (double grant, 1 of 1); the fence counter was lost with the key, so fencing tokens restart")
+		figure(t, 13, "without WithReplicaAck: master killed before replicating the key, replica promoted: a second holder acquired while the first hold was still valid (double grant, 1 of 1); the replica's fence counter lagged too: tokens %d (first holder) and %d (second), a store that accepts only strictly greater tokens takes one write of the two",
+			tokA, tokB)
 	})
 	t.Run("with-ack", func(t *testing.T) {
-		heldByA, double := promote(t, registry.WithReplicaAck(1, 100*time.Millisecond))
+		heldByA, double, _, _ := promote(t, registry.WithReplicaAck(1, 100*time.Millisecond))
 		if heldByA || double {
 			t.Fatalf("first holder acquired: %v, double grant: %v; want neither", heldByA, double)
 		}
@@ -41,9 +42,9 @@ func TestReplicaPromoted(t *testing.T) {
 
 // promote runs scenario 13 with the first client's extra options and
 // reports whether the first client acquired the lock while the replica was
-// cut off, and whether the second client then acquired it too while the
-// first hold was still valid.
-func promote(t *testing.T, optsA ...registry.Option) (heldByA, double bool) {
+// cut off, whether the second client then acquired it too while the first
+// hold was still valid, and the fencing tokens of both holds.
+func promote(t *testing.T, optsA ...registry.Option) (heldByA, double bool, tokA, tokB int64) {
 	const ttl = 5 * time.Second
 	master := startServer(t, "--repl-diskless-sync-delay", "0")
 	link := newProxy(t, master.Addr) // the replication link, to cut
@@ -69,7 +70,7 @@ func promote(t *testing.T, optsA ...registry.Option) (heldByA, double bool) {
 	err := a.LockContext(ctxFor(t, time.Second))
 	switch {
 	case err == nil:
-		heldByA = true
+		heldByA, tokA = true, a.Token()
 	case errors.Is(err, registry.ErrReplicaAck):
 		// Undone at once, or, when the deadline cut the reply short, by
 		// the registry's background cleanup.
@@ -89,6 +90,7 @@ func promote(t *testing.T, optsA ...registry.Option) (heldByA, double bool) {
 	if w.err != nil {
 		t.Fatalf("the promoted replica did not grant the lock: %v", w.err)
 	}
+	tokB, _ = redis.Int64(do(t, replica.Addr, "GET", "{"+b.Key()+"}:fence"), nil) // b's token: its release left the counter
 	if heldByA {
 		select {
 		case <-a.Lost():
@@ -98,5 +100,5 @@ func promote(t *testing.T, optsA ...registry.Option) (heldByA, double bool) {
 		}
 		_ = a.UnlockContext(context.Background()) // the old master is gone
 	}
-	return heldByA, double
+	return heldByA, double, tokA, tokB
 }

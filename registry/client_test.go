@@ -41,13 +41,17 @@ func TestObtainResentByClient(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		r := newRegClient(t, resendingClient{registry.NewPoolClient(b.pool(t))}, registry.WithFencing())
 		l := obtain(t, r, "k")
-		for want := int64(1); want <= 3; want++ {
+		var first int64
+		for i := int64(0); i < 3; i++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			err := l.LockContext(ctx)
 			cancel()
 			mustNil(t, err)
-			if l.Token() != want {
-				t.Fatalf("token %d, want %d", l.Token(), want)
+			if i == 0 {
+				first = l.Token()
+			}
+			if want := first + i; first <= 0 || l.Token() != want {
+				t.Fatalf("token %d, want %d (a resent obtain must not take a second token)", l.Token(), want)
 			}
 			mustNil(t, l.UnlockContext(bg(t)))
 		}
@@ -82,8 +86,8 @@ func TestHashTag(t *testing.T) {
 			t.Fatalf("Key() = %q, want %q", l1.Key(), want)
 		}
 		mustNil(t, l1.LockContext(bg(t)))
-		if v, _ := redis.Int(b.do(t, "GET", l1.Key()+":fence"), nil); v != 1 {
-			t.Fatalf("fence counter %s:fence = %d, want 1", l1.Key(), v)
+		if v, _ := redis.Int64(b.do(t, "GET", l1.Key()+":fence"), nil); v != l1.Token() || v <= 0 {
+			t.Fatalf("fence counter %s:fence = %d, want the token %d", l1.Key(), v, l1.Token())
 		}
 		// A waiter in another registry is woken by the release (its poll
 		// interval is 10s), so the channel of a hash-tag key maps back to

@@ -109,14 +109,16 @@ func ExampleRedisLock_Token() {
 	reg, _ := registry.New(pool, "records", registry.WithFencing())
 	defer reg.Close()
 	lock, _ := reg.Obtain("record-7")
+	var last int64
 	for range 2 {
 		lock.Lock()
-		fmt.Println("write with token", lock.Token())
+		fmt.Println("token above the last:", lock.Token() > last)
+		last = lock.Token()
 		lock.Unlock()
 	}
 	// Output:
-	// write with token 1
-	// write with token 2
+	// token above the last: true
+	// token above the last: true
 }
 
 // NewWithClient takes any Client: here the redigo one that New builds,

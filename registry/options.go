@@ -150,7 +150,8 @@ func WithAutoRenew() Option {
 }
 
 // WithFencing makes every acquisition take a fencing token, strictly
-// increasing per key across all holders; see RedisLock.Token. A local
+// increasing per key across all holders, also after Redis lost the counter;
+// see RedisLock.Token. The scripts then call TIME (an ACL needs +time). A local
 // hand-off then costs one round trip (the pass script takes the next
 // token) instead of none.
 func WithFencing() Option {

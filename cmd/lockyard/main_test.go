@@ -295,6 +295,10 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 // and exits with the lost-lock status.
 func TestStatusReleaseAndLoss(t *testing.T) {
 	key := newKey(t)
+	// A fence counter at 0 (a new one starts at the server's clock).
+	if _, err := server.Do("SET", "{lockyard:"+key+"}:fence", 0); err != nil {
+		t.Fatal(err)
+	}
 	cmd, _ := startTrapped(t, 9, `test "$LOCKYARD_TOKEN" = 1 || exit 2`, nil, "run", "--ttl", "600ms", "--fencing", key)
 	if !exists(t, key) {
 		t.Fatal("the command runs but the lock is not held")
@@ -336,6 +340,10 @@ func TestRedactURL(t *testing.T) {
 // counters.
 func TestHashTagForm(t *testing.T) {
 	key := newKey(t)
+	// A fence counter at 0 (a new one starts at the server's clock).
+	if _, err := server.Do("SET", "lockyard:{"+key+"}:fence", 0); err != nil {
+		t.Fatal(err)
+	}
 	if code, out := exitCode(t, lockyard("run", "--hash-tag", "--fencing", key, "--", "sh", "-c",
 		`test "$LOCKYARD_KEY" = "lockyard:{`+key+`}"`)); code != 0 {
 		t.Fatalf("run --hash-tag: exit %d: %s", code, out)

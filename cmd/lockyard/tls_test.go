@@ -76,14 +76,16 @@ func TestTLSAndACLUser(t *testing.T) {
 	// for status.
 	if _, err := s.Do("ACL", "SETUSER", "ops", "on", ">s3cret", "resetkeys", "resetchannels",
 		"~lockyard:*", "~{lockyard:*", "&lockyard-channel:*", "-@all", "+evalsha", "+eval", "+psubscribe",
-		"+ping", "+info", "+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+publish", "+scan"); err != nil {
+		"+ping", "+info", "+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+publish", "+time", "+scan"); err != nil {
 		t.Fatal(err)
 	}
 	url := "rediss://ops:s3cret@127.0.0.1:" + strconv.Itoa(port)
 	tlsCmd := func(args ...string) []string {
 		return append([]string{"REDIS_URL=" + url, "SSL_CERT_FILE=" + ca}, args...)
 	}
-	cmd := lockyard("run", "--fencing", "job", "--", "sh", "-c", `test "$LOCKYARD_TOKEN" = 1`)
+	// A new fence counter starts at the server's clock in microseconds
+	// (TIME, in the ACL).
+	cmd := lockyard("run", "--fencing", "job", "--", "sh", "-c", `test "$LOCKYARD_TOKEN" -gt 1000000000000000`)
 	cmd.Env = append(cmd.Env, tlsCmd()...)
 	if code, out := exitCode(t, cmd); code != 0 {
 		t.Fatalf("run over TLS as the ACL user: exit %d: %s", code, out)

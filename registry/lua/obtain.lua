@@ -18,10 +18,23 @@
 --        live in ms, or -1 if the key has no expiry. The wait marker then
 --        names this registry.
 -- Error: WRONGTYPE when KEYS[1] holds something other than a string.
+-- nextFence increments the fence counter key. A missing counter (a new
+-- key, or one Redis lost: a restart without persistence, a failover to a
+-- replica that lacked it, FLUSHALL) is first seeded with the server's clock
+-- in microseconds, so that tokens keep increasing across such a loss while
+-- the clock does not go back and the key sees fewer than a million
+-- acquisitions a second on average.
+local function nextFence(key)
+  if not redis.call('GET', key) then
+    local t = redis.call('TIME')
+    redis.call('SET', key, t[1] .. string.format('%06d', tonumber(t[2])))
+  end
+  return redis.call('INCR', key)
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = 0
   if KEYS[3] then
-    fence = redis.call('INCR', KEYS[3])
+    fence = nextFence(KEYS[3])
   end
   return {1, fence}
 end

@@ -17,6 +17,19 @@
 --        on ARGV[3].
 --        {0, 0} when the key is gone or held by another token, in which
 --        case nothing is changed.
+-- nextFence increments the fence counter key. A missing counter (a new
+-- key, or one Redis lost: a restart without persistence, a failover to a
+-- replica that lacked it, FLUSHALL) is first seeded with the server's clock
+-- in microseconds, so that tokens keep increasing across such a loss while
+-- the clock does not go back and the key sees fewer than a million
+-- acquisitions a second on average.
+local function nextFence(key)
+  if not redis.call('GET', key) then
+    local t = redis.call('TIME')
+    redis.call('SET', key, t[1] .. string.format('%06d', tonumber(t[2])))
+  end
+  return redis.call('INCR', key)
+end
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return {0, 0}
 end
@@ -29,6 +42,6 @@ end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local fence = 0
 if KEYS[3] then
-  fence = redis.call('INCR', KEYS[3])
+  fence = nextFence(KEYS[3])
 end
 return {1, fence}
