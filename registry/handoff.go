@@ -137,6 +137,9 @@ func (l *RedisLock) inherit() bool {
 	if !h.lost(l.reg.now()) {
 		l.setPhase(held)
 		l.touch()
+		if l.local.Waiters() > 0 {
+			l.guard(h)
+		}
 		return true
 	}
 	l.reg.stats.lostHold(h)

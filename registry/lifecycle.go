@@ -52,7 +52,7 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool) error {
 		return ErrClosed
 	}
 	start := r.now()
-	how, err := l.local.Lock(ctx, r.bg.closed)
+	how, err := l.local.Lock(ctx, r.bg.closed, l.watchHolder)
 	switch {
 	case errors.Is(err, reentrant.ErrAborted):
 		return ErrClosed
@@ -126,9 +126,10 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool) (waited bool, er
 }
 
 // waitErr is the error of a wait ended by end (ctx.Err() or ErrClosed),
-// wrapping the last Redis error seen, if any and if it says more than end.
+// wrapping the last Redis error seen, if any and if it is not end itself
+// (a client that returns ctx.Err() as it is).
 func (l *RedisLock) waitErr(end, lastErr error) error {
-	if lastErr == nil || errors.Is(lastErr, end) {
+	if lastErr == nil || lastErr == end {
 		return wrapKey("waiting for", l.key, end)
 	}
 	return wrapKey("waiting for", l.key, fmt.Errorf("%w (last error: %w)", end, lastErr))
@@ -162,12 +163,16 @@ func (l *RedisLock) attempt(ctx context.Context) (grant, error) {
 	return g, nil
 }
 
-// begin makes h the lock's hold: the watchdog renews it from now on.
+// begin makes h the lock's hold: the watchdog renews it from now on, and
+// local waiters are guarded against its loss.
 func (l *RedisLock) begin(h *hold) {
 	l.hold.Store(h)
 	l.reg.watchdog.track(l, h)
 	l.setPhase(held)
 	l.touch()
+	if l.local.Waiters() > 0 {
+		l.guard(h)
+	}
 }
 
 // unlock ends the calling goroutine's outermost hold: it hands the hold

@@ -55,8 +55,16 @@ func (l *RedisLock) Key() string { return l.key }
 // the lock is not held or the registry was made without WithFencing. Pass it
 // to the storage you protect, which should reject a token lower than the
 // highest it has seen.
+//
+// The counter starts at the Redis server's clock in microseconds (TIME),
+// and starts there again if Redis loses it (a restart without persistence,
+// a failover to a replica that lacked it, FLUSHALL), so tokens stay
+// increasing across such a loss as long as the server's clock does not go
+// back and the key averages fewer than a million acquisitions a second. A
+// failover to a replica whose copy of the counter lagged can repeat a token,
+// as it can grant the lock twice (see WithReplicaAck).
 func (l *RedisLock) Token() int64 {
-	if h := l.hold.Load(); h != nil {
+	if h := l.hold.Load(); h != nil && !l.revoked() {
 		return h.fence
 	}
 	return 0
@@ -74,7 +82,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // goroutine; the first call for a hold arms one timer, stopped at release.
 func (l *RedisLock) Lost() <-chan struct{} {
 	h := l.hold.Load()
-	if h == nil {
+	if h == nil || l.revoked() {
 		return closedChan
 	}
 	return h.watch(l.reg).Done()
@@ -110,6 +118,9 @@ func (l *RedisLock) TryLock() bool {
 		return false
 	}
 	ok, reentered := l.local.TryLock()
+	if !ok && l.revokeLost() {
+		ok, reentered = l.local.TryLock()
+	}
 	if !ok || reentered {
 		return ok
 	}
@@ -153,7 +164,10 @@ func (l *RedisLock) Unlock() {
 // a Redis error after the hold's validity ended matches ErrLockLost too.
 func (l *RedisLock) UnlockContext(ctx context.Context) error {
 	last, err := l.local.Leave()
-	if err != nil {
+	switch {
+	case errors.Is(err, reentrant.ErrRevoked):
+		return fmt.Errorf("%w: %q was lost while held, and passed on to another goroutine", ErrLockLost, l.key)
+	case err != nil:
 		return fmt.Errorf("%w: %q", ErrNotOwner, l.key)
 	}
 	if !last {

@@ -31,10 +31,13 @@ func NewRedlock(clients []Client, registryKey string, opts ...Option) (*Registry
 	if err := checkNodes(clients); err != nil {
 		return nil, err
 	}
+	// The options are checked before the registry key, as they always were.
+	if cfg, err := newConfig(opts); err != nil {
+		return nil, err
+	} else if cfg.ackReplicas > 0 {
+		return nil, fmt.Errorf("%w: WithReplicaAck does not apply to Redlock nodes", ErrInvalidConfig)
+	}
 	return build(registryKey, opts, func(cfg config, s scripts, st *stats) (store, error) {
-		if cfg.ackReplicas > 0 {
-			return nil, fmt.Errorf("%w: WithReplicaAck does not apply to Redlock nodes", ErrInvalidConfig)
-		}
 		return &quorumStore{
 			nodes:       append([]Client(nil), clients...),
 			s:           s,

@@ -246,3 +246,49 @@ func TestRedlockRenewal(t *testing.T) {
 	recvWithin(t, l.Lost(), 2*ttl, "the hold to be lost without a renewing majority")
 	mustIs(t, l.UnlockContext(bg(t)), registry.ErrLockLost)
 }
+
+// blackhole is a Client whose node never answers: every call returns
+// ctx.Err() when its context ends, as go-redis does.
+type blackhole struct{ id int }
+
+func (blackhole) Eval(ctx context.Context, _ *registry.Script, _ []string, _ []any) (any, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (blackhole) EvalWait(ctx context.Context, _ *registry.Script, _ []string, _ []any, _ int, _ time.Duration) (any, int, error) {
+	<-ctx.Done()
+	return nil, 0, ctx.Err()
+}
+
+func (blackhole) EvalBatch(ctx context.Context, _ *registry.Script, calls []registry.Call) []registry.Result {
+	<-ctx.Done()
+	out := make([]registry.Result, len(calls))
+	for i := range out {
+		out[i].Err = ctx.Err()
+	}
+	return out
+}
+
+func (blackhole) PSubscribe(ctx context.Context, _ string) (registry.Subscription, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// When every node times out, a LockContext that runs out of time still
+// says why: its error matches ErrNoQuorum as well as DeadlineExceeded,
+// although the nodes' own errors were deadline errors too.
+func TestRedlockSilentNodesKeepsNoQuorum(t *testing.T) {
+	r := newRedlock(t, []registry.Client{&blackhole{1}, &blackhole{2}, &blackhole{3}}, prefix(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := obtain(t, r, "k").LockContext(ctx)
+	mustIs(t, err, context.DeadlineExceeded)
+	mustIs(t, err, registry.ErrNoQuorum)
+}
+
+// NewRedlock checks the options before the registry key.
+func TestRedlockChecksOptionsFirst(t *testing.T) {
+	_, err := registry.NewRedlock([]registry.Client{&blackhole{1}, &blackhole{2}, &blackhole{3}}, "{bad", registry.WithReplicaAck(1, time.Second))
+	mustIs(t, err, registry.ErrInvalidConfig)
+}

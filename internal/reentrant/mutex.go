@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/petermattis/goid"
 )
@@ -25,6 +26,10 @@ var ErrNotOwner = errors.New("reentrant: calling goroutine does not hold the mut
 // ErrAborted is returned by Lock when its abort channel was closed first.
 var ErrAborted = errors.New("reentrant: wait aborted")
 
+// ErrRevoked is returned by Leave and Unlock to a goroutine whose ownership
+// was revoked (see Revoke), once for each hold it had then.
+var ErrRevoked = errors.New("reentrant: ownership was revoked")
+
 // Mutex is a reentrant mutex owned by a goroutine. The zero value is an
 // unlocked mutex. A Mutex must not be copied after first use.
 type Mutex struct {
@@ -32,7 +37,13 @@ type Mutex struct {
 	mu      sync.Mutex
 	owner   int64 // goroutine id of the owner, 0 when free
 	depth   int   // hold count of the owner
+	leaving bool  // the owner's last Leave reported last: it is finishing, not revocable
 	waiters []*waiter
+	// revoked counts the holds of goroutines whose ownership was revoked,
+	// by goroutine id: each later Leave or Unlock of theirs consumes one.
+	// An entry stays until consumed (a goroutine that died keeps its own).
+	revoked map[int64]int
+	nrev    atomic.Int32 // entries in revoked, read without mu
 }
 
 // waiter is one goroutine queued in Lock. ready is closed by the goroutine
@@ -72,12 +83,15 @@ const (
 // Lock acquires m for the calling goroutine, re-entering it if the caller
 // already owns it, and says how. It waits in FIFO order until m is handed
 // over, ctx is done (ctx.Err() is returned) or abort is closed (ErrAborted).
+// If the caller has to wait, queued (if not nil) is called once it is in
+// the queue, before it blocks: a caller can then check, without a race with
+// the owner, whether the owner should be revoked.
 // A wait that returns an error leaves nothing held. A wait whose ctx ends
 // just as m is handed over succeeds and keeps m: the previous owner may have
 // left the new one something to inherit (the registry's hold), which passing
 // m on could strand. (x/sync's semaphore does the opposite: it gives such a
 // late grant back and returns ctx.Err().)
-func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}) (How, error) {
+func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued func()) (How, error) {
 	gid := goid.Get()
 	m.mu.Lock()
 	switch {
@@ -93,6 +107,9 @@ func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}) (How, error) {
 	w := &waiter{gid: gid, ready: make(chan struct{})}
 	m.waiters = append(m.waiters, w)
 	m.mu.Unlock()
+	if queued != nil {
+		queued()
+	}
 
 	var err error
 	select {
@@ -128,13 +145,13 @@ func (m *Mutex) Depth() int {
 
 // Unlock releases one hold of the calling goroutine. The last one hands m to
 // the longest-waiting goroutine. It returns ErrNotOwner, and changes nothing,
-// if the caller does not own m.
+// if the caller does not own m, or ErrRevoked if it lost a hold to Revoke.
 func (m *Mutex) Unlock() error {
 	gid := goid.Get()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.owner != gid {
-		return ErrNotOwner
+		return m.notOwner(gid)
 	}
 	m.depth--
 	if m.depth == 0 {
@@ -145,16 +162,18 @@ func (m *Mutex) Unlock() error {
 
 // Leave releases one hold of the calling goroutine unless it is the last:
 // then it changes nothing and reports last, and the caller finishes what the
-// outermost hold guarded before calling Unlock. It returns ErrNotOwner if the
-// caller does not own m.
+// outermost hold guarded before calling Unlock or HandOff; until then m
+// cannot be revoked. It returns ErrNotOwner if the caller does not own m, or
+// ErrRevoked if it lost a hold to Revoke.
 func (m *Mutex) Leave() (last bool, err error) {
 	gid := goid.Get()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.owner != gid {
-		return false, ErrNotOwner
+		return false, m.notOwner(gid)
 	}
 	if m.depth == 1 {
+		m.leaving = true
 		return true, nil
 	}
 	m.depth--
@@ -193,8 +212,60 @@ func (m *Mutex) Busy() bool {
 	return m.owner != 0 || len(m.waiters) > 0
 }
 
+// Revoke takes m from its owner, if it has one that is not finishing its
+// last hold (see Leave) and ok, called with m's internal lock held, agrees,
+// and hands m to the longest-waiting goroutine, or frees it. The owner's
+// holds are recorded: each of its later Leave or Unlock calls returns
+// ErrRevoked. It is for an owner that will not unlock in time (a goroutine
+// that exited holding m, or whose hold of what m guards expired). ok must
+// not call m's methods.
+func (m *Mutex) Revoke(ok func() bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.owner == 0 || m.leaving || !ok() {
+		return false
+	}
+	if m.revoked == nil {
+		m.revoked = make(map[int64]int)
+	}
+	if m.revoked[m.owner] == 0 {
+		m.nrev.Add(1)
+	}
+	m.revoked[m.owner] += m.depth
+	m.release()
+	return true
+}
+
+// Revoked reports whether the calling goroutine has holds that Revoke took
+// and that it has not yet unlocked.
+func (m *Mutex) Revoked() bool {
+	if m.nrev.Load() == 0 {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.revoked[goid.Get()] > 0
+}
+
+// notOwner returns ErrRevoked, consuming one revoked hold, if gid has one,
+// else ErrNotOwner. mu must be held.
+func (m *Mutex) notOwner(gid int64) error {
+	n := m.revoked[gid]
+	switch {
+	case n == 0:
+		return ErrNotOwner
+	case n == 1:
+		delete(m.revoked, gid)
+		m.nrev.Add(-1)
+	default:
+		m.revoked[gid] = n - 1
+	}
+	return ErrRevoked
+}
+
 // release hands m to the head of the queue or frees it. mu must be held.
 func (m *Mutex) release() {
+	m.leaving = false
 	if len(m.waiters) == 0 {
 		m.owner, m.depth = 0, 0
 		return

@@ -28,10 +28,10 @@ func waitWaiters(t *testing.T, m *Mutex, n int) {
 
 func TestReentrancyAndOwnership(t *testing.T) {
 	var m Mutex
-	if how, err := m.Lock(context.Background(), nil); how != Fresh || err != nil {
+	if how, err := m.Lock(context.Background(), nil, nil); how != Fresh || err != nil {
 		t.Fatalf("first Lock = %v, %v", how, err)
 	}
-	if how, err := m.Lock(context.Background(), nil); how != Reentered || err != nil || m.Depth() != 2 {
+	if how, err := m.Lock(context.Background(), nil, nil); how != Reentered || err != nil || m.Depth() != 2 {
 		t.Fatal("owner could not re-enter")
 	}
 	if ok, re := m.TryLock(); !ok || !re || m.Depth() != 3 {
@@ -59,7 +59,7 @@ func TestReentrancyAndOwnership(t *testing.T) {
 // Waiters get the mutex in arrival order; a waiter alone makes it busy.
 func TestFIFOHandOff(t *testing.T) {
 	var m Mutex
-	m.Lock(context.Background(), nil)
+	m.Lock(context.Background(), nil, nil)
 	const n = 8
 	var (
 		mu    sync.Mutex
@@ -70,7 +70,7 @@ func TestFIFOHandOff(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.Lock(context.Background(), nil)
+			m.Lock(context.Background(), nil, nil)
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
@@ -91,10 +91,10 @@ func TestFIFOHandOff(t *testing.T) {
 // counts it as a contended acquisition.
 func TestLockSaysQueued(t *testing.T) {
 	var m Mutex
-	m.Lock(context.Background(), nil)
+	m.Lock(context.Background(), nil, nil)
 	got := make(chan How)
 	go func() {
-		how, err := m.Lock(context.Background(), nil)
+		how, err := m.Lock(context.Background(), nil, nil)
 		if err != nil {
 			t.Error(err)
 		}
@@ -110,14 +110,14 @@ func TestLockSaysQueued(t *testing.T) {
 
 func TestWaiterIsBusyAndCancellable(t *testing.T) {
 	var m Mutex
-	m.Lock(context.Background(), nil)
+	m.Lock(context.Background(), nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { _, err := m.Lock(ctx, nil); done <- err }()
+	go func() { _, err := m.Lock(ctx, nil, nil); done <- err }()
 	waitWaiters(t, &m, 1)
 	abort := make(chan struct{})
 	aborted := make(chan error)
-	go func() { _, err := m.Lock(context.Background(), abort); aborted <- err }()
+	go func() { _, err := m.Lock(context.Background(), abort, nil); aborted <- err }()
 	waitWaiters(t, &m, 2)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -138,11 +138,11 @@ func TestWaiterIsBusyAndCancellable(t *testing.T) {
 func TestCancelRacingHandOff(t *testing.T) {
 	for range 200 {
 		var m Mutex
-		m.Lock(context.Background(), nil)
+		m.Lock(context.Background(), nil, nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error)
 		go func() {
-			_, err := m.Lock(ctx, nil)
+			_, err := m.Lock(ctx, nil, nil)
 			if err == nil {
 				m.Unlock()
 			}
@@ -160,11 +160,11 @@ func TestCancelRacingHandOff(t *testing.T) {
 
 func BenchmarkReentrantLockUnlock(b *testing.B) {
 	var m Mutex
-	m.Lock(context.Background(), nil)
+	m.Lock(context.Background(), nil, nil)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		m.Lock(ctx, nil)
+		m.Lock(ctx, nil, nil)
 		m.Leave()
 	}
 }
@@ -176,7 +176,7 @@ func TestHandOff(t *testing.T) {
 	if _, err := m.HandOff(); err != ErrNotOwner {
 		t.Fatalf("HandOff of a free mutex: %v, want ErrNotOwner", err)
 	}
-	m.Lock(ctx, nil)
+	m.Lock(ctx, nil, nil)
 	if ok, err := m.HandOff(); ok || err != nil {
 		t.Fatalf("HandOff without waiters = %v, %v; want false, nil", ok, err)
 	}
@@ -185,7 +185,7 @@ func TestHandOff(t *testing.T) {
 	}
 	got := make(chan int)
 	go func() {
-		m.Lock(ctx, nil)
+		m.Lock(ctx, nil, nil)
 		got <- m.Depth()
 		m.Unlock()
 		got <- 0
@@ -200,5 +200,71 @@ func TestHandOff(t *testing.T) {
 	<-got
 	if m.Busy() {
 		t.Fatal("mutex busy after the waiter unlocked")
+	}
+}
+
+// Revoke takes the mutex from an owner that will not unlock: the head of
+// the queue gets it, and each of the old owner's holds then unlocks with
+// ErrRevoked, once.
+func TestRevoke(t *testing.T) {
+	var m Mutex
+	ctx := context.Background()
+	owned, unlock, done := make(chan struct{}), make(chan struct{}), make(chan []error)
+	go func() {
+		m.Lock(ctx, nil, nil)
+		m.Lock(ctx, nil, nil) // two holds
+		close(owned)
+		<-unlock
+		revoked := m.Revoked()
+		_, err1 := m.Leave()
+		err2 := m.Unlock()
+		err3 := m.Unlock()
+		done <- []error{err1, err2, err3, map[bool]error{true: nil, false: errors.New("Revoked false")}[revoked]}
+	}()
+	<-owned
+	if m.Revoke(func() bool { return false }) {
+		t.Fatal("Revoke succeeded although ok said no")
+	}
+	got := make(chan How, 1)
+	go func() {
+		how, err := m.Lock(ctx, nil, func() {
+			if !m.Revoke(func() bool { return true }) {
+				t.Error("Revoke of an owner that is not leaving failed")
+			}
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- how
+	}()
+	if how := <-got; how != Queued {
+		t.Fatalf("the waiter got the mutex %v, want Queued", how)
+	}
+	if m.Depth() != 0 || !m.Busy() {
+		t.Fatal("the mutex is not owned by the waiter")
+	}
+	close(unlock)
+	errs := <-done
+	if errs[0] != ErrRevoked || errs[1] != ErrRevoked || errs[2] != ErrNotOwner || errs[3] != nil {
+		t.Fatalf("the revoked owner's Leave, Unlock, Unlock, Revoked: %v; want ErrRevoked twice, then ErrNotOwner; Revoked true", errs)
+	}
+}
+
+// An owner finishing its last hold (Leave reported last) is not revoked.
+func TestRevokeSparesLeavingOwner(t *testing.T) {
+	var m Mutex
+	m.Lock(context.Background(), nil, nil)
+	if last, err := m.Leave(); !last || err != nil {
+		t.Fatalf("Leave = %v, %v", last, err)
+	}
+	if m.Revoke(func() bool { return true }) {
+		t.Fatal("Revoke took the mutex from an owner finishing its last hold")
+	}
+	if err := m.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	m.Lock(context.Background(), nil, nil)
+	if !m.Revoke(func() bool { return true }) || m.Busy() {
+		t.Fatal("Revoke after a new Lock did not free the mutex")
 	}
 }

@@ -1,0 +1,69 @@
+package registry
+
+import "context"
+
+// A goroutine that holds a lock and never unlocks it (it exited, or it is
+// stuck) must not block its registry's other goroutines for good. Once the
+// hold's validity has ended, so that another registry may take the key
+// anyway, the local mutex is revoked from its owner and passed to the next
+// local waiter, which obtains the key in Redis as usual. The old owner's
+// late UnlockContext then returns ErrLockLost (Unlock logs it), and its
+// Token and Lost see no hold; neither touches the new holder.
+//
+// The loss is noticed without polling: when a goroutine queues behind a
+// hold, or a hold begins with goroutines queued, guard arms the hold's loss
+// watch (hold.watch), and its loss calls revoke. An owner that is already
+// finishing its outermost unlock is never revoked (reentrant.Mutex.Revoke).
+
+// watchHolder runs when the calling goroutine has queued on the local
+// mutex: a lost hold is revoked at once, a valid one guarded.
+func (l *RedisLock) watchHolder() {
+	h := l.hold.Load()
+	switch {
+	case h == nil:
+	case h.lost(l.reg.now()):
+		l.revoke(h)
+	default:
+		l.guard(h)
+	}
+}
+
+// guard makes the loss of h revoke it, once per hold.
+func (l *RedisLock) guard(h *hold) {
+	if h.guarded.CompareAndSwap(false, true) {
+		context.AfterFunc(h.watch(l.reg), func() { l.revoke(h) })
+	}
+}
+
+// revokeLost revokes the current hold if it is lost, and reports whether
+// it did (TryLock then tries again).
+func (l *RedisLock) revokeLost() bool {
+	h := l.hold.Load()
+	return h != nil && h.lost(l.reg.now()) && l.revoke(h)
+}
+
+// revoke takes the local mutex from the goroutine that holds h, if h is
+// still the lock's hold and held (not being handed over or released), and
+// ends h: counted lost, retired, and its key deleted in the background if
+// it still carries h's token. The mutex goes to the next local waiter.
+func (l *RedisLock) revoke(h *hold) bool {
+	r := l.reg
+	if !l.local.Revoke(func() bool {
+		return l.hold.Load() == h && l.phase.CompareAndSwap(int32(held), int32(idle))
+	}) {
+		return false
+	}
+	r.stats.lostHold(h)
+	l.retire(h)
+	if l.hold.CompareAndSwap(h, nil) {
+		r.cleanup(l.key, h.token)
+	}
+	r.log.Warn("lockyard: lock lost while held; passed on to the next goroutine", "key", l.key, "token", h.fence)
+	return true
+}
+
+// revoked reports whether the calling goroutine lost its holds to revoke
+// and holds the lock no more.
+func (l *RedisLock) revoked() bool {
+	return l.local.Revoked() && l.local.Depth() == 0
+}

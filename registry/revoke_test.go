@@ -1,0 +1,117 @@
+package registry_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/registry"
+)
+
+// A goroutine that holds a lock without auto-renew and never unlocks does
+// not block its registry's other goroutines: once its hold's validity has
+// ended, the next local waiter acquires through Redis. The stuck holder's
+// late unlocks report the loss (ErrLockLost, logged by Unlock) and leave the
+// new holder alone; it sees no token and a closed Lost channel meanwhile.
+func TestStuckHolderRevoked(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		const ttl = 300 * time.Millisecond
+		rec := &logRecorder{}
+		r := newReg(t, b.pool(t), registry.WithExpireAfter(ttl), registry.WithLogger(slogFor(rec)))
+		l := obtain(t, r, "k")
+		type seen struct {
+			token     int64
+			lostOpen  bool
+			errs      []error
+			unlockLog bool
+		}
+		holding, late, stuckDone := make(chan struct{}), make(chan struct{}), make(chan seen, 1)
+		go func() {
+			l.Lock()
+			l.Lock() // two holds
+			close(holding)
+			<-late // stuck past its validity
+			var s seen
+			s.token = l.Token()
+			select {
+			case <-l.Lost():
+			default:
+				s.lostOpen = true
+			}
+			s.errs = append(s.errs, l.UnlockContext(context.Background()))
+			l.Unlock() // logged, no panic
+			s.unlockLog = rec.count(slog.LevelError, "lost") > 0
+			s.errs = append(s.errs, l.UnlockContext(context.Background()))
+			stuckDone <- s
+		}()
+		<-holding
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		got, release, waiterDone := make(chan error, 1), make(chan struct{}), make(chan error, 1)
+		go func() {
+			err := l.LockContext(ctx)
+			got <- err
+			if err == nil {
+				<-release
+				waiterDone <- l.UnlockContext(context.Background())
+			}
+		}()
+		b.expire(t, l.Key(), ttl)
+		mustNil(t, recvWithin(t, got, 5*time.Second, "the local waiter behind a stuck holder"))
+		value, _ := redis.String(b.do(t, "GET", l.Key()), nil)
+		if value == "" {
+			t.Fatal("the waiter acquired, but the key is not set")
+		}
+
+		close(late)
+		s := recvWithin(t, stuckDone, 5*time.Second, "the stuck holder's unlocks")
+		if s.token != 0 || s.lostOpen {
+			t.Fatalf("stuck holder after revocation: Token %d, Lost open %v; want 0 and closed", s.token, s.lostOpen)
+		}
+		mustIs(t, s.errs[0], registry.ErrLockLost)
+		if !s.unlockLog {
+			t.Fatal("Unlock of a revoked hold logged no loss")
+		}
+		mustIs(t, s.errs[1], registry.ErrNotOwner)
+		if now, _ := redis.String(b.do(t, "GET", l.Key()), nil); now != value {
+			t.Fatalf("the stuck holder's unlocks changed the new holder's key: %q -> %q", value, now)
+		}
+		close(release)
+		mustNil(t, recvWithin(t, waiterDone, 5*time.Second, "the new holder's release"))
+		if n := r.Stats().LostLocks; n != 1 {
+			t.Fatalf("LostLocks = %d, want 1", n)
+		}
+	})
+}
+
+// A goroutine that exited holding a lock does not block TryLock once the
+// hold's validity has ended.
+func TestDeadHolderTryLock(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		const ttl = 200 * time.Millisecond
+		r := newReg(t, b.pool(t), registry.WithExpireAfter(ttl))
+		l := obtain(t, r, "k")
+		done := make(chan struct{})
+		go func() {
+			l.Lock() // and exits
+			close(done)
+		}()
+		<-done
+		if inGoroutine(l.TryLock) {
+			t.Fatal("TryLock took a lock held by a goroutine with a valid hold")
+		}
+		b.expire(t, l.Key(), ttl)
+		waitFor(t, 5*time.Second, "TryLock after the dead holder's validity", func() bool {
+			return inGoroutine(func() bool {
+				if !l.TryLock() {
+					return false
+				}
+				l.Unlock()
+				return true
+			})
+		})
+	})
+}
