@@ -50,7 +50,18 @@
 // validity ends the hold is lost for good: the holder's work may overlap the
 // next holder's. ExecuteLocked cancels fn's context with cause ErrLockLost at
 // that moment, and UnlockContext reports ErrLockLost; the release never
-// deletes a key that another holder has since taken.
+// deletes a key that another holder has since taken. expireAfter is at least
+// MinExpireAfter (50ms): a shorter TTL would be used up by the obtain's own
+// round trip.
+//
+// A goroutine that never unlocks (it exited, or it is stuck) blocks the
+// other goroutines of its registry no longer than its hold is valid: then
+// the next goroutine queued on the lock, or a TryLock, takes it through
+// Redis, as another registry could. The old holder's late UnlockContext
+// returns ErrLockLost (Unlock logs it) and changes nothing; until then its
+// Token is 0 and its Lost channel closed. With WithAutoRenew a hold stays
+// valid while the process lives, so a goroutine that exits holding a lock
+// blocks the key until Close or the end of the process: unlock with defer.
 //
 // # Concurrency
 //

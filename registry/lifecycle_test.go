@@ -154,6 +154,8 @@ func TestNewRejectsBadInput(t *testing.T) {
 		{pool, string(make([]byte, registry.MaxKeyLen+1)), nil, registry.ErrInvalidKey},
 		{pool, "p", registry.WithExpireAfter(0), registry.ErrInvalidConfig},
 		{pool, "p", registry.WithExpireAfter(999 * time.Microsecond), registry.ErrInvalidConfig},
+		{pool, "p", registry.WithExpireAfter(time.Millisecond), registry.ErrInvalidConfig},
+		{pool, "p", registry.WithExpireAfter(registry.MinExpireAfter - time.Millisecond), registry.ErrInvalidConfig},
 		{pool, "p", registry.WithExpireAfter(-time.Second), registry.ErrInvalidConfig},
 		{pool, "p", registry.WithExpireAfter(registry.MaxDuration + 1), registry.ErrInvalidConfig},
 		{pool, "p", registry.WithIdleBetweenTries(0), registry.ErrInvalidConfig},
@@ -180,7 +182,7 @@ func TestNewRejectsBadInput(t *testing.T) {
 			}
 		})
 	}
-	r, err := registry.New(pool, "p", registry.WithExpireAfter(time.Millisecond), registry.WithLockType(registry.PubSubLock))
+	r, err := registry.New(pool, "p", registry.WithExpireAfter(registry.MinExpireAfter), registry.WithLockType(registry.PubSubLock))
 	mustNil(t, err)
 	mustNil(t, r.Close())
 	if pool.ActiveCount() != 0 {
@@ -232,5 +234,22 @@ func TestPhases(t *testing.T) {
 		close(release)
 		mustNil(t, recvWithin(t, done, 5*time.Second, "local waiter"))
 		phase("idle")
+	})
+}
+
+// The shortest TTL accepted, MinExpireAfter, makes a hold that works: it
+// is not lost as it begins, and it is released cleanly.
+func TestMinExpireAfterHolds(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		l := obtain(t, newReg(t, b.pool(t), registry.WithExpireAfter(registry.MinExpireAfter)), "k")
+		for range 3 {
+			mustNil(t, l.LockContext(bg(t)))
+			select {
+			case <-l.Lost():
+				t.Fatal("a hold with the minimum TTL was lost as it began")
+			default:
+			}
+			mustNil(t, l.UnlockContext(bg(t)))
+		}
 	})
 }

@@ -37,6 +37,12 @@ const (
 	DefaultCommandTimeout   = 5 * time.Second
 	// MaxDuration bounds every duration option (one year).
 	MaxDuration = 365 * 24 * time.Hour
+	// MinExpireAfter is the shortest time to live a lock may have. A hold
+	// is valid for its TTL minus a drift margin (1% + 2ms, at most a tenth)
+	// from the moment the obtain was sent, so a shorter TTL would be used up
+	// by a round trip, a scheduling delay or a GC pause, and every hold
+	// would be lost as soon as it began.
+	MinExpireAfter = 50 * time.Millisecond
 )
 
 // Option configures a Registry in New.
@@ -97,11 +103,12 @@ func checkDuration(name string, d, min time.Duration) error {
 
 // WithExpireAfter sets the lock's time to live in Redis (default 60s,
 // millisecond precision). A holder keeps the lock for this long unless it
-// renews it. d below 1ms or above MaxDuration makes New fail.
+// renews it. d below MinExpireAfter (50ms) or above MaxDuration makes New
+// fail with ErrInvalidConfig.
 func WithExpireAfter(d time.Duration) Option {
 	return func(c *config) error {
 		c.expireAfter = d
-		return checkDuration("expireAfter", d, time.Millisecond)
+		return checkDuration("expireAfter", d, MinExpireAfter)
 	}
 }
 

@@ -201,8 +201,12 @@ func TestRedlockFenceAcrossMajorities(t *testing.T) {
 	r := newRedlock(t, clients, prefix(t), registry.WithFencing())
 	l := obtain(t, r, "k")
 	fence := "{" + l.Key() + "}:fence"
-	if _, err := servers[0].Do("SET", fence, 10); err != nil {
-		t.Fatal(err)
+	// Counters at 10, 0 and 0 (a missing one would start at the server's
+	// clock, far above).
+	for i, n := range []int{10, 0, 0} {
+		if _, err := servers[i].Do("SET", fence, n); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var tokens []int64
 	take := func() {
@@ -215,6 +219,9 @@ func TestRedlockFenceAcrossMajorities(t *testing.T) {
 	servers[0].Stop()                // the node with the high counter leaves
 	take()                           // nodes 1, 2
 	mustNil(t, servers[0].Restart()) // back, empty: counter 0
+	if _, err := servers[0].Do("SET", fence, 0); err != nil {
+		t.Fatal(err)
+	}
 	servers[1].Stop()
 	take() // nodes 0, 2: node 2 carries the count
 	if tokens[0] != 11 || tokens[1] != 12 || tokens[2] != 13 {

@@ -148,6 +148,13 @@ func TestRunExitCodes(t *testing.T) {
 	if code, out := exitCode(t, lockyard("run", key)); code != exitUsage {
 		t.Errorf("no command: exit %d (%s), want %d", code, out, exitUsage)
 	}
+	for _, bad := range [][]string{{"--ttl", "1ms"}, {"--ttl", "0"}, {"--ttl", "49ms"}, {"--wait", "-1s"}} {
+		args := append(append([]string{"run"}, bad...), key, "--", "true")
+		code, out := exitCode(t, lockyard(args...))
+		if code != exitUsage || !strings.Contains(out, bad[0]) {
+			t.Errorf("run %v: exit %d (%s), want %d naming %s", bad, code, out, exitUsage, bad[0])
+		}
+	}
 	cmd := lockyard("run", key, "--", "true")
 	cmd.Env = append(cmd.Env, "REDIS_URL=redis://127.0.0.1:1")
 	if code, out := exitCode(t, cmd); code != exitUnavailable {

@@ -52,7 +52,21 @@ func cmdRun(args []string) int {
 	if err != nil {
 		return fail("run", exitUsage, err)
 	}
+	if err := f.check(); err != nil {
+		return fail("run", exitUsage, err)
+	}
 	return f.run(rest[0], rest[1:], lostSig)
+}
+
+// check rejects a --ttl or --wait that cannot work.
+func (f *runFlags) check() error {
+	switch {
+	case f.ttl < registry.MinExpireAfter || f.ttl > registry.MaxDuration:
+		return fmt.Errorf("--ttl %v out of range [%v, %v]: a shorter lock would be lost as it is taken", f.ttl, registry.MinExpireAfter, registry.MaxDuration)
+	case f.wait < 0:
+		return fmt.Errorf("--wait %v is negative", f.wait)
+	}
+	return nil
 }
 
 // parseSignal returns the signal named s, or nil for "none".

@@ -1,8 +1,9 @@
 // Command fencing shows why a lock alone cannot protect storage from a
 // holder that was paused past its TTL, and how a fencing token does.
 //
-// Holder A takes the lock (token 1) and pauses, as a GC pause or a stopped
-// VM would. Its lock expires; holder B takes it (token 2) and writes. Then A
+// Holder A takes the lock (token N: a key's first token is the Redis
+// server's clock in microseconds) and pauses, as a GC pause or a stopped VM
+// would. Its lock expires; holder B takes it (token N+1) and writes. Then A
 // resumes and writes too: the storage rejects A's write, because its token
 // is lower than one it has already seen.
 package main
