@@ -28,8 +28,8 @@ func TestReplicaPromoted(t *testing.T) {
 		if !heldByA || !double {
 			t.Fatalf("first holder acquired: %v, double grant: %v; want both (the hole was not reproduced)", heldByA, double)
 		}
-		figure(t, 13, "without WithReplicaAck: master killed before replicating the key, replica promoted: a second holder acquired while the first hold was still valid (double grant, 1 of 1); the replica's fence counter lagged too: tokens %d (first holder) and %d (second), a store that accepts only strictly greater tokens takes one write of the two",
-			tokA, tokB)
+		figure(t, 13, "without WithReplicaAck: master killed before replicating the key, replica promoted: a second holder acquired while the first hold was still valid (double grant, 1 of 1); fencing tokens %d (first holder) and %d (second): %s",
+			tokA, tokB, fenceOutcome(tokA, tokB))
 	})
 	t.Run("with-ack", func(t *testing.T) {
 		heldByA, double, _, _ := promote(t, registry.WithReplicaAck(1, 100*time.Millisecond))
@@ -38,6 +38,18 @@ func TestReplicaPromoted(t *testing.T) {
 		}
 		figure(t, 13, "with WithReplicaAck(1, 100ms): the unreplicated obtain was refused (ErrReplicaAck) and undone; after the promotion the second holder was the only one (0 double grants)")
 	})
+}
+
+// fenceOutcome says what the fencing tokens of the two holders of a double
+// grant leave a store that accepts only tokens above the highest it saw.
+func fenceOutcome(a, b int64) string {
+	switch {
+	case b == a:
+		return "the replica's counter lagged with the key, so the token was handed out twice: the store takes only the first of the two writes"
+	case b > a:
+		return "the replica lacked the counter and seeded it from its clock, so the second token is above the first: the first holder's later writes are rejected"
+	}
+	return "the second token is below the first: the store rejects the second holder's writes once it saw the first's"
 }
 
 // promote runs scenario 13 with the first client's extra options and
