@@ -74,7 +74,8 @@
 // # Errors
 //
 // Errors wrap the sentinels ErrLockLost, ErrNotOwner, ErrInvalidKey,
-// ErrCacheFull, ErrClosed, ErrInvalidConfig, ErrReplicaAck and ErrNoQuorum,
+// ErrCacheFull, ErrClosed, ErrInvalidConfig, ErrReplicaAck, ErrNoQuorum and
+// ErrReleaseFailed,
 // and the Redis or context
 // error behind them; test with errors.Is and errors.As. LockContext retries
 // network and transient Redis errors until its context ends, then returns an

@@ -35,6 +35,11 @@ var (
 	// means the renewal was not acknowledged: the lock is still held, but
 	// its validity did not move.
 	ErrReplicaAck = errors.New("lockyard: too few replicas acknowledged the lock")
+	// ErrReleaseFailed means the release of a held lock failed in Redis (the
+	// server was down, say): whatever the lock guarded has run, but its key
+	// was not deleted and expires by its TTL. ExecuteLocked joins it to fn's
+	// result, so a caller can tell a failed fn from a failed release.
+	ErrReleaseFailed = errors.New("lockyard: release failed")
 	// ErrNoQuorum means a Redlock registry could not reach a majority of its
 	// nodes: too many were down, slow or failing. LockContext retries it
 	// until its ctx ends.

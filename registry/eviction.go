@@ -2,30 +2,49 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 )
 
-// eviction is the registry's one check of the server's maxmemory-policy.
-type eviction struct{ checked atomic.Bool }
+// eviction is the registry's check of the server's maxmemory-policy: done
+// once it has succeeded (or cannot be made); after a failure, tried again
+// at the first obtain after Redis answered one.
+type eviction struct {
+	done    atomic.Bool // checked, or no INFO to check with
+	pending atomic.Bool // a check runs, or failed and waits for Redis to answer
+}
+
+// answered records that Redis answered an obtain: a failed check may be
+// tried again.
+func (e *eviction) answered() {
+	if !e.done.Load() {
+		e.pending.Store(false)
+	}
+}
 
 // checkEviction warns, once per registry, before its first obtain, when
 // the server's maxmemory-policy may evict lock keys: every policy but
 // noeviction can, since lock keys carry a TTL and so are volatile too. An
 // evicted key is a lost lock that the holder learns of only at its next
-// renewal. Errors (INFO renamed or denied, a server that is down) are
-// logged at debug level and not retried.
+// renewal. A check that fails (a server that is down, INFO denied) is
+// logged at debug level and tried again once Redis answers an obtain; a
+// client without INFO (Redlock) is not checked.
 func (r *Registry) checkEviction(ctx context.Context) {
-	if r.eviction.checked.Load() || !r.eviction.checked.CompareAndSwap(false, true) {
+	e := &r.eviction
+	if e.done.Load() || !e.pending.CompareAndSwap(false, true) {
 		return
 	}
 	info, err := r.store.info(ctx, "memory")
-	if err != nil {
-		if err != errNoInfo {
-			r.log.Debug("lockyard: eviction policy check skipped", "err", err)
-		}
+	switch {
+	case errors.Is(err, errNoInfo):
+		e.done.Store(true)
+		return
+	case err != nil:
+		r.log.Debug("lockyard: eviction policy check failed; tried again later", "err", err)
 		return
 	}
+	e.done.Store(true)
 	if policy := infoField(info, "maxmemory_policy"); policy != "" && policy != "noeviction" {
 		r.log.Warn("lockyard: the Redis maxmemory-policy can evict lock keys, and an evicted key is a lost lock; use noeviction",
 			"maxmemory_policy", policy, "maxmemory", infoField(info, "maxmemory"))

@@ -231,3 +231,54 @@ func TestReleaseRetriesKilledConnection(t *testing.T) {
 		t.Fatal("the key survived the release")
 	}
 }
+
+// When Redis goes away while fn runs, ExecuteLocked's error tells the
+// release failure (ErrReleaseFailed, with the network error) from fn's own
+// error, which it keeps.
+func TestExecuteLockedReleaseFailed(t *testing.T) {
+	s, err := redistest.Start("--save", "", "--appendonly", "no")
+	mustNil(t, err)
+	t.Cleanup(s.Close)
+	pool := s.Pool()
+	t.Cleanup(func() { pool.Close() })
+	r := newReg(t, pool, registry.WithCommandTimeout(500*time.Millisecond), registry.WithLogger(slog.New(&logRecorder{})))
+	fnErr := errors.New("fn failed")
+	for _, ret := range []error{nil, fnErr} {
+		mustNil(t, s.Restart())
+		err := r.ExecuteLocked(bg(t), "k", func(context.Context) error {
+			s.Stop()
+			return ret
+		})
+		mustIs(t, err, registry.ErrReleaseFailed)
+		if errors.Is(err, registry.ErrLockLost) || errors.Is(err, fnErr) != (ret != nil) {
+			t.Fatalf("fn returned %v; ExecuteLocked = %v: want ErrReleaseFailed, fn's error kept, no ErrLockLost", ret, err)
+		}
+	}
+}
+
+// The eviction-policy check that failed because Redis was down at the first
+// obtain is made again once Redis answers: an evicting policy still gets
+// its one warning.
+func TestEvictionCheckRetried(t *testing.T) {
+	s, err := redistest.Start("--maxmemory-policy", "allkeys-lru")
+	mustNil(t, err)
+	t.Cleanup(s.Close)
+	pool := s.Pool()
+	t.Cleanup(func() { pool.Close() })
+	rec := &logRecorder{}
+	l := obtain(t, newReg(t, pool, registry.WithLogger(slog.New(rec)), registry.WithCommandTimeout(300*time.Millisecond)), "k")
+	s.Stop()
+	if inGoroutine(l.TryLock) {
+		t.Fatal("TryLock succeeded with the server down")
+	}
+	mustNil(t, s.Restart())
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		mustNil(t, l.LockContext(ctx)) // retries the pooled connections the restart broke
+		cancel()
+		mustNil(t, l.UnlockContext(bg(t)))
+	}
+	if n := rec.count(slog.LevelWarn, "maxmemory-policy"); n != 1 {
+		t.Fatalf("%d eviction warnings after Redis came back, want 1", n)
+	}
+}

@@ -75,7 +75,7 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold) (handoffResult, error)
 		// The key may or may not still be ours: free it in the
 		// background rather than wait for a second command now.
 		l.reg.cleanup(l.key, h.token)
-		return passFailed, wrapKey("releasing", l.key, err)
+		return passFailed, l.releaseFailed(err)
 	case res == releasedForOthers:
 		l.turn.yield = true
 		return res, nil

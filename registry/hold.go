@@ -27,8 +27,9 @@ type hold struct {
 	mu     sync.Mutex
 	ctx    context.Context // created by watch; cancelled with ErrLockLost
 	cancel context.CancelCauseFunc
-	timer  *time.Timer // fires at deadline while watched
-	ended  bool        // released: no more loss reports
+	timer   *time.Timer // fires at deadline while watched
+	ended   bool        // released: no more loss reports
+	stopped error       // why nothing renews it any more (Close); ends ctx at once
 }
 
 // drift is the safety margin subtracted from a hold's validity for clock
@@ -96,6 +97,10 @@ func (h *hold) watch(r *Registry) context.Context {
 	if h.ended {
 		return h.ctx
 	}
+	if h.stopped != nil {
+		h.cancel(h.stopped)
+		return h.ctx
+	}
 	if h.lost(r.now()) {
 		h.cancel(ErrLockLost)
 		return h.ctx
@@ -117,6 +122,20 @@ func (h *hold) check(r *Registry) {
 	defer h.mu.Unlock()
 	if !h.ended {
 		h.timer.Reset(time.Duration(h.deadline.Load() - now))
+	}
+}
+
+// stop records that nothing renews h any more (its registry was closed)
+// and ends its watch context with cause, ahead of the loss to come.
+func (h *hold) stop(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended || h.stopped != nil {
+		return
+	}
+	h.stopped = cause
+	if h.cancel != nil {
+		h.cancel(cause)
 	}
 }
 

@@ -144,6 +144,9 @@ func (l *RedisLock) attempt(ctx context.Context) (grant, error) {
 	ttl := r.cfg.expireAfter
 	sent := r.now()
 	g, err := r.store.obtain(ctx, l.key, token, ttl)
+	if err == nil {
+		r.eviction.answered()
+	}
 	if err != nil {
 		if isAmbiguous(err) && !errors.Is(err, ErrReplicaAck) {
 			r.cleanup(l.key, token) // the script may have set the key before the reply was lost
@@ -213,13 +216,18 @@ func (l *RedisLock) release(ctx context.Context, h *hold, first error) error {
 	switch {
 	case err != nil:
 		// A hold whose validity had ended is reported lost too.
-		return errors.Join(wrapKey("releasing", l.key, err), l.lostAtRelease(h))
+		return errors.Join(l.releaseFailed(err), l.lostAtRelease(h))
 	case !done && first != nil:
 		return fmt.Errorf("%w: %q was gone at a retried release (the first attempt failed with %w and may have deleted it)", ErrLockLost, l.key, first)
 	case !done:
 		return errGone(l.key)
 	}
 	return l.lostAtRelease(h)
+}
+
+// releaseFailed is the error of a release that failed with err.
+func (l *RedisLock) releaseFailed(err error) error {
+	return fmt.Errorf("%w: %q: %w", ErrReleaseFailed, l.key, err)
 }
 
 // lostAtRelease returns ErrLockLost if h's validity ended before its key was

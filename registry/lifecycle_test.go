@@ -253,3 +253,36 @@ func TestMinExpireAfterHolds(t *testing.T) {
 		}
 	})
 }
+
+// Close ends the auto-renewed holds' loss signals at once, not a TTL later:
+// Lost closes, and ExecuteLocked's fn sees a cause that matches ErrClosed
+// and ErrLockLost.
+func TestCloseStopsRenewedHolds(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		r := newReg(t, b.pool(t), registry.WithAutoRenew(), registry.WithExpireAfter(30*time.Second))
+		l := obtain(t, r, "held")
+		held := make(chan (<-chan struct{}), 1)
+		go func() {
+			l.Lock()
+			held <- l.Lost()
+		}()
+		lost := recvWithin(t, held, 5*time.Second, "the lock")
+		causes := make(chan error, 1)
+		inFn := make(chan struct{})
+		go func() {
+			_ = r.ExecuteLocked(bg(t), "fn", func(ctx context.Context) error {
+				close(inFn)
+				<-ctx.Done()
+				causes <- context.Cause(ctx)
+				return nil
+			})
+		}()
+		recvWithin(t, inFn, 5*time.Second, "fn to start")
+		notWithin(t, lost, 100*time.Millisecond, "Lost before Close")
+		mustNil(t, r.Close())
+		recvWithin(t, lost, 2*time.Second, "Lost after Close")
+		cause := recvWithin(t, causes, 2*time.Second, "fn's context to end after Close")
+		mustIs(t, cause, registry.ErrClosed)
+		mustIs(t, cause, registry.ErrLockLost)
+	})
+}

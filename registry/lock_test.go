@@ -151,8 +151,9 @@ func TestWaiterInOtherRegistry(t *testing.T) {
 	})
 }
 
-// Spring: the wrong goroutine unlocking gets ErrNotOwner, or a panic that
-// names the key; the holder keeps the lock.
+// Spring: the wrong goroutine unlocking gets ErrNotOwner, or a panic whose
+// value is an error that matches ErrNotOwner and names the key; the holder
+// keeps the lock.
 func TestWrongGoroutineUnlock(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		r := newReg(t, b.pool(t))
@@ -160,13 +161,14 @@ func TestWrongGoroutineUnlock(t *testing.T) {
 		l.Lock()
 		defer l.Unlock()
 		mustIs(t, inGoroutine(func() error { return l.UnlockContext(bg(t)) }), registry.ErrNotOwner)
-		msg := inGoroutine(func() (msg string) {
-			defer func() { msg, _ = recover().(string) }()
+		perr := inGoroutine(func() (err error) {
+			defer func() { err, _ = recover().(error) }()
 			l.Unlock()
-			return ""
+			return nil
 		})
-		if !strings.Contains(msg, l.Key()) {
-			t.Fatalf("panic %q does not name the key %q", msg, l.Key())
+		mustIs(t, perr, registry.ErrNotOwner)
+		if !strings.Contains(perr.Error(), l.Key()) {
+			t.Fatalf("panic %q does not name the key %q", perr, l.Key())
 		}
 		if n, _ := redis.Int(b.do(t, "EXISTS", l.Key()), nil); n != 1 {
 			t.Fatal("a non-owner's Unlock released the key")

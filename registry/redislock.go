@@ -75,7 +75,8 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 // Lost returns a channel that is closed when the current hold is lost: its
 // validity (the obtain's send time plus expireAfter, minus a drift margin,
-// moved by each renewal) ended, or a renewal found the key gone. It is the
+// moved by each renewal) ended, or a renewal found the key gone; with
+// WithAutoRenew also when Close stopped the renewals. It is the
 // lost-lock signal for code that holds the lock through Lock/Unlock, as
 // ExecuteLocked's context is for fn. A clean release does not close it. If
 // the lock is not held, the channel is already closed. Safe to call from any
@@ -138,16 +139,18 @@ func (l *RedisLock) TryLock() bool {
 }
 
 // Unlock releases one hold of the calling goroutine; the outermost one
-// releases the key in Redis, even if the registry was closed. It panics if
-// the calling goroutine does not hold the lock. A lost lock or a Redis error
-// is logged (at error level) instead of returned: use UnlockContext to see it.
+// releases the key in Redis, even if the registry was closed. It panics,
+// with an error that wraps ErrNotOwner, if the calling goroutine does not
+// hold the lock (as sync.Mutex panics: a RedisLock belongs to the goroutine
+// that locked it). A lost lock or a Redis error is logged (at error level)
+// instead of returned: use UnlockContext to see it.
 func (l *RedisLock) Unlock() {
 	token := l.Token() // read before the release forgets the hold
 	err := l.UnlockContext(context.Background())
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotOwner):
-		panic(fmt.Sprintf("lockyard: Unlock of %q by a goroutine that does not hold it", l.key))
+		panic(fmt.Errorf("%w: Unlock of %q by a goroutine that does not hold it", ErrNotOwner, l.key))
 	case errors.Is(err, ErrLockLost):
 		l.reg.log.Error("lockyard: lock was lost before Unlock", "key", l.key, "token", token, "err", err)
 	default:
@@ -160,8 +163,9 @@ func (l *RedisLock) Unlock() {
 // already done (it then uses its own bounded timeout), and frees the local
 // mutex in every case. It returns ErrNotOwner if the calling goroutine does
 // not hold the lock, ErrLockLost if the key expired or was taken before the
-// release (the other holder's key is left untouched), or the Redis error;
-// a Redis error after the hold's validity ended matches ErrLockLost too.
+// release (the other holder's key is left untouched), or an error matching
+// ErrReleaseFailed that wraps the Redis error; a Redis error after the
+// hold's validity ended matches ErrLockLost too.
 func (l *RedisLock) UnlockContext(ctx context.Context) error {
 	last, err := l.local.Leave()
 	switch {

@@ -143,7 +143,9 @@ func (r *Registry) RenewLock(ctx context.Context, key string) error {
 // the lock is lost: its validity ends at the obtain's send time plus
 // expireAfter (minus a drift margin) unless renewed. The lock is released
 // when fn returns or panics. The result joins fn's error with the release's:
-// after a loss it matches ErrLockLost and is never nil.
+// after a loss it matches ErrLockLost and is never nil; if fn succeeded but
+// the release failed in Redis it matches ErrReleaseFailed (fn's work is
+// done; the key expires by its TTL).
 func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx context.Context) error) (err error) {
 	l, err := r.Obtain(key)
 	if err != nil {
@@ -154,7 +156,8 @@ func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx co
 	}
 	h := l.hold.Load()
 	fctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(h.watch(r), func() { cancel(ErrLockLost) })
+	wctx := h.watch(r)
+	stop := context.AfterFunc(wctx, func() { cancel(context.Cause(wctx)) })
 	defer func() {
 		stop()
 		cancel(nil)
@@ -175,8 +178,13 @@ func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx co
 // makes every waiter return ErrClosed. Afterwards Obtain, LockContext and
 // ExecuteLocked return ErrClosed, TryLock returns false and Lock panics;
 // held locks can still be released. Keys held in Redis are not deleted.
-// Close is idempotent and always returns nil.
+// With WithAutoRenew, the holds that the watchdog renewed are renewed no
+// more: their Lost channels close at once, and the context of an
+// ExecuteLocked fn ends with a cause that matches ErrClosed and
+// ErrLockLost, rather than a TTL later when the hold is lost. Close is
+// idempotent and always returns nil.
 func (r *Registry) Close() error {
 	r.bg.close()
+	r.watchdog.stopAll()
 	return nil
 }

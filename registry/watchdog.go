@@ -36,6 +36,36 @@ func (w *watchdog) track(l *RedisLock, h *hold) {
 	w.held[l] = h
 	w.mu.Unlock()
 	w.r.bg.startOnce(&w.started, w.loop)
+	if w.r.bg.isClosed() { // Close ran meanwhile: see stopAll
+		h.stop(errRenewalsStopped)
+	}
+}
+
+// errRenewalsStopped ends the watch context of an auto-renewed hold when
+// its registry is closed: nothing renews it any more, so it will be lost at
+// its deadline. It matches both ErrClosed and ErrLockLost.
+var errRenewalsStopped error = renewalsStopped{}
+
+type renewalsStopped struct{}
+
+func (renewalsStopped) Error() string {
+	return "lockyard: registry closed: the lock is no longer renewed and will be lost"
+}
+
+func (renewalsStopped) Is(target error) bool { return target == ErrClosed || target == ErrLockLost }
+
+// stopAll tells every hold the watchdog renews that it renews them no more
+// (Close): their Lost channels close, and ExecuteLocked's fn sees its context
+// end with errRenewalsStopped, instead of a TTL later.
+func (w *watchdog) stopAll() {
+	if !w.enabled {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, h := range w.held {
+		h.stop(errRenewalsStopped)
+	}
 }
 
 // untrack forgets h, unless l has moved on to a newer hold.
