@@ -27,9 +27,10 @@ func (e *eviction) answered() {
 // the server's maxmemory-policy may evict lock keys: every policy but
 // noeviction can, since lock keys carry a TTL and so are volatile too. An
 // evicted key is a lost lock that the holder learns of only at its next
-// renewal. A check that fails (a server that is down, INFO denied) is
-// logged at debug level and tried again once Redis answers an obtain; a
-// client without INFO (Redlock) is not checked.
+// renewal. A check that fails on the network (a server that is down) is
+// logged at debug level and tried again once Redis answers an obtain; one
+// that the server refuses (INFO denied or renamed) is logged and not tried
+// again, and a client without INFO (Redlock) is not checked.
 func (r *Registry) checkEviction(ctx context.Context) {
 	e := &r.eviction
 	if e.done.Load() || !e.pending.CompareAndSwap(false, true) {
@@ -39,6 +40,10 @@ func (r *Registry) checkEviction(ctx context.Context) {
 	switch {
 	case errors.Is(err, errNoInfo):
 		e.done.Store(true)
+		return
+	case err != nil && !isAmbiguous(err): // INFO denied or renamed: the server said no
+		e.done.Store(true)
+		r.log.Debug("lockyard: eviction policy check skipped", "err", err)
 		return
 	case err != nil:
 		r.log.Debug("lockyard: eviction policy check failed; tried again later", "err", err)
