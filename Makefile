@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TIMEOUT ?= 8m
 
-.PHONY: help test demo bench chaos lint fuzz redis-server
+.PHONY: help test demo bench chaos lint fuzz modcheck redis-server
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ chaos: redis-server ## the fault suite: 16 scenarios on real redis-servers and t
 	cd chaos && CHAOS_REPORT=$(CHAOS_REPORT) $(GO) test -race -count=1 -timeout 14m -v .
 	cd chaos && $(GO) test -run '^$$' -fuzz FuzzDistinctKeys -fuzztime 15s .
 	@echo; echo "figures ($(CHAOS_REPORT)):"; cut -f2- $(CHAOS_REPORT)
+
+modcheck: ## build every nested module outside the workspace against the root module served as a release (docs/RELEASING.md)
+	.ci/modproxy
 
 lint: ## go vet and staticcheck
 	$(GO) vet ./...

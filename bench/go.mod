@@ -2,13 +2,11 @@ module github.com/lockyard/lockyard/bench
 
 go 1.26.0
 
-replace github.com/lockyard/lockyard => ../
-
 require (
 	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/gomodule/redigo v1.9.3
-	github.com/lockyard/lockyard v0.0.0
+	github.com/lockyard/lockyard v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	golang.org/x/sys v0.49.0
 )

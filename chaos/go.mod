@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
 	github.com/gomodule/redigo v1.9.3
-	github.com/lockyard/lockyard v0.0.0
+	github.com/lockyard/lockyard v0.1.0
 	github.com/rs/zerolog v1.35.1
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.49.0
@@ -29,5 +29,3 @@ require (
 	google.golang.org/protobuf v1.36.1 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
-
-replace github.com/lockyard/lockyard => ../

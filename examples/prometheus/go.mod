@@ -5,7 +5,7 @@ go 1.24
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/gomodule/redigo v1.9.3
-	github.com/lockyard/lockyard v0.0.0
+	github.com/lockyard/lockyard v0.1.0
 )
 
 require (
@@ -24,5 +24,3 @@ require (
 	golang.org/x/sys v0.28.0 // indirect
 	google.golang.org/protobuf v1.36.1 // indirect
 )
-
-replace github.com/lockyard/lockyard => ../..
