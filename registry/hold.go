@@ -24,9 +24,9 @@ type hold struct {
 	guarded atomic.Bool
 
 	// mu guards the following.
-	mu     sync.Mutex
-	ctx    context.Context // created by watch; cancelled with ErrLockLost
-	cancel context.CancelCauseFunc
+	mu      sync.Mutex
+	ctx     context.Context // created by watch; cancelled with ErrLockLost
+	cancel  context.CancelCauseFunc
 	timer   *time.Timer // fires at deadline while watched
 	ended   bool        // released: no more loss reports
 	stopped error       // why nothing renews it any more (Close); ends ctx at once
