@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -24,15 +25,48 @@ type common struct {
 	verbose  bool
 }
 
+// defaultURL is the Redis URL when neither --redis nor REDIS_URL says.
+const defaultURL = "redis://127.0.0.1:6379"
+
 func (c *common) register(fs *flag.FlagSet) {
-	def := os.Getenv("REDIS_URL")
-	if def == "" {
-		def = "redis://127.0.0.1:6379"
-	}
-	fs.StringVar(&c.url, "redis", def, "Redis URL: redis://[user:password@]host:port[/db] or rediss:// (TLS); default $REDIS_URL")
+	fs.StringVar(&c.url, "redis", "", "Redis `URL`: redis://[user:password@]host:port[/db] or rediss:// (TLS) (default $REDIS_URL, else "+defaultURL+")")
 	fs.StringVar(&c.registry, "registry", "lockyard", "registry key: locks are REGISTRY:KEY")
 	fs.BoolVar(&c.hashTag, "hash-tag", false, "locks are REGISTRY:{KEY}, as registries with WithHashTag (Redis Cluster) make them")
 	fs.BoolVar(&c.verbose, "v", false, "log progress to stderr")
+}
+
+// redisURL returns the URL to use: --redis, else $REDIS_URL, else the
+// default.
+func (c *common) redisURL() string {
+	if c.url != "" {
+		return c.url
+	}
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		return u
+	}
+	return defaultURL
+}
+
+// checkURL rejects a Redis URL that cannot name a server (a usage error,
+// not an unavailable server): another scheme, no host, a port that is not
+// a number, or no scheme at all ("localhost:6379", "/abc").
+func (c *common) checkURL() error {
+	raw := c.redisURL()
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return fmt.Errorf("redis URL %s: %w", redactURL(raw), errors.Unwrap(err))
+	case u.Scheme != "redis" && u.Scheme != "rediss":
+		return fmt.Errorf("redis URL %s: want redis:// or rediss://", redactURL(raw))
+	case u.Hostname() == "":
+		return fmt.Errorf("redis URL %s: no host", redactURL(raw))
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("redis URL %s: port %q is not a number from 1 to 65535", redactURL(raw), p)
+		}
+	}
+	return nil
 }
 
 // layout returns the registry's key layout, shared with the library.
@@ -52,8 +86,9 @@ func (c *common) logger() *slog.Logger {
 // pool returns a pool for the URL, after checking with a PING that the
 // server answers (and accepts the credentials).
 func (c *common) pool(ctx context.Context) (*redis.Pool, error) {
+	raw := c.redisURL()
 	dial := func(ctx context.Context) (redis.Conn, error) {
-		return redis.DialURLContext(ctx, c.url, redis.DialConnectTimeout(5*time.Second),
+		return redis.DialURLContext(ctx, raw, redis.DialConnectTimeout(5*time.Second),
 			redis.DialReadTimeout(10*time.Second), redis.DialWriteTimeout(10*time.Second))
 	}
 	p := &redis.Pool{DialContext: dial, MaxIdle: 4, IdleTimeout: time.Minute}
@@ -64,7 +99,7 @@ func (c *common) pool(ctx context.Context) (*redis.Pool, error) {
 	}
 	if err != nil {
 		p.Close()
-		return nil, fmt.Errorf("redis %s: %w", redactURL(c.url), err)
+		return nil, fmt.Errorf("redis %s: %w", redactURL(raw), err)
 	}
 	return p, nil
 }

@@ -1,7 +1,7 @@
 // Command lockyard is a distributed flock(1) on Redis: it runs a command
 // while holding a lockyard lock, and shows and removes locks.
 //
-//	lockyard run [flags] KEY -- COMMAND [ARGS...]
+//	lockyard run [flags] KEY [--] COMMAND [ARGS...]
 //	lockyard status [flags] [KEY...]
 //	lockyard release --force [flags] KEY
 //
@@ -11,16 +11,25 @@
 // registryKey:KEY, compatible with every lockyard registry and Spring's
 // RedisLockRegistry on the same registry key.
 //
+// Like flock(1), run waits until the lock is free; -n (--nonblock) fails at
+// once, and --wait DURATION gives up after DURATION. The "--" before the
+// command is optional.
+//
 // Exit status of run: the command's status (128+N if a signal N killed it),
 // or one of:
 //
-//	64  usage error
-//	69  Redis unavailable or refused the command
-//	75  the lock was not acquired within --wait
-//	76  the lock was lost while the command ran (the command was signalled)
+//	64   usage error (a bad flag, --ttl below 50ms, a malformed REDIS_URL)
+//	69   Redis unavailable or refused the command
+//	75   the lock was not acquired (-n, or --wait ran out)
+//	76   the lock was lost while the command ran (the command was signalled)
+//	126  the command could not be executed
+//	127  the command was not found
 //
-// The command runs with LOCKYARD_KEY set to the lock's Redis key and, with
-// --fencing, LOCKYARD_TOKEN to its fencing token (0 without).
+// The command runs with LOCKYARD_KEY set to the lock's full Redis key
+// (REGISTRY:KEY, not the KEY argument) and, with --fencing, LOCKYARD_TOKEN
+// to its fencing token (0 without). If the lock is lost, the command gets
+// the --on-lost signal (SIGTERM), and SIGKILL if it still runs
+// --kill-after (10s) later, as timeout(1) does.
 //
 // On SIGINT or SIGTERM run forwards the signal to the command and still
 // releases the lock after it exits. A SIGINT that the terminal sent to its
@@ -37,6 +46,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
 )
 
 // Exit codes other than the command's own.
@@ -48,11 +58,28 @@ const (
 )
 
 const usage = `usage:
-  lockyard run [flags] KEY -- COMMAND [ARGS...]   run COMMAND while holding the lock on KEY
+  lockyard run [flags] KEY [--] COMMAND [ARGS...] run COMMAND while holding the lock on KEY (waits for it, as flock)
   lockyard status [flags] [KEY...]                list held locks (all, or KEYs) with TTL and fencing counter
   lockyard release --force [flags] KEY            remove a lock, whoever holds it
-Run "lockyard COMMAND -h" for the flags of a command.
+  lockyard --version                              print the version
+Run "lockyard COMMAND -h" for the flags of a command (run -h also lists the exit statuses).
 `
+
+// version returns the command's version: its module version when built by
+// go install (the module at a tag), "(devel)" from a checkout, and the
+// revision and Go version the binary was built with.
+func version() string {
+	v, rev, gov := "(unknown)", "", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v, gov = bi.Main.Version, bi.GoVersion
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				rev = " " + s.Value[:12]
+			}
+		}
+	}
+	return fmt.Sprintf("lockyard %s%s (%s)", v, rev, gov)
+}
 
 func main() { os.Exit(realMain(os.Args[1:])) }
 
@@ -71,6 +98,9 @@ func realMain(args []string) int {
 		return cmdRelease(args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
+		return 0
+	case "-version", "--version", "version":
+		fmt.Println(version())
 		return 0
 	}
 	fmt.Fprintf(os.Stderr, "lockyard: unknown command %q\n%s", args[0], usage)

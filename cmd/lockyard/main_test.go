@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -88,8 +89,8 @@ func exists(t *testing.T, key string) bool {
 }
 
 // holdElsewhere holds key in a library registry, as another process
-// would, until the test ends.
-func holdElsewhere(t *testing.T, key string) {
+// would, until the test ends or release is called.
+func holdElsewhere(t *testing.T, key string) (release func()) {
 	t.Helper()
 	pool := server.Pool()
 	t.Cleanup(func() { _ = pool.Close() })
@@ -102,7 +103,10 @@ func holdElsewhere(t *testing.T, key string) {
 	if err := l.LockContext(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(l.Unlock)
+	var once sync.Once
+	release = func() { once.Do(l.Unlock) }
+	t.Cleanup(release)
+	return release
 }
 
 // waitFor is redistest.WaitFor: a deadline poll.
@@ -163,8 +167,11 @@ func TestRunExitCodes(t *testing.T) {
 
 	// Held by a library registry: not acquired, at once or after --wait.
 	holdElsewhere(t, key)
-	if code, _ := exitCode(t, lockyard("run", key, "--", "true")); code != exitNotAcquired {
-		t.Errorf("held elsewhere, --wait 0: exit %d, want %d", code, exitNotAcquired)
+	for _, now := range [][]string{{"-n"}, {"--nonblock"}, {"--wait", "0"}} {
+		args := append(append([]string{"run"}, now...), key, "--", "true")
+		if code, _ := exitCode(t, lockyard(args...)); code != exitNotAcquired {
+			t.Errorf("held elsewhere, %v: exit %d, want %d", now, code, exitNotAcquired)
+		}
 	}
 	start := time.Now()
 	if code, _ := exitCode(t, lockyard("run", "--wait", "300ms", key, "--", "true")); code != exitNotAcquired {

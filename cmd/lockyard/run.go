@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -18,24 +19,74 @@ import (
 // runFlags are the flags of lockyard run.
 type runFlags struct {
 	common
-	ttl     time.Duration
-	wait    time.Duration
-	pubsub  bool
-	fencing bool
-	onLost  string
+	ttl       time.Duration
+	wait      optDuration // unset: wait until the lock is free, as flock(1)
+	nonblock  bool
+	pubsub    bool
+	fencing   bool
+	onLost    string
+	killAfter time.Duration
 }
+
+// optDuration is a duration flag that knows whether it was set.
+type optDuration struct {
+	d   time.Duration
+	set bool
+}
+
+func (o *optDuration) String() string {
+	if !o.set {
+		return ""
+	}
+	return o.d.String()
+}
+
+func (o *optDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	o.d, o.set = d, true
+	return nil
+}
+
+const runUsage = `usage: lockyard run [flags] KEY [--] COMMAND [ARGS...]
+
+Runs COMMAND while holding the lock on KEY, renewed every ttl/3. Like flock(1),
+it waits until the lock is free; -n fails at once, --wait gives up after a while.
+The "--" is optional; it is needed when COMMAND or its first argument begins
+with "-".
+
+Environment of COMMAND:
+  LOCKYARD_KEY    the lock's Redis key: REGISTRY:KEY, or REGISTRY:{KEY} with --hash-tag
+  LOCKYARD_TOKEN  the fencing token with --fencing, else 0
+
+Exit status: COMMAND's own (128+N if signal N killed it), or
+  64   usage error (bad flag, --ttl, --wait or REDIS_URL)
+  69   Redis unavailable or refused the command
+  75   the lock was not acquired (-n, or --wait ran out)
+  76   the lock was lost while COMMAND ran (COMMAND got the --on-lost signal)
+  126  COMMAND could not be executed
+  127  COMMAND was not found
+  128+N  a signal N ended the wait for the lock
+
+Flags:
+`
 
 func cmdRun(args []string) int {
 	var f runFlags
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	f.register(fs)
-	fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "lock time to live; renewed every ttl/3 while the command runs")
-	fs.DurationVar(&f.wait, "wait", 0, "how long to wait for the lock (0: fail at once if it is held)")
+	fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "lock time to live, at least 50ms; renewed every ttl/3 while the command runs")
+	fs.Var(&f.wait, "wait", "give up waiting for the lock after this `duration` (exit 75; default: wait until it is free; 0: as -n)")
+	fs.BoolVar(&f.nonblock, "n", false, "fail at once (exit 75) if the lock is held, as flock -n")
+	fs.BoolVar(&f.nonblock, "nonblock", false, "the same as -n")
+	fs.DurationVar(&f.killAfter, "kill-after", 10*time.Second, "if the command still runs this long after the --on-lost signal, send it SIGKILL, as timeout(1) --kill-after (0: never)")
 	fs.BoolVar(&f.pubsub, "pubsub", false, "wait with pub/sub wake-ups instead of polling")
 	fs.BoolVar(&f.fencing, "fencing", false, "take a fencing token, passed to the command as $LOCKYARD_TOKEN")
 	fs.StringVar(&f.onLost, "on-lost", "TERM", "signal sent to the command if the lock is lost, or on Linux if lockyard dies (TERM, INT, KILL, HUP, or none)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: lockyard run [flags] KEY -- COMMAND [ARGS...]")
+		fmt.Fprint(fs.Output(), runUsage)
 		fs.PrintDefaults()
 	}
 	if code, ok := parse(fs, args); !ok {
@@ -46,7 +97,7 @@ func cmdRun(args []string) int {
 		rest = append(rest[:1], rest[2:]...)
 	}
 	if len(rest) < 2 {
-		return fail("run", exitUsage, errors.New("need KEY -- COMMAND [ARGS...]"))
+		return fail("run", exitUsage, errors.New("need KEY [--] COMMAND [ARGS...]"))
 	}
 	lostSig, err := parseSignal(f.onLost)
 	if err != nil {
@@ -63,10 +114,14 @@ func (f *runFlags) check() error {
 	switch {
 	case f.ttl < registry.MinExpireAfter || f.ttl > registry.MaxDuration:
 		return fmt.Errorf("--ttl %v out of range [%v, %v]: a shorter lock would be lost as it is taken", f.ttl, registry.MinExpireAfter, registry.MaxDuration)
-	case f.wait < 0:
-		return fmt.Errorf("--wait %v is negative", f.wait)
+	case f.wait.d < 0:
+		return fmt.Errorf("--wait %v is negative", f.wait.d)
+	case f.nonblock && f.wait.set && f.wait.d > 0:
+		return fmt.Errorf("-n and --wait %v: choose one", f.wait.d)
+	case f.killAfter < 0:
+		return fmt.Errorf("--kill-after %v is negative", f.killAfter)
 	}
-	return nil
+	return f.checkURL()
 }
 
 // parseSignal returns the signal named s, or nil for "none".
@@ -137,17 +192,21 @@ func (f *runFlags) run(key string, argv []string, lostSig os.Signal) int {
 	return code
 }
 
-// acquire takes the lock within --wait, or at once with --wait 0. A signal
-// ends the wait. It returns 0 once the lock is held.
+// acquire takes the lock: at once with -n or --wait 0, within --wait, or
+// whenever it is free. A signal ends the wait. It returns 0 once the lock is
+// held.
 func (f *runFlags) acquire(l *registry.RedisLock, sigs <-chan os.Signal) int {
-	if f.wait <= 0 {
+	if f.nonblock || (f.wait.set && f.wait.d == 0) {
 		if !l.TryLock() {
 			fmt.Fprintf(os.Stderr, "lockyard run: %s is held by another holder\n", l.Key())
 			return exitNotAcquired
 		}
 		return 0
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.wait)
+	ctx, cancel := context.WithCancel(context.Background())
+	if f.wait.set {
+		ctx, cancel = context.WithTimeout(context.Background(), f.wait.d)
+	}
 	defer cancel()
 	stop, done := make(chan struct{}), make(chan struct{})
 	var sig os.Signal
@@ -178,7 +237,7 @@ func (f *runFlags) acquire(l *registry.RedisLock, sigs <-chan os.Signal) int {
 	case err == nil:
 		return 0
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		fmt.Fprintf(os.Stderr, "lockyard run: %s not acquired within %v: %v\n", l.Key(), f.wait, err)
+		fmt.Fprintf(os.Stderr, "lockyard run: %s not acquired within %v: %v\n", l.Key(), f.wait.d, err)
 		return exitNotAcquired
 	}
 	return fail("run", exitUnavailable, err)
@@ -195,11 +254,12 @@ func (f *runFlags) exec(l *registry.RedisLock, argv []string, lostSig os.Signal,
 	defer onParentDeath(cmd, lostSig)()
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "lockyard run: %v\n", err)
-		return 127, false
+		return startStatus(err), false
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	lostCh := l.Lost()
+	var kill <-chan time.Time // fires --kill-after the on-lost signal
 	for {
 		select {
 		case sig := <-sigs:
@@ -213,11 +273,28 @@ func (f *runFlags) exec(l *registry.RedisLock, argv []string, lostSig os.Signal,
 			lost, lostCh = true, nil
 			if lostSig != nil {
 				_ = cmd.Process.Signal(lostSig)
+				if f.killAfter > 0 && lostSig != syscall.SIGKILL {
+					t := time.NewTimer(f.killAfter)
+					defer t.Stop()
+					kill = t.C
+				}
 			}
+		case <-kill:
+			log.Warn("lockyard: the command outlived the lost lock by --kill-after; sending SIGKILL", "kill_after", f.killAfter)
+			_ = cmd.Process.Kill()
 		case err := <-done:
 			return exitStatus(err), lost
 		}
 	}
+}
+
+// startStatus maps a command's Start error to a shell's exit status: 127
+// when the command was not found, 126 when it could not be executed.
+func startStatus(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return 127
+	}
+	return 126
 }
 
 // exitStatus maps a command's Wait error to a shell-style exit status.

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -26,6 +29,9 @@ func cmdStatus(args []string) int {
 	}
 	if code, ok := parse(fs, args); !ok {
 		return code
+	}
+	if err := f.checkURL(); err != nil {
+		return fail(fs.Name(), exitUsage, err)
 	}
 	ctx := context.Background()
 	pool, err := f.pool(ctx)
@@ -78,29 +84,54 @@ func scanKeys(c redis.Conn, f *common) ([]string, error) {
 }
 
 // printStatus prints one line per key: whether it is held, its remaining
-// TTL, its fencing counter and the holder's registry id.
+// TTL, its fencing counter and the holder's registry id. A key that is not
+// a lock (not a string, or a string without a TTL: every lock key has one)
+// is marked so. Keys and holders are printed as they are when they are
+// printable, quoted with Go escapes (%q) otherwise, so that no key can
+// break the table or send control sequences to the terminal.
 func printStatus(w io.Writer, c redis.Conn, f *common, keys []string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tSTATE\tTTL\tFENCE\tHOLDER")
 	layout := f.layout()
 	for _, k := range keys {
 		lk := layout.LockKey(k)
-		c.Send("GET", lk)
+		c.Send("TYPE", lk)
 		c.Send("PTTL", lk)
 		c.Send("GET", layout.FenceKey(lk))
+		c.Send("GET", lk)
 		v, err := redis.Values(c.Do(""))
 		if err != nil {
 			return err
 		}
-		token, err := redis.String(v[0], nil)
-		if errors.Is(err, redis.ErrNil) {
-			fmt.Fprintf(tw, "%s\tfree\t-\t%s\t-\n", k, fence(v[2]))
-			continue
-		}
+		typ, _ := redis.String(v[0], nil)
 		pttl, _ := redis.Int64(v[1], nil)
-		fmt.Fprintf(tw, "%s\theld\t%s\t%s\t%s\n", k, ttlString(pttl), fence(v[2]), wire.Holder(token))
+		switch {
+		case typ == "none":
+			fmt.Fprintf(tw, "%s\tfree\t-\t%s\t-\n", printable(k), fence(v[2]))
+		case typ != "string":
+			fmt.Fprintf(tw, "%s\tnot a lock (%s)\t%s\t%s\t-\n", printable(k), typ, ttlString(pttl), fence(v[2]))
+		case pttl < 0:
+			fmt.Fprintf(tw, "%s\tnot a lock (no TTL)\tnone\t%s\t-\n", printable(k), fence(v[2]))
+		default:
+			token, _ := redis.String(v[3], nil)
+			fmt.Fprintf(tw, "%s\theld\t%s\t%s\t%s\n", printable(k), ttlString(pttl), fence(v[2]), printable(wire.Holder(token)))
+		}
 	}
 	return tw.Flush()
+}
+
+// printable returns s as it is if it is valid UTF-8 of printable
+// characters without spaces, and quoted with Go escapes otherwise.
+func printable(s string) string {
+	if s == "" || !utf8.ValidString(s) {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 func ttlString(pttl int64) string {
@@ -134,6 +165,9 @@ func cmdRelease(args []string) int {
 	if !force || fs.NArg() != 1 {
 		return fail("release", exitUsage, errors.New("need --force and exactly one KEY: this removes a lock that someone else may hold"))
 	}
+	if err := f.checkURL(); err != nil {
+		return fail(fs.Name(), exitUsage, err)
+	}
 	ctx := context.Background()
 	pool, err := f.pool(ctx)
 	if err != nil {
@@ -153,11 +187,11 @@ func cmdRelease(args []string) int {
 	}
 	token, _ := redis.String(v[0], nil)
 	if token == "" {
-		fmt.Printf("%s was not held: nothing removed\n", lk)
+		fmt.Printf("%s was not held: nothing removed\n", printable(lk))
 		return 0
 	}
 	pttl, _ := redis.Int64(v[1], nil)
-	fmt.Printf("removed %s (holder %s, %s left); waiters were notified\n", lk, wire.Holder(token), ttlString(pttl))
+	fmt.Printf("removed %s (holder %s, %s left); waiters were notified\n", printable(lk), printable(wire.Holder(token)), ttlString(pttl))
 	return 0
 }
 
