@@ -86,7 +86,7 @@ func scanKeys(c redis.Conn, f *common) ([]string, error) {
 // printStatus prints one line per key: whether it is held, its remaining
 // TTL, its fencing counter and the holder's registry id. A key that is not
 // a lock (not a string, or a string without a TTL: every lock key has one)
-// is marked so. Keys and holders are printed as they are when they are
+// is marked so (with the commands of the least-privilege ACL: GET, PTTL). Keys and holders are printed as they are when they are
 // printable, quoted with Go escapes (%q) otherwise, so that no key can
 // break the table or send control sequences to the terminal.
 func printStatus(w io.Writer, c redis.Conn, f *common, keys []string) error {
@@ -95,25 +95,26 @@ func printStatus(w io.Writer, c redis.Conn, f *common, keys []string) error {
 	layout := f.layout()
 	for _, k := range keys {
 		lk := layout.LockKey(k)
-		c.Send("TYPE", lk)
+		c.Send("GET", lk)
 		c.Send("PTTL", lk)
 		c.Send("GET", layout.FenceKey(lk))
-		c.Send("GET", lk)
 		v, err := redis.Values(c.Do(""))
 		if err != nil {
 			return err
 		}
-		typ, _ := redis.String(v[0], nil)
+		token, err := redis.String(v[0], nil)
 		pttl, _ := redis.Int64(v[1], nil)
+		var re redis.Error
 		switch {
-		case typ == "none":
+		case errors.Is(err, redis.ErrNil):
 			fmt.Fprintf(tw, "%s\tfree\t-\t%s\t-\n", printable(k), fence(v[2]))
-		case typ != "string":
-			fmt.Fprintf(tw, "%s\tnot a lock (%s)\t%s\t%s\t-\n", printable(k), typ, ttlString(pttl), fence(v[2]))
+		case errors.As(err, &re): // WRONGTYPE: a hash, a list, ...
+			fmt.Fprintf(tw, "%s\tnot a lock (not a string)\t%s\t%s\t-\n", printable(k), ttlString(pttl), fence(v[2]))
+		case err != nil:
+			return err
 		case pttl < 0:
 			fmt.Fprintf(tw, "%s\tnot a lock (no TTL)\tnone\t%s\t-\n", printable(k), fence(v[2]))
 		default:
-			token, _ := redis.String(v[3], nil)
 			fmt.Fprintf(tw, "%s\theld\t%s\t%s\t%s\n", printable(k), ttlString(pttl), fence(v[2]), printable(wire.Holder(token)))
 		}
 	}
