@@ -2,17 +2,33 @@
 // (redis.NewClient), a Sentinel-managed master (redis.NewFailoverClient) or
 // Redis Cluster (redis.NewClusterClient), through one constructor:
 //
-//	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+//	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
 //	reg, err := registry.NewWithClient(goredis.NewClient(rdb), "orders", registry.WithHashTag())
 //
 // It is a module of its own, so that users of the redigo default never
 // download go-redis.
 //
-// Set ContextTimeoutEnabled in the go-redis options: without it go-redis
-// ignores context deadlines, and a registry's command timeout and a
-// LockContext deadline bound nothing but go-redis's own read timeout.
-// go-redis retries a command after a network error (MaxRetries): that is
-// safe, since every lockyard script is idempotent for its token.
+// # go-redis options
+//
+// lockyard retries failed attempts itself (with backoff, counting each in
+// Stats.RedisErrors, and reporting the last error when a LockContext
+// deadline ends). go-redis's own retries hide all that: with its defaults,
+// a TryLock against a server that is down takes seconds, and LockContext
+// reports only "context deadline exceeded". Set:
+//
+//	rdb := redis.NewClient(&redis.Options{
+//		Addr:                  addr,
+//		ContextTimeoutEnabled: true,            // honour lockyard's deadlines (without it go-redis ignores them)
+//		MaxRetries:            -1,              // no command retries: lockyard retries
+//		DialTimeout:           time.Second,     // a dead host fails an attempt in 1s, not 5s
+//		DialerRetries:         1,               // go-redis v9.15+: one dial per attempt, not 5 (100ms apart)
+//	})
+//	redis.SetLogger(myLogger)                   // go-redis logs redials to stderr by default
+//
+// go-redis's retries are safe, though, if you keep them: every lockyard
+// script is idempotent for its token. TestServerDownRecommendedOptions
+// shows the behaviour with these options. The module requires go-redis
+// v9.0.0 or later and Go 1.24.
 //
 // In Cluster, use registry.WithHashTag when keys or the registry key may
 // contain braces, or with WithFencing; go-redis follows MOVED and ASK
