@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -298,4 +299,20 @@ func TestRedlockSilentNodesKeepsNoQuorum(t *testing.T) {
 func TestRedlockChecksOptionsFirst(t *testing.T) {
 	_, err := registry.NewRedlock([]registry.Client{&blackhole{1}, &blackhole{2}, &blackhole{3}}, "{bad", registry.WithReplicaAck(1, time.Second))
 	mustIs(t, err, registry.ErrInvalidConfig)
+}
+
+// A client that returns ctx.Err() as it is (go-redis) does not make the
+// wait's error say it twice: "context deadline exceeded (last error:
+// context deadline exceeded)".
+func TestWaitErrorDoesNotStutter(t *testing.T) {
+	r, err := registry.NewWithClient(&blackhole{1}, prefix(t), registry.WithLogger(slog.New(&logRecorder{})))
+	mustNil(t, err)
+	t.Cleanup(func() { r.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err = obtain(t, r, "k").LockContext(ctx)
+	mustIs(t, err, context.DeadlineExceeded)
+	if s := err.Error(); strings.Count(s, "deadline exceeded") != 1 || strings.Count(s, "lockyard:") != 1 {
+		t.Fatalf("LockContext = %q: want one deadline and one lockyard: prefix", s)
+	}
 }
