@@ -42,6 +42,41 @@ func Example() {
 	// Output: holding orders:order-42
 }
 
+// New takes a redigo pool. Size it: MaxIdle at least the number of
+// goroutines that lock or unlock at the same moment (each borrows a
+// connection for one round trip), plus one with PubSubLock (its subscriber
+// keeps one). A pool without MaxIdle keeps no idle connection, and dials a
+// new one for every command.
+func ExampleNew() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	addr := mr.Addr() // your server's host:port
+
+	pool := &redis.Pool{
+		MaxIdle:     64, // >= goroutines that lock at once
+		IdleTimeout: 5 * time.Minute,
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", addr,
+				redis.DialConnectTimeout(time.Second), redis.DialReadTimeout(10*time.Second))
+		},
+	}
+	defer pool.Close()
+
+	reg, err := registry.New(pool, "orders")
+	if err != nil {
+		panic(err)
+	}
+	defer reg.Close()
+	lock, _ := reg.Obtain("order-42")
+	lock.Lock()
+	fmt.Println("holding", lock.Key())
+	lock.Unlock()
+	// Output: holding orders:order-42
+}
+
 // ExecuteLocked runs a function under the lock and tells it when the lock
 // is lost.
 func ExampleRegistry_ExecuteLocked() {

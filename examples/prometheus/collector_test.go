@@ -66,3 +66,23 @@ lockyard_lost_locks_total{registry="orders"} 0
 	}
 	t.Fatal("no lockyard_wait_seconds")
 }
+
+// Without -redis or REDIS_ADDR the example runs on an embedded Redis, as
+// the other examples do, instead of failing against 127.0.0.1:6379.
+func TestEmbeddedRedisByDefault(t *testing.T) {
+	p, done, err := redisPool("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	reg, err := registry.New(p.Pool, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := reg.ExecuteLocked(ctx, "order-42", func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("ExecuteLocked on the embedded Redis: %v", err)
+	}
+}

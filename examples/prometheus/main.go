@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -17,12 +18,15 @@ import (
 )
 
 func main() {
-	addr := flag.String("redis", "127.0.0.1:6379", "Redis address")
+	addr := flag.String("redis", os.Getenv("REDIS_ADDR"), "Redis address (default $REDIS_ADDR, else an embedded Redis)")
 	listen := flag.String("listen", "127.0.0.1:9187", "address of /metrics")
 	flag.Parse()
-	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", *addr) }}
-	defer pool.Close()
-	reg, err := registry.New(pool, "orders")
+	pool, done, err := redisPool(*addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer done()
+	reg, err := registry.New(pool.Pool, "orders")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -43,6 +47,33 @@ func main() {
 		}
 	}()
 	http.Handle("/metrics", promhttp.HandlerFor(prom, promhttp.HandlerOpts{}))
+	log.Printf("Redis at %s", pool.addr)
 	log.Printf("metrics on http://%s/metrics", *listen)
 	log.Fatal(http.ListenAndServe(*listen, nil))
+}
+
+// pool is a redigo pool and the address it dials.
+type pool struct {
+	*redis.Pool
+	addr string
+}
+
+// redisPool returns a pool for the Redis at addr, or, if addr is empty, for
+// an embedded Redis (miniredis) on a loopback port, as the other examples
+// do; done closes both.
+func redisPool(addr string) (pool, func(), error) {
+	stop := func() {}
+	if addr == "" {
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			return pool{}, nil, err
+		}
+		addr, stop = mr.Addr(), mr.Close
+	}
+	p := &redis.Pool{
+		MaxIdle:     16,
+		IdleTimeout: time.Minute,
+		Dial:        func() (redis.Conn, error) { return redis.Dial("tcp", addr) },
+	}
+	return pool{p, addr}, func() { p.Close(); stop() }, nil
 }
