@@ -20,8 +20,6 @@ type hold struct {
 	lostFlag atomic.Bool
 	// lostCounted records that Stats counted the loss.
 	lostCounted atomic.Bool
-	// guarded records that its loss revokes the local mutex (revoke.go).
-	guarded atomic.Bool
 
 	// mu guards the following.
 	mu      sync.Mutex

@@ -52,7 +52,7 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool) error {
 		return ErrClosed
 	}
 	start := r.now()
-	how, err := l.local.Lock(ctx, r.bg.closed, l.watchHolder)
+	how, err := l.local.Lock(ctx, r.bg.closed, (*queueHook)(l))
 	switch {
 	case errors.Is(err, reentrant.ErrAborted):
 		return ErrClosed

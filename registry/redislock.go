@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/lockyard/lockyard/internal/reentrant"
 )
@@ -29,9 +30,10 @@ type RedisLock struct {
 	// hold is the current acquisition in Redis, nil when not held. Only the
 	// goroutine that owns local stores it; anyone may load it.
 	hold     atomic.Pointer[hold]
-	phase    atomic.Int32 // a phase (lifecycle.go), for tests and debugging
-	lastUsed atomic.Int64 // registry clock of the last Obtain, lock or unlock
-	wake     waker        // wakes the remote waiter (PubSubLock; nil otherwise)
+	guardT   atomic.Pointer[time.Timer] // revoke.go: fires at the hold's deadline while goroutines queue
+	phase    atomic.Int32               // a phase (lifecycle.go), for tests and debugging
+	lastUsed atomic.Int64               // registry clock of the last Obtain, lock or unlock
+	wake     waker                      // wakes the remote waiter (PubSubLock; nil otherwise)
 	// turn is the hand-off bookkeeping, owned by the goroutine that owns
 	// local (the mutex's hand-over orders the accesses).
 	turn turn

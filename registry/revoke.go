@@ -1,6 +1,6 @@
 package registry
 
-import "context"
+import "time"
 
 // A goroutine that holds a lock and never unlocks it (it exited, or it is
 // stuck) must not block its registry's other goroutines for good. Once the
@@ -11,13 +11,19 @@ import "context"
 // Token and Lost see no hold; neither touches the new holder.
 //
 // The loss is noticed without polling: when a goroutine queues behind a
-// hold, or a hold begins with goroutines queued, guard arms the hold's loss
-// watch (hold.watch), and its loss calls revoke. An owner that is already
-// finishing its outermost unlock is never revoked (reentrant.Mutex.Revoke).
+// hold, or a hold begins with goroutines queued, guard arms the lock's
+// guard timer (one per lock, reused) at the hold's deadline; when it fires,
+// a lost hold is revoked and a renewed one re-armed. A renewal that finds
+// the key gone revokes at once (lose). An owner that is already finishing
+// its outermost unlock is never revoked (reentrant.Mutex.Revoke).
 
-// watchHolder runs when the calling goroutine has queued on the local
-// mutex: a lost hold is revoked at once, a valid one guarded.
-func (l *RedisLock) watchHolder() {
+// queueHook is a RedisLock as the local mutex's reentrant.Observer: its
+// Queued runs when a goroutine has queued on the local mutex.
+type queueHook RedisLock
+
+// Queued revokes a lost hold at once and guards a valid one.
+func (q *queueHook) Queued() {
+	l := (*RedisLock)(q)
 	h := l.hold.Load()
 	switch {
 	case h == nil:
@@ -28,10 +34,30 @@ func (l *RedisLock) watchHolder() {
 	}
 }
 
-// guard makes the loss of h revoke it, once per hold.
+// guard arms the guard timer at h's deadline.
 func (l *RedisLock) guard(h *hold) {
-	if h.guarded.CompareAndSwap(false, true) {
-		context.AfterFunc(h.watch(l.reg), func() { l.revoke(h) })
+	d := time.Duration(h.deadline.Load() - l.reg.now())
+	if t := l.guardT.Load(); t != nil {
+		t.Reset(d)
+		return
+	}
+	t := time.AfterFunc(d, l.checkHolder)
+	if !l.guardT.CompareAndSwap(nil, t) { // another goroutine armed one first
+		t.Stop()
+		l.guardT.Load().Reset(d)
+	}
+}
+
+// checkHolder runs when the guard timer fires: a lost hold is revoked; a
+// valid one (renewed since) is guarded again while goroutines queue.
+func (l *RedisLock) checkHolder() {
+	h := l.hold.Load()
+	switch {
+	case h == nil:
+	case h.lost(l.reg.now()):
+		l.revoke(h)
+	case l.local.Waiters() > 0:
+		l.guard(h)
 	}
 }
 

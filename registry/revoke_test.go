@@ -116,3 +116,28 @@ func TestDeadHolderTryLock(t *testing.T) {
 		})
 	})
 }
+
+// With WithAutoRenew a stuck holder's hold stays valid, and its registry's
+// other goroutines wait; when a renewal finds its key gone, they get the
+// lock at once, not at the end of the hold's validity.
+func TestStuckHolderKeyGone(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		const ttl = 3 * time.Second // a renewal every second
+		r := newReg(t, b.pool(t), registry.WithExpireAfter(ttl), registry.WithAutoRenew(), registry.WithLogger(slogFor(&logRecorder{})))
+		l := obtain(t, r, "k")
+		holding := make(chan struct{})
+		go func() {
+			l.Lock() // and never unlocks
+			close(holding)
+		}()
+		<-holding
+		got := lockInBackground(t, l)
+		notWithin(t, got, 300*time.Millisecond, "the waiter behind a renewed hold")
+		b.do(t, "DEL", l.Key())
+		start := time.Now()
+		mustNil(t, recvWithin(t, got, 5*time.Second, "the waiter after the key vanished"))
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("the waiter got the lock %v after the key vanished; the next renewal (1s) should have passed it on", d)
+		}
+	})
+}

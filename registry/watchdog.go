@@ -192,10 +192,14 @@ func (l *RedisLock) renewed(h *hold, ok bool, sent int64) error {
 	return nil
 }
 
-// lose marks h lost: its Lost channel closes, Stats counts it, and the
-// watchdog stops renewing it.
+// lose marks h lost: its Lost channel closes, Stats counts it, the
+// watchdog stops renewing it, and goroutines queued behind it get the
+// lock (revoke.go).
 func (l *RedisLock) lose(h *hold) {
 	h.markLost()
 	l.reg.stats.lostHold(h)
 	l.reg.watchdog.untrack(l, h)
+	if l.local.Waiters() > 0 {
+		l.revoke(h) // goroutines queue behind it
+	}
 }

@@ -71,6 +71,10 @@ func (m *Mutex) TryLock() (ok, reentered bool) {
 	return false, false
 }
 
+// Observer is told when a Lock call has queued (an interface rather than a
+// func, so that passing a pointer allocates nothing).
+type Observer interface{ Queued() }
+
 // How says how Lock acquired the mutex.
 type How int
 
@@ -83,15 +87,15 @@ const (
 // Lock acquires m for the calling goroutine, re-entering it if the caller
 // already owns it, and says how. It waits in FIFO order until m is handed
 // over, ctx is done (ctx.Err() is returned) or abort is closed (ErrAborted).
-// If the caller has to wait, queued (if not nil) is called once it is in
-// the queue, before it blocks: a caller can then check, without a race with
-// the owner, whether the owner should be revoked.
+// If the caller has to wait, queued.Queued (if queued is not nil) is called
+// once it is in the queue, before it blocks: a caller can then check,
+// without a race with the owner, whether the owner should be revoked.
 // A wait that returns an error leaves nothing held. A wait whose ctx ends
 // just as m is handed over succeeds and keeps m: the previous owner may have
 // left the new one something to inherit (the registry's hold), which passing
 // m on could strand. (x/sync's semaphore does the opposite: it gives such a
 // late grant back and returns ctx.Err().)
-func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued func()) (How, error) {
+func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued Observer) (How, error) {
 	gid := goid.Get()
 	m.mu.Lock()
 	switch {
@@ -108,7 +112,7 @@ func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued func()) 
 	m.waiters = append(m.waiters, w)
 	m.mu.Unlock()
 	if queued != nil {
-		queued()
+		queued.Queued()
 	}
 
 	var err error

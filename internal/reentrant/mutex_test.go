@@ -227,11 +227,11 @@ func TestRevoke(t *testing.T) {
 	}
 	got := make(chan How, 1)
 	go func() {
-		how, err := m.Lock(ctx, nil, func() {
+		how, err := m.Lock(ctx, nil, observer(func() {
 			if !m.Revoke(func() bool { return true }) {
 				t.Error("Revoke of an owner that is not leaving failed")
 			}
-		})
+		}))
 		if err != nil {
 			t.Error(err)
 		}
@@ -268,3 +268,8 @@ func TestRevokeSparesLeavingOwner(t *testing.T) {
 		t.Fatal("Revoke after a new Lock did not free the mutex")
 	}
 }
+
+// observer is a func as an Observer.
+type observer func()
+
+func (o observer) Queued() { o() }
