@@ -236,11 +236,7 @@ func TestReleaseRetriesKilledConnection(t *testing.T) {
 // release failure (ErrReleaseFailed, with the network error) from fn's own
 // error, which it keeps.
 func TestExecuteLockedReleaseFailed(t *testing.T) {
-	s, err := redistest.Start("--save", "", "--appendonly", "no")
-	mustNil(t, err)
-	t.Cleanup(s.Close)
-	pool := s.Pool()
-	t.Cleanup(func() { pool.Close() })
+	s, pool := ownServer(t)
 	r := newReg(t, pool, registry.WithCommandTimeout(500*time.Millisecond), registry.WithLogger(slog.New(&logRecorder{})))
 	fnErr := errors.New("fn failed")
 	for _, ret := range []error{nil, fnErr} {
@@ -260,11 +256,7 @@ func TestExecuteLockedReleaseFailed(t *testing.T) {
 // obtain is made again once Redis answers: an evicting policy still gets
 // its one warning.
 func TestEvictionCheckRetried(t *testing.T) {
-	s, err := redistest.Start("--maxmemory-policy", "allkeys-lru")
-	mustNil(t, err)
-	t.Cleanup(s.Close)
-	pool := s.Pool()
-	t.Cleanup(func() { pool.Close() })
+	s, pool := ownServer(t, "--maxmemory-policy", "allkeys-lru")
 	rec := &logRecorder{}
 	l := obtain(t, newReg(t, pool, registry.WithLogger(slog.New(rec)), registry.WithCommandTimeout(300*time.Millisecond)), "k")
 	s.Stop()

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockyard/lockyard/internal/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -36,11 +35,7 @@ func TestFenceSurvivesFlushAll(t *testing.T) {
 }
 
 func TestFenceSurvivesRestartWithoutPersistence(t *testing.T) {
-	s, err := redistest.Start("--save", "", "--appendonly", "no")
-	mustNil(t, err)
-	t.Cleanup(s.Close)
-	pool := s.Pool()
-	t.Cleanup(func() { pool.Close() })
+	s, pool := ownServer(t)
 	l := obtain(t, newReg(t, pool, registry.WithFencing()), "k")
 	var last int64
 	for range 3 {

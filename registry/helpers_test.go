@@ -244,3 +244,16 @@ func lockInBackground(t *testing.T, l *registry.RedisLock) <-chan error {
 	}()
 	return got
 }
+
+// ownServer starts a redis-server of the test's own (redistest adds no
+// persistence), with extra arguments, and a pool for it; both are closed
+// at the end of the test.
+func ownServer(t *testing.T, extra ...string) (*redistest.Server, *redis.Pool) {
+	t.Helper()
+	s, err := redistest.Start(extra...)
+	mustNil(t, err)
+	t.Cleanup(s.Close)
+	pool := s.Pool()
+	t.Cleanup(func() { pool.Close() })
+	return s, pool
+}
