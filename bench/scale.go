@@ -20,7 +20,16 @@ const (
 	renewWindow = 4 * renewTTL / 3        // four renewal periods
 )
 
-var scaleCols = []string{"heap B/cached lock", "renew rt/period", "renew srv calls/s", "renew CPU ms/period", "held locks lost"}
+var scaleCols = []string{"heap B/cached lock", "renew rt/period", "renew srv calls/s", "renew CPU ms/period", "held locks lost",
+	"mixed TTL renew rt/s", "mixed TTL locks lost"}
+
+// The mixed-TTL scenario: heldLocks locks taken with LockFor, their TTLs
+// spread evenly over mixedMin to mixedMax, renewed by one watchdog.
+const (
+	mixedMin    = time.Second
+	mixedMax    = 60 * time.Second
+	mixedWindow = 4 * time.Second
+)
 
 // scale measures the memory of cached locks and the cost of renewing many
 // held locks.
@@ -32,7 +41,10 @@ func (e *env) scale() (metrics, error) {
 		return nil, err
 	}
 	m["heap B/cached lock"] = b
-	return m, e.renewals(m)
+	if err := e.renewals(m); err != nil {
+		return nil, err
+	}
+	return m, e.mixedRenewals(m)
 }
 
 // cacheBytes is the heap growth per cached lock (key string included) after
@@ -131,6 +143,95 @@ func (e *env) renewals(m metrics) error {
 	close(release)
 	wg.Wait()
 	return lockErr
+}
+
+// mixedRenewals holds heldLocks locks with TTLs spread over mixedMin to
+// mixedMax (LockFor) under one auto-renewing registry for mixedWindow, and
+// counts the watchdog's round trips per second and the locks lost.
+func (e *env) mixedRenewals(m metrics) error {
+	var ctr counter
+	pool := redigoPool(e.lock.Addr, &ctr)
+	defer pool.Close()
+	reg, err := registry.New(pool, fmt.Sprintf("bench-mixed-%d", e.runs), registry.WithAutoRenew())
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	ttl := func(i int) time.Duration {
+		return mixedMin + time.Duration(i)*(mixedMax-mixedMin)/time.Duration(heldLocks-1)
+	}
+	all, release, done, err := holdMany(reg, func(l *registry.RedisLock, i int) error {
+		return l.LockFor(context.Background(), ttl(i))
+	})
+	if err != nil {
+		close(release)
+		<-done
+		return err
+	}
+	w0, _ := ctr.snapshot()
+	time.Sleep(mixedWindow) // the measurement window: the watchdog runs meanwhile
+	w1, _ := ctr.snapshot()
+	m["mixed TTL renew rt/s"] = float64(w1-w0) / mixedWindow.Seconds()
+	m["mixed TTL locks lost"] = lostCount(all)
+	close(release)
+	<-done
+	return nil
+}
+
+// holdMany takes heldLocks locks of reg (keys k0...) with lock, in 8
+// goroutines that hold them until release is closed, then unlock them and
+// close done.
+func holdMany(reg *registry.Registry, lock func(l *registry.RedisLock, i int) error) (all []*registry.RedisLock, release, done chan struct{}, err error) {
+	const workers = 8
+	held := make(chan []*registry.RedisLock, workers)
+	release, done = make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for w := range workers {
+		wg.Add(1)
+		go func() { // each goroutine locks and later unlocks its share
+			defer wg.Done()
+			var mine []*registry.RedisLock
+			for i := w; i < heldLocks; i += workers {
+				l, lerr := reg.Obtain(fmt.Sprintf("k%d", i))
+				if lerr == nil {
+					lerr = lock(l, i)
+				}
+				if lerr != nil {
+					mu.Lock()
+					err = lerr
+					mu.Unlock()
+					break
+				}
+				mine = append(mine, l)
+			}
+			held <- mine
+			<-release
+			for _, l := range mine {
+				l.Unlock()
+			}
+		}()
+	}
+	for range workers {
+		all = append(all, <-held...)
+	}
+	go func() { wg.Wait(); close(done) }()
+	mu.Lock()
+	defer mu.Unlock()
+	return all, release, done, err
+}
+
+// lostCount counts the locks whose hold is lost.
+func lostCount(all []*registry.RedisLock) float64 {
+	n := 0.0
+	for _, l := range all {
+		select {
+		case <-l.Lost():
+			n++
+		default:
+		}
+	}
+	return n
 }
 
 // nested measures a reentrant acquire+release of a held lock: ns/op and

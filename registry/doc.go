@@ -44,14 +44,20 @@
 //
 // # TTL and validity
 //
-// A hold is valid from the moment the obtain request was sent until
-// expireAfter later, minus a small margin for clock drift (1% of the TTL plus
-// 2ms). RenewLock extends it, measured from the renewal's send time. Once
+// Each hold has a TTL: expireAfter, or the ttl of LockFor, for that
+// acquisition alone (a payment for 2s and a report for 20 minutes can share
+// a registry and its local queue). A hold is valid from the moment the
+// obtain request was sent until its TTL later, minus a small margin for
+// clock drift (1% of the TTL plus 2ms). RenewLock extends it by its TTL,
+// measured from the renewal's send time; RenewLockFor sets a new TTL from
+// then on (and a shorter one shortens the validity at once); the watchdog
+// renews each hold every third of its own TTL. A goroutine that takes a
+// lock handed over locally gets the TTL it asked for. Once
 // validity ends the hold is lost for good: the holder's work may overlap the
 // next holder's. ExecuteLocked cancels fn's context with cause ErrLockLost at
 // that moment, and UnlockContext reports ErrLockLost; the release never
-// deletes a key that another holder has since taken. expireAfter is at least
-// MinExpireAfter (50ms): a shorter TTL would be used up by the obtain's own
+// deletes a key that another holder has since taken. Every TTL is at least
+// MinExpireAfter (50ms): a shorter one would be used up by the obtain's own
 // round trip.
 //
 // A goroutine that never unlocks (it exited, or it is stuck) blocks the
@@ -74,8 +80,8 @@
 // # Errors
 //
 // Errors wrap the sentinels ErrLockLost, ErrNotOwner, ErrInvalidKey,
-// ErrCacheFull, ErrClosed, ErrInvalidConfig, ErrReplicaAck, ErrNoQuorum and
-// ErrReleaseFailed,
+// ErrCacheFull, ErrClosed, ErrInvalidConfig, ErrReplicaAck, ErrNoQuorum,
+// ErrNotObtained and ErrReleaseFailed,
 // and the Redis or context
 // error behind them; test with errors.Is and errors.As. LockContext retries
 // network and transient Redis errors until its context ends, then returns an

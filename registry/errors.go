@@ -35,6 +35,9 @@ var (
 	// means the renewal was not acknowledged: the lock is still held, but
 	// its validity did not move.
 	ErrReplicaAck = errors.New("lockyard: too few replicas acknowledged the lock")
+	// ErrNotObtained means another holder has the lock: an attempt that did
+	// not wait (TryLockContext) found it taken, locally or in Redis.
+	ErrNotObtained = errors.New("lockyard: lock not obtained")
 	// ErrReleaseFailed means the release of a held lock failed in Redis (the
 	// server was down, say): whatever the lock guarded has run, but its key
 	// was not deleted and expires by its TTL. ExecuteLocked joins it to fn's

@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -199,4 +200,55 @@ func ExampleRegistry_Stats() {
 	s := reg.Stats()
 	fmt.Println("acquisitions:", s.Acquisitions, "contended:", s.Contended, "lost:", s.LostLocks, "cached:", s.CachedLocks)
 	// Output: acquisitions: 3 contended: 0 lost: 0 cached: 1
+}
+
+// LockFor takes one lock for its own TTL (Spring's lock(ttl)); with a
+// deadline it is Spring's tryLock(waitTime, ttl).
+func ExampleRedisLock_LockFor() {
+	pool, done := exampleRedis()
+	defer done()
+	reg, _ := registry.New(pool, "payments") // expireAfter 60s
+	defer reg.Close()
+	lock, _ := reg.Obtain("payment-9")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // waitTime
+	defer cancel()
+	if err := lock.LockFor(ctx, 2*time.Second); err != nil { // ttl
+		fmt.Println("not acquired:", err)
+		return
+	}
+	defer lock.Unlock()
+	fmt.Println("holding", lock.Key(), "for 2s")
+	// Output: holding payments:payment-9 for 2s
+}
+
+// TryLockContext tells "another holder has it" from a failure: a job can
+// skip its run in the first case and alert in the second.
+func ExampleRedisLock_TryLockContext() {
+	pool, done := exampleRedis()
+	defer done()
+	reg, _ := registry.New(pool, "jobs")
+	defer reg.Close()
+	lock, _ := reg.Obtain("nightly")
+
+	held, release, finished := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() { // another worker holds the job's lock
+		defer close(finished)
+		lock.Lock()
+		close(held)
+		<-release
+		lock.Unlock()
+	}()
+	<-held
+	switch err := lock.TryLockContext(context.Background()); {
+	case errors.Is(err, registry.ErrNotObtained):
+		fmt.Println("skipped: another worker runs it")
+	case err != nil:
+		fmt.Println("alert:", err)
+	default:
+		lock.Unlock()
+	}
+	close(release)
+	<-finished
+	// Output: skipped: another worker runs it
 }

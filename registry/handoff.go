@@ -12,11 +12,13 @@ import (
 // goroutine follows with an obtain (two round trips, and a race that other
 // registries win or lose at random).
 //
-//   - Free pass: no command at all, while the hold has at least three
-//     quarters of its TTL left and fewer than maxFreePasses were made
-//     since the last command. Without fencing only: the next goroutine
-//     inherits the hold, its token and its fencing token.
-//   - Pass (store.pass, pass.lua): one round trip resets the TTL and, with
+//   - Free pass: no command at all, while the next goroutine asked for the
+//     hold's TTL, the hold has at least three quarters of it left, and
+//     fewer than maxFreePasses were made since the last command. Without
+//     fencing only: the next goroutine inherits the hold, its token and its
+//     fencing token.
+//   - Pass (store.pass, pass.lua): one round trip sets the TTL that the next
+//     goroutine asked for (LockFor; else expireAfter) and, with
 //     fencing, gives the next goroutine a new fencing token. If another
 //     registry left a wait marker (obtain.lua writes one on every failed
 //     attempt), the script releases the key instead, and the next local
@@ -58,11 +60,15 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold) (handoffResult, error)
 	if r.bg.isClosed() || h.lost(now) {
 		return notHandedOver, nil
 	}
-	if !r.cfg.fencing && l.turn.passes < maxFreePasses && h.deadline.Load()-now >= int64(h.ttl*3/4) {
+	next := r.cfg.expireAfter // the TTL the next goroutine asked for
+	if tag, ok := l.local.NextTag(); ok && tag > 0 {
+		next = time.Duration(tag)
+	}
+	if !r.cfg.fencing && l.turn.passes < maxFreePasses && h.TTL() == next && h.deadline.Load()-now >= int64(next*3/4) {
 		l.turn.passes++
 		return l.giveLocal(), nil
 	}
-	switch res, err := l.pass(ctx, h); {
+	switch res, err := l.pass(ctx, h, next); {
 	case errors.Is(err, ErrLockLost):
 		return passFailed, err
 	case isStaleConn(err), !isAmbiguous(err) && isTransient(err):
@@ -98,16 +104,20 @@ func (l *RedisLock) giveLocal() handoffResult {
 	return handedOver
 }
 
-// pass runs the store's pass for h. When the key is kept it replaces h with
-// a hold renewed from the pass's send time (and, with fencing, a new token).
-func (l *RedisLock) pass(ctx context.Context, h *hold) (handoffResult, error) {
+// pass runs the store's pass for h, setting the key's TTL to ttl. When the
+// key is kept it replaces h with a hold of ttl renewed from the pass's send
+// time (and, with fencing, a new token).
+func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration) (handoffResult, error) {
 	r := l.reg
-	ttl := h.ttl
-	sent := r.now()
 	// h is retired here whatever the outcome: a renewal of h that lands
-	// after the pass (which may delete the key) is not a loss.
+	// after the pass (which may delete the key) is not a loss. One that is
+	// in flight is waited for, so that it cannot reset the TTL after the
+	// pass set another.
 	l.retire(h)
+	h.renewing.Lock()
+	sent := r.now()
 	p, err := r.store.pass(context.WithoutCancel(ctx), l.key, h.token, ttl)
+	h.renewing.Unlock()
 	if err != nil {
 		return notHandedOver, err
 	}
@@ -116,7 +126,7 @@ func (l *RedisLock) pass(ctx context.Context, h *hold) (handoffResult, error) {
 	switch p.outcome {
 	case passKept:
 		l.turn.passes = 0
-		l.begin(newHold(h.token, p.fence, ttl, sent+int64(ttl-drift(ttl))))
+		l.begin(newHold(h.token, p.fence, ttl, validUntil(sent, ttl)))
 		return handedOver, nil
 	case passReleased:
 		return releasedForOthers, nil
@@ -127,12 +137,17 @@ func (l *RedisLock) pass(ctx context.Context, h *hold) (handoffResult, error) {
 }
 
 // inherit takes over a hold handed over by the previous local holder, if
-// any, and reports whether the calling goroutine now holds the lock. A hold
+// any, and reports whether the calling goroutine, which asked for a TTL of
+// ttl, now holds the lock. A hold of another TTL (the goroutine it was
+// meant for gave up, and this one was next) is renewed to ttl first. A hold
 // that is no longer valid is dropped and its key freed in the background.
-func (l *RedisLock) inherit() bool {
+func (l *RedisLock) inherit(ctx context.Context, ttl time.Duration) bool {
 	h := l.hold.Load()
 	if h == nil {
 		return false
+	}
+	if h.TTL() != ttl && !h.lost(l.reg.now()) {
+		_ = l.renew(ctx, ttl) // a failure leaves h lost, or valid at its TTL
 	}
 	if !h.lost(l.reg.now()) {
 		l.setPhase(held)

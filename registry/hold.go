@@ -8,15 +8,22 @@ import (
 )
 
 // hold is one acquisition of a lock in Redis: from a successful obtain to the
-// release. Its fields other than deadline and the lost signal never change.
+// release. Its token and fence never change; its TTL changes only by
+// RenewLockFor.
 type hold struct {
-	token string        // the value stored at the lock key
-	fence int64         // fencing token, 0 without WithFencing
-	ttl   time.Duration // the key's time to live: each renewal resets it to this
+	token string // the value stored at the lock key
+	fence int64  // fencing token, 0 without WithFencing
+	ttl   atomic.Int64
 	// deadline is the end of validity on the registry clock (see
 	// Registry.now): the send time of the obtain, or of the latest successful
 	// renewal, plus ttl minus the drift margin.
 	deadline atomic.Int64
+	// renewing is held while a command that resets the key's TTL (a
+	// renewal, a pass) is in flight, so that they reach Redis one at a time
+	// and in order: the last one sent sets the key's TTL, and the validity
+	// follows it, even when RenewLockFor changed the TTL meanwhile. The
+	// watchdog skips a hold whose renewal is in flight.
+	renewing sync.Mutex
 	lostFlag atomic.Bool
 	// lostCounted records that Stats counted the loss.
 	lostCounted atomic.Bool
@@ -38,10 +45,18 @@ func drift(ttl time.Duration) time.Duration {
 }
 
 func newHold(token string, fence int64, ttl time.Duration, deadline int64) *hold {
-	h := &hold{token: token, fence: fence, ttl: ttl}
+	h := &hold{token: token, fence: fence}
+	h.ttl.Store(int64(ttl))
 	h.deadline.Store(deadline)
 	return h
 }
+
+// TTL returns the key's time to live, to which each renewal resets it.
+func (h *hold) TTL() time.Duration { return time.Duration(h.ttl.Load()) }
+
+// validUntil returns the deadline of a hold whose key got ttl from a
+// command sent at sent.
+func validUntil(sent int64, ttl time.Duration) int64 { return sent + int64(ttl-drift(ttl)) }
 
 // lost reports whether the hold was found gone or its deadline has passed.
 // Loss is final: a renewal that completes later does not revive the hold.
@@ -56,17 +71,23 @@ func (h *hold) lost(now int64) bool {
 	return false
 }
 
-// extend moves the deadline to d, measured from a renewal's send time,
-// unless the hold is already lost or d is not later (renewals may complete
-// out of order). It reports whether the hold is still valid.
-func (h *hold) extend(now, d int64) bool {
+// renewed applies a renewal that set the key's TTL to ttl and was sent at
+// sent: the hold's TTL becomes ttl and its deadline sent+ttl-drift, earlier
+// or later than before (renewals are ordered by renewing). It reports
+// whether the hold is still valid; a lost hold stays lost.
+func (h *hold) renewed(now, sent int64, ttl time.Duration) bool {
+	d := validUntil(sent, ttl)
 	for {
 		cur := h.deadline.Load()
-		if h.lostFlag.Load() || now >= cur {
+		if h.lostFlag.Load() || now >= cur || now >= d {
 			h.lostFlag.Store(true)
 			return false
 		}
-		if d <= cur || h.deadline.CompareAndSwap(cur, d) {
+		if h.deadline.CompareAndSwap(cur, d) {
+			h.ttl.Store(int64(ttl))
+			if d < cur { // a shorter TTL: the watch must fire sooner
+				h.rearm(time.Duration(d - now))
+			}
 			return true
 		}
 	}
@@ -134,6 +155,16 @@ func (h *hold) stop(cause error) {
 	h.stopped = cause
 	if h.cancel != nil {
 		h.cancel(cause)
+	}
+}
+
+// rearm makes a watched hold's timer fire in d, for a deadline that moved
+// earlier.
+func (h *hold) rearm(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.timer != nil && !h.ended {
+		h.timer.Reset(d)
 	}
 }
 

@@ -44,15 +44,16 @@ func (p phase) String() string { return phaseNames[p] }
 
 func (l *RedisLock) setPhase(p phase) { l.phase.Store(int32(p)) }
 
-// lock acquires the local mutex, then the Redis key. With retryAll every
-// Redis error is retried (Lock); otherwise only transient ones.
-func (l *RedisLock) lock(ctx context.Context, retryAll bool) error {
+// lock acquires the local mutex, then the Redis key with a TTL of ttl. With
+// retryAll every Redis error is retried (Lock); otherwise only transient
+// ones.
+func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration) error {
 	r := l.reg
 	if r.bg.isClosed() {
 		return ErrClosed
 	}
 	start := r.now()
-	how, err := l.local.Lock(ctx, r.bg.closed, (*queueHook)(l))
+	how, err := l.local.Lock(ctx, r.bg.closed, (*queueHook)(l), int64(ttl))
 	switch {
 	case errors.Is(err, reentrant.ErrAborted):
 		return ErrClosed
@@ -61,7 +62,7 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool) error {
 	case how == reentrant.Reentered:
 		return nil
 	}
-	if l.inherit() {
+	if l.inherit(ctx, ttl) {
 		r.stats.acquired(true, time.Duration(r.now()-start))
 		return nil
 	}
@@ -70,7 +71,7 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool) error {
 		return ErrClosed
 	}
 	l.setPhase(acquiring)
-	waited, err := l.acquire(ctx, retryAll)
+	waited, err := l.acquire(ctx, retryAll, ttl)
 	if err != nil {
 		l.abandon()
 		return err
@@ -83,7 +84,7 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool) error {
 // as pollDelay says, or with backoff after errors. The caller owns local.
 // waited reports that the lock was not taken at the first attempt: another
 // holder had it, or this goroutine yielded to another registry.
-func (l *RedisLock) acquire(ctx context.Context, retryAll bool) (waited bool, err error) {
+func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duration) (waited bool, err error) {
 	r := l.reg
 	var (
 		bo      backoff
@@ -95,7 +96,7 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool) (waited bool, er
 	}
 	for {
 		l.wake.drain()
-		g, err := l.attempt(ctx)
+		g, err := l.attempt(ctx, ttl)
 		if g.ok {
 			return waited, nil
 		}
@@ -135,13 +136,13 @@ func (l *RedisLock) waitErr(end, lastErr error) error {
 	return wrapKey("waiting for", l.key, fmt.Errorf("%w (last error: %w)", end, lastErr))
 }
 
-// attempt runs the store's obtain once. On success the new hold begins; on
-// failure the grant carries the holder's remaining TTL.
-func (l *RedisLock) attempt(ctx context.Context) (grant, error) {
+// attempt runs the store's obtain once, for a key that lives ttl. On
+// success the new hold begins; on failure the grant carries the holder's
+// remaining TTL.
+func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration) (grant, error) {
 	r := l.reg
 	r.checkEviction(ctx)
 	token := r.newToken()
-	ttl := r.cfg.expireAfter
 	sent := r.now()
 	g, err := r.store.obtain(ctx, l.key, token, ttl)
 	if err == nil {
@@ -156,7 +157,7 @@ func (l *RedisLock) attempt(ctx context.Context) (grant, error) {
 	if !g.ok {
 		return g, nil
 	}
-	deadline := sent + int64(ttl-drift(ttl))
+	deadline := validUntil(sent, ttl)
 	if r.now() >= deadline { // the reply came too late to be of use
 		r.cleanup(l.key, token)
 		return grant{pttl: 0}, nil

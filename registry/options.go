@@ -147,8 +147,9 @@ func WithCacheCapacity(n int) Option {
 	}
 }
 
-// WithAutoRenew makes the registry renew every lock it holds every
-// expireAfter/3 until it is released.
+// WithAutoRenew makes the registry renew every lock it holds every third of
+// its TTL (expireAfter, or the ttl of LockFor or RenewLockFor) until it is
+// released.
 func WithAutoRenew() Option {
 	return func(c *config) error {
 		c.autoRenew = true

@@ -4,21 +4,22 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // The fan-out of a Redlock registry: every call runs on every node in
 // parallel, and a tally of the replies decides.
 
 // fanOut runs fn on every node of q in parallel, each with ctx bounded by
-// the node timeout, and returns the results in node order.
-func fanOut[T any](ctx context.Context, q *quorumStore, fn func(ctx context.Context, i int, c Client) T) []T {
+// the node timeout d, and returns the results in node order.
+func fanOut[T any](ctx context.Context, q *quorumStore, d time.Duration, fn func(ctx context.Context, i int, c Client) T) []T {
 	out := make([]T, len(q.nodes))
 	var wg sync.WaitGroup
 	for i, c := range q.nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nctx, cancel := context.WithTimeout(ctx, q.nodeTimeout)
+			nctx, cancel := context.WithTimeout(ctx, d)
 			defer cancel()
 			out[i] = fn(nctx, i, c)
 		}()
@@ -27,9 +28,9 @@ func fanOut[T any](ctx context.Context, q *quorumStore, fn func(ctx context.Cont
 	return out
 }
 
-// evalAll runs one script call on every node.
-func (q *quorumStore) evalAll(ctx context.Context, s *Script, c Call) []Result {
-	return fanOut(ctx, q, func(ctx context.Context, _ int, n Client) Result {
+// evalAll runs one script call on every node, each bounded by d.
+func (q *quorumStore) evalAll(ctx context.Context, d time.Duration, s *Script, c Call) []Result {
+	return fanOut(ctx, q, d, func(ctx context.Context, _ int, n Client) Result {
 		v, err := n.Eval(ctx, s, c.Keys, c.Args)
 		return Result{v, err}
 	})

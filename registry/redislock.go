@@ -98,7 +98,7 @@ func (l *RedisLock) touch() { l.lastUsed.Store(l.reg.now()) }
 // LockContext to see them). It panics with an error wrapping ErrClosed if the
 // registry is or gets closed.
 func (l *RedisLock) Lock() {
-	if err := l.lock(context.Background(), true); err != nil {
+	if err := l.lock(context.Background(), true, l.reg.cfg.expireAfter); err != nil {
 		panic(wrapKey("Lock", l.key, err))
 	}
 }
@@ -109,7 +109,22 @@ func (l *RedisLock) Lock() {
 // ctx.Err() that also wraps the last Redis error; other Redis errors (such as
 // WRONGTYPE) and ErrClosed return at once. On error nothing is held.
 func (l *RedisLock) LockContext(ctx context.Context) error {
-	return l.lock(ctx, false)
+	return l.lock(ctx, false, l.reg.cfg.expireAfter)
+}
+
+// LockFor is LockContext for one acquisition whose key lives ttl in Redis
+// instead of expireAfter. Its validity, its renewal period (ttl/3 with
+// WithAutoRenew) and the renewals of RenewLock use ttl until the outermost
+// release. Spring's lock(ttl) is LockFor(context.Background(), ttl);
+// tryLock(wait, ttl) is LockFor with a ctx that ends after wait. A ttl
+// below MinExpireAfter (and so below 1ms) or above MaxDuration returns
+// ErrInvalidConfig and sends nothing. A reentrant LockFor sends nothing and
+// leaves the outer hold's TTL as it is.
+func (l *RedisLock) LockFor(ctx context.Context, ttl time.Duration) error {
+	if err := checkDuration("ttl", ttl, MinExpireAfter); err != nil {
+		return err
+	}
+	return l.lock(ctx, false, ttl)
 }
 
 // TryLock makes one attempt, locally and in Redis, without waiting for
@@ -128,7 +143,7 @@ func (l *RedisLock) TryLock() bool {
 		return ok
 	}
 	l.setPhase(acquiring)
-	g, err := l.attempt(context.Background())
+	g, err := l.attempt(context.Background(), l.reg.cfg.expireAfter)
 	if err != nil {
 		l.reg.log.Warn("lockyard: TryLock failed", "key", l.key, "err", err)
 	}
@@ -138,6 +153,42 @@ func (l *RedisLock) TryLock() bool {
 	}
 	l.reg.stats.acquired(false, -1)
 	return true
+}
+
+// TryLockContext makes one attempt, like TryLock, and says why it failed:
+// nil when the calling goroutine now holds the lock (reentrant as TryLock),
+// an error matching ErrNotObtained when another holder has it (locally or
+// in Redis), or the Redis or ctx error (ErrClosed after Close). Nothing is
+// logged.
+func (l *RedisLock) TryLockContext(ctx context.Context) error {
+	if l.reg.bg.isClosed() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return wrapKey("trying", l.key, err)
+	}
+	ok, reentered := l.local.TryLock()
+	if !ok && l.revokeLost() {
+		ok, reentered = l.local.TryLock()
+	}
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %q is held by another goroutine of this registry", ErrNotObtained, l.key)
+	case reentered:
+		return nil
+	}
+	l.setPhase(acquiring)
+	g, err := l.attempt(ctx, l.reg.cfg.expireAfter)
+	switch {
+	case err != nil:
+		l.abandon()
+		return wrapKey("obtaining", l.key, err)
+	case !g.ok:
+		l.abandon()
+		return fmt.Errorf("%w: %q is held in Redis", ErrNotObtained, l.key)
+	}
+	l.reg.stats.acquired(false, -1)
+	return nil
 }
 
 // Unlock releases one hold of the calling goroutine; the outermost one

@@ -11,7 +11,8 @@ import (
 // NewRedlock returns a registry whose locks live on a majority of
 // independent Redis masters, one Client each (the Redlock algorithm): an
 // obtain runs on every node in parallel, each bounded by a short node
-// timeout (expireAfter/100, at least 50ms, at most the command timeout),
+// timeout (the acquisition's TTL/100, at least 50ms, at most the command
+// timeout),
 // and succeeds only on a majority, within the validity time (expireAfter
 // minus the time the obtain took minus the drift margin); otherwise it is
 // undone on every node. Releases run on every node; renewals need a
@@ -42,7 +43,7 @@ func NewRedlock(clients []Client, registryKey string, opts ...Option) (*Registry
 			nodes:       append([]Client(nil), clients...),
 			s:           s,
 			timeout:     cfg.commandTimeout,
-			nodeTimeout: min(cfg.commandTimeout, max(50*time.Millisecond, cfg.expireAfter/100)),
+			nodeTimeout: nodeTimeout(cfg.commandTimeout, cfg.expireAfter),
 			stats:       st,
 		}, nil
 	})
@@ -68,13 +69,19 @@ func checkNodes(clients []Client) error {
 	return nil
 }
 
+// nodeTimeout bounds one node's call of an acquisition that lives ttl:
+// ttl/100, at least 50ms, at most the command timeout.
+func nodeTimeout(commandTimeout, ttl time.Duration) time.Duration {
+	return min(commandTimeout, max(50*time.Millisecond, ttl/100))
+}
+
 // quorumStore is the store of a Redlock registry: every operation runs on
 // every node in parallel (quorum.go), and succeeds on a majority.
 type quorumStore struct {
 	nodes       []Client
 	s           scripts
 	timeout     time.Duration // the command timeout, for a whole operation
-	nodeTimeout time.Duration // for one node's call
+	nodeTimeout time.Duration // for one node's call at the registry's TTL
 	stats       *stats
 	next        atomic.Uint32 // the node the next subscription tries first
 }
@@ -98,7 +105,8 @@ func (q *quorumStore) obtainAll(ctx context.Context, lk, token string, ttl time.
 		out   = grant{pttl: -1}
 		final error
 	)
-	for i, r := range q.evalAll(ctx, obtainScript, q.s.obtain(lk, token, ttl)) {
+	d := nodeTimeout(q.timeout, ttl) // the acquisition's TTL sets it
+	for i, r := range q.evalAll(ctx, d, obtainScript, q.s.obtain(lk, token, ttl)) {
 		g, err := decodeGrant(r.Reply)
 		if r.Err != nil {
 			err = r.Err
@@ -118,15 +126,15 @@ func (q *quorumStore) obtainAll(ctx context.Context, lk, token string, ttl time.
 	}
 	v.done = len(won)
 	if v.majority() && q.s.fencing {
-		if err := q.raiseFence(ctx, lk, out.fence); err != nil {
-			q.undo(ctx, lk, token, won)
+		if err := q.raiseFence(ctx, d, lk, out.fence); err != nil {
+			q.undo(ctx, d, lk, token, won)
 			return grant{pttl: -1}, err
 		}
 	}
 	if v.majority() {
 		return grant{ok: true, fence: out.fence}, nil
 	}
-	q.undo(ctx, lk, token, won)
+	q.undo(ctx, d, lk, token, won)
 	switch {
 	case final != nil:
 		return grant{pttl: -1}, final
@@ -139,9 +147,9 @@ func (q *quorumStore) obtainAll(ctx context.Context, lk, token string, ttl time.
 // raiseFence sets the fence counter of every node to at least fence, so
 // that any later majority, which shares a node with a majority that took
 // it, counts above it. It fails unless a majority took it.
-func (q *quorumStore) raiseFence(ctx context.Context, lk string, fence int64) error {
+func (q *quorumStore) raiseFence(ctx context.Context, d time.Duration, lk string, fence int64) error {
 	v := tally{q: q}
-	for _, r := range q.evalAll(ctx, fenceScript, q.s.fence(lk, fence)) {
+	for _, r := range q.evalAll(ctx, d, fenceScript, q.s.fence(lk, fence)) {
 		if r.Err != nil {
 			v.fail(r.Err)
 			continue
@@ -157,7 +165,7 @@ func (q *quorumStore) raiseFence(ctx context.Context, lk string, fence int64) er
 // undo releases lk on the nodes in won, where this obtain took it, best
 // effort: a node that fails keeps it until its TTL. Waiters are told, as
 // by any release.
-func (q *quorumStore) undo(ctx context.Context, lk, token string, won []int) {
+func (q *quorumStore) undo(ctx context.Context, d time.Duration, lk, token string, won []int) {
 	if len(won) == 0 {
 		return
 	}
@@ -166,7 +174,7 @@ func (q *quorumStore) undo(ctx context.Context, lk, token string, won []int) {
 		took[i] = true
 	}
 	c := q.s.release(lk, token)
-	fanOut(context.WithoutCancel(ctx), q, func(ctx context.Context, i int, n Client) error {
+	fanOut(context.WithoutCancel(ctx), q, d, func(ctx context.Context, i int, n Client) error {
 		if !took[i] {
 			return nil
 		}
@@ -181,18 +189,19 @@ func (q *quorumStore) pass(context.Context, string, string, time.Duration) (pass
 }
 
 func (q *quorumStore) renew(ctx context.Context, lk, token string, ttl time.Duration) (bool, error) {
-	return q.majorityDone(ctx, renewScript, q.s.renew(lk, token, ttl))
+	return q.majorityDone(ctx, nodeTimeout(q.timeout, ttl), renewScript, q.s.renew(lk, token, ttl))
 }
 
 func (q *quorumStore) release(ctx context.Context, lk, token string) (bool, error) {
-	return q.majorityDone(ctx, releaseScript, q.s.release(lk, token))
+	return q.majorityDone(ctx, q.nodeTimeout, releaseScript, q.s.release(lk, token))
 }
 
-// majorityDone runs s on every node and reports whether a majority did it.
-func (q *quorumStore) majorityDone(ctx context.Context, s *Script, c Call) (bool, error) {
+// majorityDone runs s on every node, each bounded by d, and reports whether
+// a majority did it.
+func (q *quorumStore) majorityDone(ctx context.Context, d time.Duration, s *Script, c Call) (bool, error) {
 	ctx, cancel := bound(ctx, q.timeout)
 	defer cancel()
-	ok, err := q.count(q.evalAll(ctx, s, c))
+	ok, err := q.count(q.evalAll(ctx, d, s, c))
 	q.stats.redisError(err)
 	return ok, err
 }
@@ -205,7 +214,7 @@ func (q *quorumStore) renewBatch(ctx context.Context, calls []renewCall) []renew
 	}
 	ctx, cancel := bound(ctx, q.timeout)
 	defer cancel()
-	per := fanOut(ctx, q, func(ctx context.Context, _ int, n Client) []Result {
+	per := fanOut(ctx, q, q.nodeTimeout, func(ctx context.Context, _ int, n Client) []Result {
 		return n.EvalBatch(ctx, renewScript, batch)
 	})
 	out := make([]renewReply, len(calls))

@@ -75,7 +75,7 @@ func build(registryKey string, opts []Option, newStore func(config, scripts, *st
 		return nil, err
 	}
 	r.cache.capacity = cfg.capacity
-	r.watchdog = watchdog{r: r, enabled: cfg.autoRenew, held: make(map[*RedisLock]*hold)}
+	r.watchdog = newWatchdog(r, cfg.autoRenew)
 	r.subscriber.r = r
 	return r, nil
 }
@@ -135,7 +135,26 @@ func (r *Registry) RenewLock(ctx context.Context, key string) error {
 	if !ok {
 		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, key)
 	}
-	return l.renew(ctx)
+	return l.renew(ctx, 0)
+}
+
+// RenewLockFor is RenewLock that sets the hold's TTL to ttl, from now on:
+// this renewal and the later ones, by hand or by the watchdog (Spring's
+// renewLock(key, ttl)). A ttl below MinExpireAfter or above MaxDuration
+// returns ErrInvalidConfig and sends nothing. A shorter ttl shortens the
+// hold's validity at once.
+func (r *Registry) RenewLockFor(ctx context.Context, key string, ttl time.Duration) error {
+	if err := checkDuration("ttl", ttl, MinExpireAfter); err != nil {
+		return err
+	}
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	l, ok := r.cache.peek(key)
+	if !ok {
+		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, key)
+	}
+	return l.renew(ctx, ttl)
 }
 
 // ExecuteLocked runs fn while holding the lock on key, waiting for it as

@@ -1,9 +1,7 @@
 package registry
 
 import (
-	"context"
-	"errors"
-	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,32 +11,143 @@ import (
 // held locks cost two round trips per renewal period.
 const renewBatchSize = 5000
 
-// watchdog renews the holds of a registry made WithAutoRenew: one goroutine,
-// started by the first hold, renews every tracked hold every expireAfter/3
-// in pipelined batches, until Close. Without WithAutoRenew it tracks
-// nothing.
+// watchdog renews the holds of a registry made WithAutoRenew. One
+// goroutine, started by the first hold, renews each hold every third of its
+// own TTL, until Close. It wakes when the earliest hold is due and renews,
+// in pipelined batches, every hold due by then or within half its period:
+// holds of similar TTLs fall into step, so that 10 000 holds with TTLs
+// spread over 1s to 60s cost a few round trips a second, not one a lock.
+// Without WithAutoRenew it tracks nothing.
 type watchdog struct {
 	r       *Registry
 	enabled bool
 	started atomic.Bool
+	wake    chan struct{} // buffered: a hold due before the planned wake-up was tracked
 
-	// mu guards held: the holds to renew, one per lock.
+	// mu guards the following.
 	mu   sync.Mutex
-	held map[*RedisLock]*hold
+	held map[*RedisLock]*tracked // the holds to renew, one per lock
+	plan int64                   // registry clock of the planned wake-up
 }
 
-// track records h, l's new hold, and starts the watchdog on first use.
+// tracked is a hold the watchdog renews, and when it is due.
+type tracked struct {
+	h    *hold
+	next int64 // registry clock
+}
+
+func newWatchdog(r *Registry, enabled bool) watchdog {
+	return watchdog{r: r, enabled: enabled, wake: make(chan struct{}, 1),
+		held: make(map[*RedisLock]*tracked), plan: math.MaxInt64}
+}
+
+// period is how often h is renewed: a third of its TTL.
+func period(h *hold) int64 { return h.ttl.Load() / 3 }
+
+// track records h, l's new hold, due a period from now, and starts the
+// watchdog on first use, or wakes it if h is due before its plan.
 func (w *watchdog) track(l *RedisLock, h *hold) {
 	if !w.enabled {
 		return
 	}
+	next := w.r.now() + period(h)
 	w.mu.Lock()
-	w.held[l] = h
+	w.held[l] = &tracked{h: h, next: next}
+	early := next < w.plan
 	w.mu.Unlock()
 	w.r.bg.startOnce(&w.started, w.loop)
+	if early {
+		w.signal()
+	}
 	if w.r.bg.isClosed() { // Close ran meanwhile: see stopAll
 		h.stop(errRenewalsStopped)
 	}
+}
+
+// retimed reschedules h, l's hold, after its TTL changed (RenewLockFor):
+// due a period of the new TTL from now.
+func (w *watchdog) retimed(l *RedisLock, h *hold) {
+	if !w.enabled {
+		return
+	}
+	next := w.r.now() + period(h)
+	w.mu.Lock()
+	e := w.held[l]
+	early := e != nil && e.h == h && next < w.plan
+	if e != nil && e.h == h {
+		e.next = next
+	}
+	w.mu.Unlock()
+	if early {
+		w.signal()
+	}
+}
+
+// signal wakes the loop to plan again, without blocking.
+func (w *watchdog) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// untrack forgets h, unless l has moved on to a newer hold.
+func (w *watchdog) untrack(l *RedisLock, h *hold) {
+	if !w.enabled {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e := w.held[l]; e != nil && e.h == h {
+		delete(w.held, l)
+	}
+}
+
+// loop renews what is due, then sleeps until the next hold is due, a
+// track wakes it, or Close.
+func (w *watchdog) loop() {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		batch, wait := w.due()
+		start := time.Now()
+		for len(batch) > 0 {
+			n := min(len(batch), renewBatchSize)
+			w.renew(batch[:n])
+			batch = batch[n:]
+		}
+		t.Reset(max(wait-time.Since(start), 0)) // the renewals' own time counts
+		select {
+		case <-w.r.bg.closed:
+			return
+		case <-t.C:
+		case <-w.wake:
+		}
+	}
+}
+
+// due returns the holds to renew now (due, or due within half their
+// period), with their next renewal set a period from now, and how long
+// until the next hold is due; it records that as the plan.
+func (w *watchdog) due() ([]renewal, time.Duration) {
+	now := w.r.now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var batch []renewal
+	next := int64(math.MaxInt64)
+	for l, e := range w.held {
+		p := period(e.h)
+		if e.next-p/2 <= now {
+			batch = append(batch, renewal{l, e.h})
+			e.next = now + p
+		}
+		next = min(next, e.next)
+	}
+	w.plan = next
+	if next == math.MaxInt64 {
+		return batch, time.Hour // idle until a track wakes it
+	}
+	return batch, time.Duration(max(next-now, 0))
 }
 
 // errRenewalsStopped ends the watch context of an auto-renewed hold when
@@ -63,143 +172,7 @@ func (w *watchdog) stopAll() {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, h := range w.held {
-		h.stop(errRenewalsStopped)
-	}
-}
-
-// untrack forgets h, unless l has moved on to a newer hold.
-func (w *watchdog) untrack(l *RedisLock, h *hold) {
-	if !w.enabled {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.held[l] == h {
-		delete(w.held, l)
-	}
-}
-
-// loop renews every period until Close.
-func (w *watchdog) loop() {
-	t := time.NewTicker(w.r.cfg.expireAfter / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-w.r.bg.closed:
-			return
-		case <-t.C:
-			w.renewAll()
-		}
-	}
-}
-
-type renewal struct {
-	l *RedisLock
-	h *hold
-}
-
-// renewAll renews a snapshot of the held locks, in batches.
-func (w *watchdog) renewAll() {
-	w.mu.Lock()
-	batch := make([]renewal, 0, len(w.held))
-	for l, h := range w.held {
-		batch = append(batch, renewal{l, h})
-	}
-	w.mu.Unlock()
-	for len(batch) > 0 {
-		n := min(len(batch), renewBatchSize)
-		w.renew(batch[:n])
-		batch = batch[n:]
-	}
-}
-
-// renew renews one batch and applies the replies. A renewal that failed on
-// a pooled connection the server had closed (restart, CLIENT KILL) is sent
-// again at once rather than a period later: renewing is idempotent.
-func (w *watchdog) renew(batch []renewal) {
-	r := w.r
-	for try := 1; len(batch) > 0; try++ {
-		calls := make([]renewCall, len(batch))
-		for i, x := range batch {
-			calls[i] = renewCall{lk: x.l.key, token: x.h.token, ttl: x.h.ttl}
-		}
-		sent := r.now()
-		var (
-			again   []renewal
-			lastErr error
-			failed  int
-		)
-		for i, res := range r.store.renewBatch(r.bg.ctx, calls) {
-			x := batch[i]
-			switch {
-			case isStaleConn(res.err) && !errors.Is(res.err, ErrReplicaAck) && try < netTries && !r.bg.isClosed():
-				again = append(again, x)
-			case res.err != nil && (isAmbiguous(res.err) || errors.Is(res.err, ErrReplicaAck)):
-				lastErr, failed = res.err, failed+1
-			case x.h.released(): // an Unlock raced this renewal: nothing to report
-			case res.err != nil:
-				r.log.Warn("lockyard: renewal failed", "key", x.l.key, "err", res.err)
-			default:
-				if err := x.l.renewed(x.h, res.ok, sent); err != nil {
-					r.log.Warn("lockyard: lock lost: renewal found the key gone", "key", x.l.key, "token", x.h.fence)
-				}
-			}
-		}
-		if lastErr != nil {
-			r.log.Warn("lockyard: renewal failed; holds stay valid until their deadline", "locks", failed, "err", lastErr)
-		}
-		batch = again
-	}
-}
-
-// renew resets the TTL of the current hold if the registry holds the lock
-// (RenewLock).
-func (l *RedisLock) renew(ctx context.Context) error {
-	r := l.reg
-	h := l.hold.Load()
-	if h == nil {
-		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, l.key)
-	}
-	sent := r.now()
-	if h.lost(sent) {
-		l.lose(h)
-		return fmt.Errorf("%w: validity of %q ended before renewal", ErrLockLost, l.key)
-	}
-	ok, err := r.store.renew(ctx, l.key, h.token, h.ttl)
-	switch {
-	case errors.Is(err, ErrReplicaAck):
-		return err
-	case err != nil:
-		return wrapKey("renewing", l.key, err)
-	}
-	return l.renewed(h, ok, sent)
-}
-
-// renewed applies the outcome of a renewal of h sent at sent: the key was
-// found (ok) and the validity moves, or the hold is lost.
-func (l *RedisLock) renewed(h *hold, ok bool, sent int64) error {
-	r := l.reg
-	if !ok {
-		l.lose(h)
-		return errGone(l.key)
-	}
-	if !h.extend(r.now(), sent+int64(h.ttl-drift(h.ttl))) {
-		l.lose(h)
-		return fmt.Errorf("%w: renewal of %q completed after its validity ended", ErrLockLost, l.key)
-	}
-	r.stats.renewals.Add(1)
-	return nil
-}
-
-// lose marks h lost: its Lost channel closes, Stats counts it, the
-// watchdog stops renewing it, and goroutines queued behind it get the
-// lock (revoke.go).
-func (l *RedisLock) lose(h *hold) {
-	h.markLost()
-	l.reg.stats.lostHold(h)
-	l.reg.watchdog.untrack(l, h)
-	if l.local.Waiters() > 0 {
-		l.revoke(h) // goroutines queue behind it
+	for _, e := range w.held {
+		e.h.stop(errRenewalsStopped)
 	}
 }

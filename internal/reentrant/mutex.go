@@ -50,6 +50,7 @@ type Mutex struct {
 // that hands ownership over, after it set owner to gid under mu.
 type waiter struct {
 	gid   int64
+	tag   int64 // the caller's, for NextTag
 	ready chan struct{}
 }
 
@@ -87,7 +88,8 @@ const (
 // Lock acquires m for the calling goroutine, re-entering it if the caller
 // already owns it, and says how. It waits in FIFO order until m is handed
 // over, ctx is done (ctx.Err() is returned) or abort is closed (ErrAborted).
-// If the caller has to wait, queued.Queued (if queued is not nil) is called
+// tag is the caller's value for NextTag while it waits. If the caller has
+// to wait, queued.Queued (if queued is not nil) is called
 // once it is in the queue, before it blocks: a caller can then check,
 // without a race with the owner, whether the owner should be revoked.
 // A wait that returns an error leaves nothing held. A wait whose ctx ends
@@ -95,7 +97,7 @@ const (
 // left the new one something to inherit (the registry's hold), which passing
 // m on could strand. (x/sync's semaphore does the opposite: it gives such a
 // late grant back and returns ctx.Err().)
-func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued Observer) (How, error) {
+func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued Observer, tag int64) (How, error) {
 	gid := goid.Get()
 	m.mu.Lock()
 	switch {
@@ -108,7 +110,7 @@ func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued Observer
 		m.mu.Unlock()
 		return Fresh, nil
 	}
-	w := &waiter{gid: gid, ready: make(chan struct{})}
+	w := &waiter{gid: gid, tag: tag, ready: make(chan struct{})}
 	m.waiters = append(m.waiters, w)
 	m.mu.Unlock()
 	if queued != nil {
@@ -200,6 +202,17 @@ func (m *Mutex) HandOff() (bool, error) {
 	}
 	m.release()
 	return true, nil
+}
+
+// NextTag returns the tag of the goroutine that HandOff would hand m to
+// now, and false if nobody waits.
+func (m *Mutex) NextTag() (int64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.waiters) == 0 {
+		return 0, false
+	}
+	return m.waiters[0].tag, true
 }
 
 // Waiters returns the number of goroutines queued in Lock.

@@ -28,10 +28,10 @@ func waitWaiters(t *testing.T, m *Mutex, n int) {
 
 func TestReentrancyAndOwnership(t *testing.T) {
 	var m Mutex
-	if how, err := m.Lock(context.Background(), nil, nil); how != Fresh || err != nil {
+	if how, err := m.Lock(context.Background(), nil, nil, 0); how != Fresh || err != nil {
 		t.Fatalf("first Lock = %v, %v", how, err)
 	}
-	if how, err := m.Lock(context.Background(), nil, nil); how != Reentered || err != nil || m.Depth() != 2 {
+	if how, err := m.Lock(context.Background(), nil, nil, 0); how != Reentered || err != nil || m.Depth() != 2 {
 		t.Fatal("owner could not re-enter")
 	}
 	if ok, re := m.TryLock(); !ok || !re || m.Depth() != 3 {
@@ -59,7 +59,7 @@ func TestReentrancyAndOwnership(t *testing.T) {
 // Waiters get the mutex in arrival order; a waiter alone makes it busy.
 func TestFIFOHandOff(t *testing.T) {
 	var m Mutex
-	m.Lock(context.Background(), nil, nil)
+	m.Lock(context.Background(), nil, nil, 0)
 	const n = 8
 	var (
 		mu    sync.Mutex
@@ -70,7 +70,7 @@ func TestFIFOHandOff(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.Lock(context.Background(), nil, nil)
+			m.Lock(context.Background(), nil, nil, 0)
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
@@ -91,10 +91,10 @@ func TestFIFOHandOff(t *testing.T) {
 // counts it as a contended acquisition.
 func TestLockSaysQueued(t *testing.T) {
 	var m Mutex
-	m.Lock(context.Background(), nil, nil)
+	m.Lock(context.Background(), nil, nil, 0)
 	got := make(chan How)
 	go func() {
-		how, err := m.Lock(context.Background(), nil, nil)
+		how, err := m.Lock(context.Background(), nil, nil, 0)
 		if err != nil {
 			t.Error(err)
 		}
@@ -110,14 +110,14 @@ func TestLockSaysQueued(t *testing.T) {
 
 func TestWaiterIsBusyAndCancellable(t *testing.T) {
 	var m Mutex
-	m.Lock(context.Background(), nil, nil)
+	m.Lock(context.Background(), nil, nil, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { _, err := m.Lock(ctx, nil, nil); done <- err }()
+	go func() { _, err := m.Lock(ctx, nil, nil, 0); done <- err }()
 	waitWaiters(t, &m, 1)
 	abort := make(chan struct{})
 	aborted := make(chan error)
-	go func() { _, err := m.Lock(context.Background(), abort, nil); aborted <- err }()
+	go func() { _, err := m.Lock(context.Background(), abort, nil, 0); aborted <- err }()
 	waitWaiters(t, &m, 2)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -138,11 +138,11 @@ func TestWaiterIsBusyAndCancellable(t *testing.T) {
 func TestCancelRacingHandOff(t *testing.T) {
 	for range 200 {
 		var m Mutex
-		m.Lock(context.Background(), nil, nil)
+		m.Lock(context.Background(), nil, nil, 0)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error)
 		go func() {
-			_, err := m.Lock(ctx, nil, nil)
+			_, err := m.Lock(ctx, nil, nil, 0)
 			if err == nil {
 				m.Unlock()
 			}
@@ -160,11 +160,11 @@ func TestCancelRacingHandOff(t *testing.T) {
 
 func BenchmarkReentrantLockUnlock(b *testing.B) {
 	var m Mutex
-	m.Lock(context.Background(), nil, nil)
+	m.Lock(context.Background(), nil, nil, 0)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		m.Lock(ctx, nil, nil)
+		m.Lock(ctx, nil, nil, 0)
 		m.Leave()
 	}
 }
@@ -176,7 +176,7 @@ func TestHandOff(t *testing.T) {
 	if _, err := m.HandOff(); err != ErrNotOwner {
 		t.Fatalf("HandOff of a free mutex: %v, want ErrNotOwner", err)
 	}
-	m.Lock(ctx, nil, nil)
+	m.Lock(ctx, nil, nil, 0)
 	if ok, err := m.HandOff(); ok || err != nil {
 		t.Fatalf("HandOff without waiters = %v, %v; want false, nil", ok, err)
 	}
@@ -185,7 +185,7 @@ func TestHandOff(t *testing.T) {
 	}
 	got := make(chan int)
 	go func() {
-		m.Lock(ctx, nil, nil)
+		m.Lock(ctx, nil, nil, 0)
 		got <- m.Depth()
 		m.Unlock()
 		got <- 0
@@ -211,8 +211,8 @@ func TestRevoke(t *testing.T) {
 	ctx := context.Background()
 	owned, unlock, done := make(chan struct{}), make(chan struct{}), make(chan []error)
 	go func() {
-		m.Lock(ctx, nil, nil)
-		m.Lock(ctx, nil, nil) // two holds
+		m.Lock(ctx, nil, nil, 0)
+		m.Lock(ctx, nil, nil, 0) // two holds
 		close(owned)
 		<-unlock
 		revoked := m.Revoked()
@@ -231,7 +231,7 @@ func TestRevoke(t *testing.T) {
 			if !m.Revoke(func() bool { return true }) {
 				t.Error("Revoke of an owner that is not leaving failed")
 			}
-		}))
+		}), 0)
 		if err != nil {
 			t.Error(err)
 		}
@@ -253,7 +253,7 @@ func TestRevoke(t *testing.T) {
 // An owner finishing its last hold (Leave reported last) is not revoked.
 func TestRevokeSparesLeavingOwner(t *testing.T) {
 	var m Mutex
-	m.Lock(context.Background(), nil, nil)
+	m.Lock(context.Background(), nil, nil, 0)
 	if last, err := m.Leave(); !last || err != nil {
 		t.Fatalf("Leave = %v, %v", last, err)
 	}
@@ -263,7 +263,7 @@ func TestRevokeSparesLeavingOwner(t *testing.T) {
 	if err := m.Unlock(); err != nil {
 		t.Fatal(err)
 	}
-	m.Lock(context.Background(), nil, nil)
+	m.Lock(context.Background(), nil, nil, 0)
 	if !m.Revoke(func() bool { return true }) || m.Busy() {
 		t.Fatal("Revoke after a new Lock did not free the mutex")
 	}
@@ -273,3 +273,37 @@ func TestRevokeSparesLeavingOwner(t *testing.T) {
 type observer func()
 
 func (o observer) Queued() { o() }
+
+// NextTag is the tag of the goroutine that HandOff would hand the mutex to.
+func TestNextTag(t *testing.T) {
+	var m Mutex
+	ctx := context.Background()
+	m.Lock(ctx, nil, nil, 0)
+	if _, ok := m.NextTag(); ok {
+		t.Fatal("NextTag without waiters reported one")
+	}
+	first, cancel := context.WithCancel(ctx)
+	gave, got := make(chan error, 1), make(chan int64, 1)
+	go func() { _, err := m.Lock(first, nil, nil, 5); gave <- err }()
+	waitWaiters(t, &m, 1)
+	go func() {
+		m.Lock(ctx, nil, nil, 7)
+		got <- 7
+		m.Unlock()
+	}()
+	waitWaiters(t, &m, 2)
+	if tag, ok := m.NextTag(); !ok || tag != 5 {
+		t.Fatalf("NextTag = %d, %v; want 5, the head of the queue", tag, ok)
+	}
+	cancel()
+	if err := <-gave; err == nil {
+		t.Fatal("the cancelled waiter got the mutex")
+	}
+	if tag, ok := m.NextTag(); !ok || tag != 7 {
+		t.Fatalf("NextTag after the head left = %d, %v; want 7", tag, ok)
+	}
+	m.Unlock()
+	if g := <-got; g != 7 {
+		t.Fatal("the mutex went elsewhere")
+	}
+}
