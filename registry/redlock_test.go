@@ -27,11 +27,7 @@ func redlockNodes(t *testing.T, n int) ([]*redistest.Server, []registry.Client) 
 		clients []registry.Client
 	)
 	for range n {
-		s, err := redistest.Start()
-		mustNil(t, err)
-		t.Cleanup(s.Close)
-		p := s.Pool()
-		t.Cleanup(func() { p.Close() })
+		s, p := ownServer(t)
 		servers = append(servers, s)
 		clients = append(clients, registry.NewPoolClient(p))
 	}
@@ -315,4 +311,26 @@ func TestWaitErrorDoesNotStutter(t *testing.T) {
 	if s := err.Error(); strings.Count(s, "deadline exceeded") != 1 || strings.Count(s, "lockyard:") != 1 {
 		t.Fatalf("LockContext = %q: want one deadline and one lockyard: prefix", s)
 	}
+}
+
+// On Redlock, LockFor's TTL is each node's key TTL, and RenewLockFor's too.
+func TestRedlockLockFor(t *testing.T) {
+	servers, clients := redlockNodes(t, 3)
+	r := newRedlock(t, clients, prefix(t)) // expireAfter 60s
+	l := obtain(t, r, "k")
+	mustNil(t, l.LockFor(bg(t), 2*time.Second))
+	defer l.Unlock()
+	check := func(max int64) {
+		t.Helper()
+		for i, s := range servers {
+			p, err := redis.Int64(s.Do("PTTL", l.Key()))
+			mustNil(t, err)
+			if p <= max/2 || p > max {
+				t.Fatalf("node %d: PTTL %d ms, want at most %d", i, p, max)
+			}
+		}
+	}
+	check(2000)
+	mustNil(t, r.RenewLockFor(bg(t), "k", time.Second))
+	check(1000)
 }
