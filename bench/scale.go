@@ -88,40 +88,13 @@ func (e *env) renewals(m metrics) error {
 		return err
 	}
 	defer reg.Close()
-	const workers = 8
-	held := make(chan []*registry.RedisLock, workers)
-	release := make(chan struct{})
-	var wg sync.WaitGroup
-	var lockErr error
-	var mu sync.Mutex
-	for w := range workers {
-		wg.Add(1)
-		go func() { // each goroutine locks and later unlocks its share
-			defer wg.Done()
-			var mine []*registry.RedisLock
-			for i := w; i < heldLocks; i += workers {
-				l, err := reg.Obtain(fmt.Sprintf("k%d", i))
-				if err == nil {
-					err = l.LockContext(context.Background())
-				}
-				if err != nil {
-					mu.Lock()
-					lockErr = err
-					mu.Unlock()
-					break
-				}
-				mine = append(mine, l)
-			}
-			held <- mine
-			<-release
-			for _, l := range mine {
-				l.Unlock()
-			}
-		}()
-	}
-	var all []*registry.RedisLock
-	for range workers {
-		all = append(all, <-held...)
+	all, release, done, err := holdMany(reg, func(l *registry.RedisLock, _ int) error {
+		return l.LockContext(context.Background())
+	})
+	if err != nil {
+		close(release)
+		<-done
+		return err
 	}
 	w0, _ := ctr.snapshot()
 	calls0, cpu0 := serverCalls(e.lock.Addr), cpuTime()
@@ -132,17 +105,10 @@ func (e *env) renewals(m metrics) error {
 	m["renew rt/period"] = float64(w1-w0) / periods
 	m["renew srv calls/s"] = float64(calls1-calls0) / renewWindow.Seconds()
 	m["renew CPU ms/period"] = float64(cpu1-cpu0) / 1e6 / periods
-	m["held locks lost"] = 0
-	for _, l := range all {
-		select {
-		case <-l.Lost():
-			m["held locks lost"]++
-		default:
-		}
-	}
+	m["held locks lost"] = lostCount(all)
 	close(release)
-	wg.Wait()
-	return lockErr
+	<-done
+	return nil
 }
 
 // mixedRenewals holds heldLocks locks with TTLs spread over mixedMin to

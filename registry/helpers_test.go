@@ -257,3 +257,33 @@ func ownServer(t *testing.T, extra ...string) (*redistest.Server, *redis.Pool) {
 	t.Cleanup(func() { pool.Close() })
 	return s, pool
 }
+
+// waiter is a goroutine that takes a lock with lock, holds it until
+// release is called, and unlocks it.
+type waiter struct {
+	got     chan struct{} // closed once it holds the lock
+	release chan struct{}
+	done    chan error // lock's error, or else UnlockContext's
+}
+
+// lockAndHold starts a waiter on l.
+func lockAndHold(l *registry.RedisLock, lock func() error) *waiter {
+	w := &waiter{got: make(chan struct{}), release: make(chan struct{}), done: make(chan error, 1)}
+	go func() {
+		if err := lock(); err != nil {
+			w.done <- err
+			return
+		}
+		close(w.got)
+		<-w.release
+		w.done <- l.UnlockContext(context.Background())
+	}()
+	return w
+}
+
+// unlock makes w release the lock and returns the outcome.
+func (w *waiter) unlock(t *testing.T) error {
+	t.Helper()
+	close(w.release)
+	return recvWithin(t, w.done, 5*time.Second, "the waiter's release")
+}

@@ -217,22 +217,12 @@ func TestPhases(t *testing.T) {
 
 		l.Lock()
 		phase("held")
-		got, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-		go func() {
-			if err := l.LockContext(bg(t)); err != nil {
-				done <- err
-				return
-			}
-			close(got)
-			<-release
-			done <- l.UnlockContext(context.Background())
-		}()
+		w := lockAndHold(l, func() error { return l.LockContext(bg(t)) })
 		waitFor(t, 5*time.Second, "a local waiter", func() bool { return l.Waiters() == 1 })
 		mustNil(t, l.UnlockContext(bg(t))) // a free pass to the waiter
-		recvWithin(t, got, 5*time.Second, "the hand-off")
+		recvWithin(t, w.got, 5*time.Second, "the hand-off")
 		phase("held")
-		close(release)
-		mustNil(t, recvWithin(t, done, 5*time.Second, "local waiter"))
+		mustNil(t, w.unlock(t))
 		phase("idle")
 	})
 }

@@ -1,7 +1,6 @@
 package registry_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -143,24 +142,14 @@ func TestHandOffTakesWaitersTTL(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		l := obtain(t, newReg(t, b.pool(t)), "k")
 		mustNil(t, l.LockFor(bg(t), 30*time.Second))
-		got, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-		go func() {
-			if err := l.LockFor(bg(t), 2*time.Second); err != nil {
-				done <- err
-				return
-			}
-			close(got)
-			<-release
-			done <- l.UnlockContext(context.Background())
-		}()
+		w := lockAndHold(l, func() error { return l.LockFor(bg(t), 2*time.Second) })
 		waitFor(t, 5*time.Second, "the waiter to queue", func() bool { return l.Waiters() == 1 })
 		mustNil(t, l.UnlockContext(bg(t)))
-		recvWithin(t, got, 5*time.Second, "the hand-off")
+		recvWithin(t, w.got, 5*time.Second, "the hand-off")
 		if p := pttl(t, b, l.Key()); p <= 0 || p > 2000 {
 			t.Fatalf("after the hand-off to LockFor(2s): PTTL %d ms", p)
 		}
-		close(release)
-		mustNil(t, recvWithin(t, done, 5*time.Second, "the waiter's release"))
+		mustNil(t, w.unlock(t))
 	})
 }
 
