@@ -113,11 +113,14 @@ func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration) (hando
 	// after the pass (which may delete the key) is not a loss. One that is
 	// in flight is waited for, so that it cannot reset the TTL after the
 	// pass set another.
+	// renewing stays held until the next hold is installed: a renewal
+	// waiting for it then finds h released and renews the new hold, or
+	// nothing, but never sends h's TTL after the pass sent another.
 	l.retire(h)
 	h.renewing.Lock()
+	defer h.renewing.Unlock()
 	sent := r.now()
 	p, err := r.store.pass(context.WithoutCancel(ctx), l.key, h.token, ttl)
-	h.renewing.Unlock()
 	if err != nil {
 		return notHandedOver, err
 	}
@@ -126,7 +129,7 @@ func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration) (hando
 	switch p.outcome {
 	case passKept:
 		l.turn.passes = 0
-		l.begin(newHold(h.token, p.fence, ttl, validUntil(sent, ttl)))
+		l.install(newHold(h.token, p.fence, ttl, validUntil(sent, ttl)))
 		return handedOver, nil
 	case passReleased:
 		return releasedForOthers, nil
@@ -157,6 +160,7 @@ func (l *RedisLock) inherit(ctx context.Context, ttl time.Duration) bool {
 		}
 		return true
 	}
+	h.markLost() // before retire: whoever watches Lost must hear of it
 	l.reg.stats.lostHold(h)
 	l.retire(h)
 	l.hold.Store(nil)

@@ -144,9 +144,10 @@ func TestLostHoldNotHandedOver(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		l := obtain(t, newReg(t, b.pool(t), registry.WithExpireAfter(300*time.Millisecond)), "k")
 		h0 := mustHold(t, l)
+		lost := l.Lost() // h0's: once it is lost, the next goroutine may hold a new one
 		token := b.do(t, "GET", l.Key())
 		got := queue(t, l, 1, func() any { v, _ := redistest.Do(b.addr, "GET", l.Key()); return v })
-		recvWithin(t, l.Lost(), 5*time.Second, "the hold's validity to end")
+		recvWithin(t, lost, 5*time.Second, "the hold's validity to end")
 		mustIs(t, h0.unlock(), registry.ErrLockLost)
 		g := recvWithin(t, got, 5*time.Second, "the next goroutine to obtain the lock")
 		if v, _ := redis.String(g[1], nil); v == "" || v == string(token.([]byte)) {

@@ -158,6 +158,23 @@ func (h *hold) stop(cause error) {
 	}
 }
 
+// shorten moves the deadline back to d if it is later (now is the
+// registry clock), and sets the TTL to ttl; it reports whether the
+// deadline moved.
+func (h *hold) shorten(now, d int64, ttl time.Duration) bool {
+	h.ttl.Store(int64(ttl))
+	for {
+		cur := h.deadline.Load()
+		if d >= cur {
+			return false
+		}
+		if h.deadline.CompareAndSwap(cur, d) {
+			h.rearm(time.Duration(max(d-now, 0)))
+			return true
+		}
+	}
+}
+
 // rearm makes a watched hold's timer fire in d, for a deadline that moved
 // earlier.
 func (h *hold) rearm(d time.Duration) {

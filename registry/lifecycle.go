@@ -167,12 +167,19 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration) (grant, erro
 	return g, nil
 }
 
-// begin makes h the lock's hold: the watchdog renews it from now on, and
-// local waiters are guarded against its loss.
+// begin makes h the lock's hold, held: the watchdog renews it from now on,
+// and local waiters are guarded against its loss.
 func (l *RedisLock) begin(h *hold) {
+	l.install(h)
+	l.setPhase(held)
+}
+
+// install makes h the lock's hold without changing the phase: a pass
+// installs the next goroutine's hold while handing over, and the phase
+// stays handingOver (not revocable) until that goroutine inherits it.
+func (l *RedisLock) install(h *hold) {
 	l.hold.Store(h)
 	l.reg.watchdog.track(l, h)
-	l.setPhase(held)
 	l.touch()
 	if l.local.Waiters() > 0 {
 		l.guard(h)

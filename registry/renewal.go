@@ -63,13 +63,19 @@ func (w *watchdog) renew(batch []renewal) {
 }
 
 // lockRenewing takes the renewing lock of each hold of batch, and returns
-// those it took: a hold whose renewal is in flight is left out.
+// those it took: a hold whose renewal is in flight, or that was released,
+// is left out.
 func lockRenewing(batch []renewal) []renewal {
 	out := batch[:0]
 	for _, x := range batch {
-		if x.h.renewing.TryLock() {
-			out = append(out, x)
+		if !x.h.renewing.TryLock() {
+			continue
 		}
+		if x.h.released() { // passed on or released since due() picked it
+			x.h.renewing.Unlock()
+			continue
+		}
+		out = append(out, x)
 	}
 	return out
 }
@@ -78,13 +84,12 @@ func lockRenewing(batch []renewal) []renewal {
 // (RenewLock), to ttl, or to the hold's own TTL if ttl is 0; a ttl other
 // than the hold's becomes its TTL from now on (RenewLockFor).
 func (l *RedisLock) renew(ctx context.Context, ttl time.Duration) error {
-	r := l.reg
-	h := l.hold.Load()
+	h := l.lockCurrent()
 	if h == nil {
 		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, l.key)
 	}
-	h.renewing.Lock()
 	defer h.renewing.Unlock()
+	r := l.reg
 	if ttl == 0 {
 		ttl = h.TTL()
 	}
@@ -94,6 +99,10 @@ func (l *RedisLock) renew(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: validity of %q ended before renewal", ErrLockLost, l.key)
 	}
 	ok, err := r.store.renew(ctx, l.key, h.token, ttl)
+	if err != nil && ttl < h.TTL() && (isAmbiguous(err) || errors.Is(err, ErrReplicaAck)) {
+		// The shorter TTL may be the key's now: believe the worse.
+		l.shorten(h, sent, ttl)
+	}
 	switch {
 	case errors.Is(err, ErrReplicaAck):
 		return err
@@ -101,6 +110,39 @@ func (l *RedisLock) renew(ctx context.Context, ttl time.Duration) error {
 		return wrapKey("renewing", l.key, err)
 	}
 	return l.renewed(h, ok, sent, ttl)
+}
+
+// lockCurrent returns the lock's current hold with its renewing lock
+// taken, or nil if the registry holds none. A hold that was released (or
+// passed on) while it waited for the lock is not returned: its TTL must not
+// reach Redis after its successor's.
+func (l *RedisLock) lockCurrent() *hold {
+	for {
+		h := l.hold.Load()
+		if h == nil {
+			return nil
+		}
+		h.renewing.Lock()
+		if !h.released() {
+			return h
+		}
+		h.renewing.Unlock()
+		if l.hold.Load() == h { // being released: not held any more
+			return nil
+		}
+	}
+}
+
+// shorten applies a renewal to ttl, shorter than h's, that may or may not
+// have run: h's validity ends no later than the renewal's would, and later
+// renewals use ttl.
+func (l *RedisLock) shorten(h *hold, sent int64, ttl time.Duration) {
+	if h.shorten(l.reg.now(), validUntil(sent, ttl), ttl) {
+		l.reg.watchdog.retimed(l, h)
+		if l.local.Waiters() > 0 {
+			l.guard(h)
+		}
+	}
 }
 
 // renewed applies the outcome of a renewal of h to ttl sent at sent: the

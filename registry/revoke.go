@@ -79,6 +79,7 @@ func (l *RedisLock) revoke(h *hold) bool {
 	}) {
 		return false
 	}
+	h.markLost() // before retire: whoever watches Lost must hear of it
 	r.stats.lostHold(h)
 	l.retire(h)
 	if l.hold.CompareAndSwap(h, nil) {

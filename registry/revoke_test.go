@@ -25,6 +25,7 @@ func TestStuckHolderRevoked(t *testing.T) {
 		type seen struct {
 			token     int64
 			lostOpen  bool
+			heldOpen  bool // the Lost channel it took while holding
 			errs      []error
 			unlockLog bool
 		}
@@ -32,9 +33,15 @@ func TestStuckHolderRevoked(t *testing.T) {
 		go func() {
 			l.Lock()
 			l.Lock() // two holds
+			heldLost := l.Lost()
 			close(holding)
 			<-late // stuck past its validity
 			var s seen
+			select {
+			case <-heldLost:
+			default:
+				s.heldOpen = true
+			}
 			s.token = l.Token()
 			select {
 			case <-l.Lost():
@@ -69,8 +76,8 @@ func TestStuckHolderRevoked(t *testing.T) {
 
 		close(late)
 		s := recvWithin(t, stuckDone, 5*time.Second, "the stuck holder's unlocks")
-		if s.token != 0 || s.lostOpen {
-			t.Fatalf("stuck holder after revocation: Token %d, Lost open %v; want 0 and closed", s.token, s.lostOpen)
+		if s.token != 0 || s.lostOpen || s.heldOpen {
+			t.Fatalf("stuck holder after revocation: Token %d, Lost open %v, its earlier Lost open %v; want 0, closed, closed", s.token, s.lostOpen, s.heldOpen)
 		}
 		mustIs(t, s.errs[0], registry.ErrLockLost)
 		if !s.unlockLog {
@@ -140,4 +147,43 @@ func TestStuckHolderKeyGone(t *testing.T) {
 			t.Fatalf("the waiter got the lock %v after the key vanished; the next renewal (1s) should have passed it on", d)
 		}
 	})
+}
+
+// The goroutine a pass hands the lock to cannot be revoked before it takes
+// the hold over: here the first waiter gives up during the pass, the second
+// finds the key gone when it adjusts the TTL, obtains anew, and the third
+// follows; each gets and releases the lock.
+func TestSuccessorNotRevokedDuringPass(t *testing.T) {
+	b := realBackend()
+	c := &hookClient{Client: registry.NewPoolClient(b.pool(t)), addr: b.addr, passDelay: 300 * time.Millisecond}
+	r := newRegClient(t, c, registry.WithAutoRenew(), registry.WithLogger(slogFor(&logRecorder{})))
+	l := obtain(t, r, "k")
+	mustNil(t, l.LockFor(bg(t), time.Second))
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	first := make(chan error, 1)
+	go func() { first <- l.LockFor(ctx1, time.Minute) }()
+	waitFor(t, 5*time.Second, "the first waiter", func() bool { return l.Waiters() == 1 })
+	var ws []*waiter
+	for i := range 2 {
+		ws = append(ws, lockAndHold(l, func() error { return l.LockFor(bg(t), 2*time.Second) }))
+		waitFor(t, 5*time.Second, "the next waiter", func() bool { return l.Waiters() == 2+i })
+	}
+	go func() {
+		time.Sleep(100 * time.Millisecond) // during the pass
+		c.delOnRenew.Store(true)
+		cancel1()
+	}()
+	mustNil(t, l.UnlockContext(bg(t)))
+	mustIs(t, recvWithin(t, first, 5*time.Second, "the first waiter"), context.Canceled)
+	for i, w := range ws {
+		select {
+		case <-w.got:
+		case err := <-w.done:
+			t.Fatalf("waiter %d: %v", i+2, err)
+		case <-time.After(8 * time.Second):
+			t.Fatalf("waiter %d never got the lock", i+2)
+		}
+		mustNil(t, w.unlock(t))
+	}
 }

@@ -1,7 +1,9 @@
 package registry_test
 
 import (
+	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,4 +203,79 @@ func TestTryLockContextServerDown(t *testing.T) {
 	if err := inGoroutine(func() error { return l.TryLockContext(bg(t)) }); err == nil || errors.Is(err, registry.ErrNotObtained) {
 		t.Fatalf("TryLockContext from another goroutine = %v: the failed one left the lock held", err)
 	}
+}
+
+// hookClient slows the pass script and, once, deletes the lock key before
+// a renewal, to stage the races of a hand-off.
+type hookClient struct {
+	registry.Client
+	addr       string
+	passDelay  time.Duration
+	delOnRenew atomic.Bool
+}
+
+func (c *hookClient) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	if s.Name() == "pass" {
+		time.Sleep(c.passDelay) // the pass in flight
+	}
+	if s.Name() == "renew" && c.delOnRenew.Swap(false) {
+		_, _ = redistest.Do(c.addr, "DEL", keys[0])
+	}
+	return c.Client.Eval(ctx, s, keys, args)
+}
+
+// A RenewLock that waits for a pass in flight does not send the old hold's
+// TTL after the pass gave the next goroutine its own: the key keeps the
+// next holder's TTL.
+func TestRenewDuringPass(t *testing.T) {
+	b := realBackend()
+	c := &hookClient{Client: registry.NewPoolClient(b.pool(t)), addr: b.addr, passDelay: 300 * time.Millisecond}
+	r := newRegClient(t, c)
+	l := obtain(t, r, "k")
+	mustNil(t, l.LockFor(bg(t), time.Second))
+	w := lockAndHold(l, func() error { return l.LockFor(bg(t), 60*time.Second) })
+	waitFor(t, 5*time.Second, "the waiter to queue", func() bool { return l.Waiters() == 1 })
+	renewed := make(chan error, 1)
+	go func() {
+		time.Sleep(100 * time.Millisecond) // into the 300ms pass
+		renewed <- r.RenewLock(context.Background(), "k")
+	}()
+	mustNil(t, l.UnlockContext(bg(t)))
+	recvWithin(t, w.got, 5*time.Second, "the hand-off")
+	recvWithin(t, renewed, 5*time.Second, "the RenewLock")
+	if p := pttl(t, b, l.Key()); p <= 30000 {
+		t.Fatalf("after a hand-off to LockFor(60s) and a RenewLock during the pass: PTTL %d ms", p)
+	}
+	mustNil(t, w.unlock(t))
+}
+
+// A RenewLockFor to a shorter TTL whose reply is lost may have run: the
+// hold's validity shrinks as if it had, so Lost closes before the key could
+// expire.
+func TestRenewLockForShorterReplyLost(t *testing.T) {
+	b := realBackend()
+	c := &lostReplyClient{Client: registry.NewPoolClient(b.pool(t))}
+	r := newRegClient(t, c, registry.WithLogger(slogFor(&logRecorder{})))
+	l := obtain(t, r, "k")
+	mustNil(t, l.LockFor(bg(t), time.Minute))
+	defer func() { _ = l.UnlockContext(context.Background()) }()
+	c.drop.Store(true)
+	if err := r.RenewLockFor(bg(t), "k", time.Second); err == nil {
+		t.Fatal("RenewLockFor with a lost reply returned nil")
+	}
+	recvWithin(t, l.Lost(), 2*time.Second, "Lost after a shortening renewal whose reply was lost")
+}
+
+// lostReplyClient loses the reply of one renewal after it ran.
+type lostReplyClient struct {
+	registry.Client
+	drop atomic.Bool
+}
+
+func (c *lostReplyClient) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	v, err := c.Client.Eval(ctx, s, keys, args)
+	if s.Name() == "renew" && c.drop.Swap(false) {
+		return nil, context.DeadlineExceeded
+	}
+	return v, err
 }
