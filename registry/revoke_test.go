@@ -170,8 +170,8 @@ func TestSuccessorNotRevokedDuringPass(t *testing.T) {
 		waitFor(t, 5*time.Second, "the next waiter", func() bool { return l.Waiters() == 2+i })
 	}
 	go func() {
-		time.Sleep(100 * time.Millisecond) // during the pass
-		c.delOnRenew.Store(true)
+		waitFor(t, 5*time.Second, "the pass", func() bool { return l.Phase() == "handing over" })
+		c.delOnRenew.Store(true) // the pass takes 300ms
 		cancel1()
 	}()
 	mustNil(t, l.UnlockContext(bg(t)))

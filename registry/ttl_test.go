@@ -237,8 +237,8 @@ func TestRenewDuringPass(t *testing.T) {
 	waitFor(t, 5*time.Second, "the waiter to queue", func() bool { return l.Waiters() == 1 })
 	renewed := make(chan error, 1)
 	go func() {
-		time.Sleep(100 * time.Millisecond) // into the 300ms pass
-		renewed <- r.RenewLock(context.Background(), "k")
+		waitFor(t, 5*time.Second, "the pass", func() bool { return l.Phase() == "handing over" })
+		renewed <- r.RenewLock(context.Background(), "k") // the pass takes 300ms
 	}()
 	mustNil(t, l.UnlockContext(bg(t)))
 	recvWithin(t, w.got, 5*time.Second, "the hand-off")

@@ -17,7 +17,11 @@ func TestRunWaitsByDefault(t *testing.T) {
 	cmd := lockyard("run", key, "sh", "-c", ": > "+ran) // no "--": it is optional
 	done := make(chan int, 1)
 	go func() { code, _ := exitCode(t, cmd); done <- code }()
-	time.Sleep(300 * time.Millisecond) // the negative check: nothing may run while held
+	select { // nothing may run while the lock is held
+	case code := <-done:
+		t.Fatalf("run exited %d while the lock was held elsewhere", code)
+	case <-time.After(300 * time.Millisecond):
+	}
 	if _, err := os.Stat(ran); err == nil {
 		t.Fatal("the command ran while the lock was held elsewhere")
 	}
