@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/lockyard/lockyard/internal/reentrant"
 )
 
 // Local hand-off. When the outermost Unlock finds goroutines of the same
@@ -51,10 +53,9 @@ const (
 	releaseAfterPass                       // the pass failed on the network or transiently: release instead
 )
 
-// handOff passes the hold h of the calling goroutine, whose outermost
-// Unlock this is, to the next local waiter. The error says why a pass
-// failed.
-func (l *RedisLock) handOff(ctx context.Context, h *hold) (handoffResult, error) {
+// handOff passes the hold h of who, whose outermost unlock this is, to the
+// next local waiter. The error says why a pass failed.
+func (l *RedisLock) handOff(ctx context.Context, h *hold, who reentrant.Owner) (handoffResult, error) {
 	r := l.reg
 	now := r.now()
 	if r.bg.isClosed() || h.lost(now) {
@@ -66,7 +67,7 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold) (handoffResult, error)
 	}
 	if !r.cfg.fencing && l.turn.passes < maxFreePasses && h.TTL() == next && h.deadline.Load()-now >= int64(next*3/4) {
 		l.turn.passes++
-		return l.giveLocal(), nil
+		return l.giveLocal(who), nil
 	}
 	switch res, err := l.pass(ctx, h, next); {
 	case errors.Is(err, ErrLockLost):
@@ -86,15 +87,15 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold) (handoffResult, error)
 		l.turn.yield = true
 		return res, nil
 	case res == handedOver:
-		return l.giveLocal(), nil
+		return l.giveLocal(who), nil
 	}
 	return notHandedOver, nil
 }
 
 // giveLocal hands the local mutex, with the current hold, to the head of
-// the queue. If the waiters left meanwhile the caller still owns both.
-func (l *RedisLock) giveLocal() handoffResult {
-	ok, err := l.local.HandOff()
+// the queue. If the waiters left meanwhile who still owns both.
+func (l *RedisLock) giveLocal(who reentrant.Owner) handoffResult {
+	ok, err := l.local.HandOff(who)
 	if err != nil {
 		panic("lockyard: internal error: local mutex not held: " + err.Error())
 	}

@@ -44,16 +44,16 @@ func (p phase) String() string { return phaseNames[p] }
 
 func (l *RedisLock) setPhase(p phase) { l.phase.Store(int32(p)) }
 
-// lock acquires the local mutex, then the Redis key with a TTL of ttl. With
-// retryAll every Redis error is retried (Lock); otherwise only transient
-// ones.
-func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration) error {
+// lock acquires the local mutex for who (the calling goroutine, or a
+// lease), then the Redis key with a TTL of ttl. With retryAll every Redis
+// error is retried (Lock); otherwise only transient ones.
+func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration, who reentrant.Owner) error {
 	r := l.reg
 	if r.bg.isClosed() {
 		return ErrClosed
 	}
 	start := r.now()
-	how, err := l.local.Lock(ctx, r.bg.closed, (*queueHook)(l), int64(ttl))
+	how, err := l.local.Lock(ctx, r.bg.closed, (*queueHook)(l), int64(ttl), who)
 	switch {
 	case errors.Is(err, reentrant.ErrAborted):
 		return ErrClosed
@@ -67,13 +67,13 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration) 
 		return nil
 	}
 	if r.bg.isClosed() { // the wait was handed the mutex as Close aborted it
-		l.abandon()
+		l.abandon(who)
 		return ErrClosed
 	}
 	l.setPhase(acquiring)
 	waited, err := l.acquire(ctx, retryAll, ttl)
 	if err != nil {
-		l.abandon()
+		l.abandon(who)
 		return err
 	}
 	r.stats.acquired(waited || how == reentrant.Queued, time.Duration(r.now()-start))
@@ -186,28 +186,28 @@ func (l *RedisLock) install(h *hold) {
 	}
 }
 
-// unlock ends the calling goroutine's outermost hold: it hands the hold
-// over to the next local goroutine, or releases the key.
-func (l *RedisLock) unlock(ctx context.Context) error {
+// unlock ends the outermost hold of who, the owner of the local mutex: it
+// hands the hold over to the next local owner, or releases the key.
+func (l *RedisLock) unlock(ctx context.Context, who reentrant.Owner) error {
 	h := l.hold.Load()
 	if l.local.Waiters() > 0 {
 		l.setPhase(handingOver)
-		switch res, err := l.handOff(ctx, h); res {
+		switch res, err := l.handOff(ctx, h, who); res {
 		case handedOver:
 			return nil
 		case releasedForOthers:
-			return l.teardown(h, l.lostAtRelease(h))
+			return l.teardown(h, l.lostAtRelease(h), who)
 		case passFailed:
-			return l.teardown(h, err)
+			return l.teardown(h, err, who)
 		case releaseAfterPass:
 			if !isAmbiguous(err) {
 				err = nil // an error reply: the pass did not run
 			}
-			return l.teardown(h, l.release(ctx, h, err))
+			return l.teardown(h, l.release(ctx, h, err), who)
 		}
 		h = l.hold.Load() // a pass may have renewed it
 	}
-	return l.teardown(h, l.release(ctx, h, nil))
+	return l.teardown(h, l.release(ctx, h, nil), who)
 }
 
 // release deletes h's key (see deleteToken) with a context that ignores the
@@ -254,24 +254,24 @@ func (l *RedisLock) retire(h *hold) {
 	h.end()
 }
 
-// teardown ends the turn of the calling goroutine, which owns the local
-// mutex, after its hold h ended with err: h is retired and forgotten (a
-// loss counted), and the local mutex is freed. It returns err.
-func (l *RedisLock) teardown(h *hold, err error) error {
+// teardown ends the turn of who, which owns the local mutex, after its
+// hold h ended with err: h is retired and forgotten (a loss counted), and
+// the local mutex is freed. It returns err.
+func (l *RedisLock) teardown(h *hold, err error, who reentrant.Owner) error {
 	l.retire(h)
 	if errors.Is(err, ErrLockLost) {
 		l.reg.stats.lostHold(h)
 	}
 	l.hold.Store(nil)
-	l.abandon()
+	l.abandon(who)
 	return err
 }
 
-// abandon frees the local mutex, holding nothing in Redis.
-func (l *RedisLock) abandon() {
+// abandon frees the local mutex of who, holding nothing in Redis.
+func (l *RedisLock) abandon(who reentrant.Owner) {
 	l.setPhase(idle)
 	l.touch()
-	if err := l.local.Unlock(); err != nil {
+	if err := l.local.Unlock(who); err != nil {
 		panic("lockyard: internal error: local mutex not held: " + err.Error())
 	}
 }

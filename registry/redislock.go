@@ -66,7 +66,7 @@ func (l *RedisLock) Key() string { return l.key }
 // failover to a replica whose copy of the counter lagged can repeat a token,
 // as it can grant the lock twice (see WithReplicaAck).
 func (l *RedisLock) Token() int64 {
-	if h := l.hold.Load(); h != nil && !l.revoked() {
+	if h := l.hold.Load(); h != nil && !l.revoked(reentrant.Self()) {
 		return h.fence
 	}
 	return 0
@@ -85,7 +85,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // goroutine; the first call for a hold arms one timer, stopped at release.
 func (l *RedisLock) Lost() <-chan struct{} {
 	h := l.hold.Load()
-	if h == nil || l.revoked() {
+	if h == nil || l.revoked(reentrant.Self()) {
 		return closedChan
 	}
 	return h.watch(l.reg).Done()
@@ -98,7 +98,7 @@ func (l *RedisLock) touch() { l.lastUsed.Store(l.reg.now()) }
 // LockContext to see them). It panics with an error wrapping ErrClosed if the
 // registry is or gets closed.
 func (l *RedisLock) Lock() {
-	if err := l.lock(context.Background(), true, l.reg.cfg.expireAfter); err != nil {
+	if err := l.lock(context.Background(), true, l.reg.cfg.expireAfter, reentrant.Self()); err != nil {
 		panic(wrapKey("Lock", l.key, err))
 	}
 }
@@ -109,7 +109,7 @@ func (l *RedisLock) Lock() {
 // ctx.Err() that also wraps the last Redis error; other Redis errors (such as
 // WRONGTYPE) and ErrClosed return at once. On error nothing is held.
 func (l *RedisLock) LockContext(ctx context.Context) error {
-	return l.lock(ctx, false, l.reg.cfg.expireAfter)
+	return l.lock(ctx, false, l.reg.cfg.expireAfter, reentrant.Self())
 }
 
 // LockFor is LockContext for one acquisition whose key lives ttl in Redis
@@ -124,7 +124,7 @@ func (l *RedisLock) LockFor(ctx context.Context, ttl time.Duration) error {
 	if err := checkDuration("ttl", ttl, MinExpireAfter); err != nil {
 		return err
 	}
-	return l.lock(ctx, false, ttl)
+	return l.lock(ctx, false, ttl, reentrant.Self())
 }
 
 // TryLock makes one attempt, locally and in Redis, without waiting for
@@ -132,27 +132,11 @@ func (l *RedisLock) LockFor(ctx context.Context, ttl time.Duration) error {
 // A Redis error counts as not acquired and is logged. After Close it returns
 // false.
 func (l *RedisLock) TryLock() bool {
-	if l.reg.bg.isClosed() {
-		return false
-	}
-	ok, reentered := l.local.TryLock()
-	if !ok && l.revokeLost() {
-		ok, reentered = l.local.TryLock()
-	}
-	if !ok || reentered {
-		return ok
-	}
-	l.setPhase(acquiring)
-	g, err := l.attempt(context.Background(), l.reg.cfg.expireAfter)
-	if err != nil {
+	res, err := l.tryLock(context.Background(), l.reg.cfg.expireAfter, reentrant.Self())
+	if err != nil && res != tryClosed {
 		l.reg.log.Warn("lockyard: TryLock failed", "key", l.key, "err", err)
 	}
-	if !g.ok {
-		l.abandon()
-		return false
-	}
-	l.reg.stats.acquired(false, -1)
-	return true
+	return res == tryHeld
 }
 
 // TryLockContext makes one attempt, like TryLock, and says why it failed:
@@ -161,34 +145,10 @@ func (l *RedisLock) TryLock() bool {
 // in Redis), or the Redis or ctx error (ErrClosed after Close). Nothing is
 // logged.
 func (l *RedisLock) TryLockContext(ctx context.Context) error {
-	if l.reg.bg.isClosed() {
-		return ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ctx.Err(); err != nil && !l.reg.bg.isClosed() {
 		return wrapKey("trying", l.key, err)
 	}
-	ok, reentered := l.local.TryLock()
-	if !ok && l.revokeLost() {
-		ok, reentered = l.local.TryLock()
-	}
-	switch {
-	case !ok:
-		return fmt.Errorf("%w: %q is held by another goroutine of this registry", ErrNotObtained, l.key)
-	case reentered:
-		return nil
-	}
-	l.setPhase(acquiring)
-	g, err := l.attempt(ctx, l.reg.cfg.expireAfter)
-	switch {
-	case err != nil:
-		l.abandon()
-		return wrapKey("obtaining", l.key, err)
-	case !g.ok:
-		l.abandon()
-		return fmt.Errorf("%w: %q is held in Redis", ErrNotObtained, l.key)
-	}
-	l.reg.stats.acquired(false, -1)
-	return nil
+	return l.tryErr(l.tryLock(ctx, l.reg.cfg.expireAfter, reentrant.Self()))
 }
 
 // Unlock releases one hold of the calling goroutine; the outermost one
@@ -220,15 +180,20 @@ func (l *RedisLock) Unlock() {
 // ErrReleaseFailed that wraps the Redis error; a Redis error after the
 // hold's validity ended matches ErrLockLost too.
 func (l *RedisLock) UnlockContext(ctx context.Context) error {
-	last, err := l.local.Leave()
+	return l.unlockAs(ctx, reentrant.Self())
+}
+
+// unlockAs releases one hold of who (UnlockContext).
+func (l *RedisLock) unlockAs(ctx context.Context, who reentrant.Owner) error {
+	last, err := l.local.Leave(who)
 	switch {
 	case errors.Is(err, reentrant.ErrRevoked):
-		return fmt.Errorf("%w: %q was lost while held, and passed on to another goroutine", ErrLockLost, l.key)
+		return fmt.Errorf("%w: %q was lost while held, and passed on to another owner", ErrLockLost, l.key)
 	case err != nil:
 		return fmt.Errorf("%w: %q", ErrNotOwner, l.key)
 	}
 	if !last {
 		return nil
 	}
-	return l.unlock(ctx)
+	return l.unlock(ctx, who)
 }

@@ -89,6 +89,12 @@ func (l *RedisLock) renew(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, l.key)
 	}
 	defer h.renewing.Unlock()
+	return l.renewHold(ctx, h, ttl)
+}
+
+// renewHold renews h, whose renewing lock the caller holds, to ttl (0: its
+// own TTL).
+func (l *RedisLock) renewHold(ctx context.Context, h *hold, ttl time.Duration) error {
 	r := l.reg
 	if ttl == 0 {
 		ttl = h.TTL()
@@ -108,6 +114,10 @@ func (l *RedisLock) renew(ctx context.Context, ttl time.Duration) error {
 		return err
 	case err != nil:
 		return wrapKey("renewing", l.key, err)
+	case h.released() && !h.lost(r.now()):
+		// Released while the renewal was in flight (which found the key
+		// deleted, or renewed it just before): not a loss.
+		return fmt.Errorf("%w: %q was released during its renewal", ErrNotOwner, l.key)
 	}
 	return l.renewed(h, ok, sent, ttl)
 }

@@ -1,6 +1,10 @@
 package registry
 
-import "time"
+import (
+	"time"
+
+	"github.com/lockyard/lockyard/internal/reentrant"
+)
 
 // A goroutine that holds a lock and never unlocks it (it exited, or it is
 // stuck) must not block its registry's other goroutines for good. Once the
@@ -89,8 +93,8 @@ func (l *RedisLock) revoke(h *hold) bool {
 	return true
 }
 
-// revoked reports whether the calling goroutine lost its holds to revoke
-// and holds the lock no more.
-func (l *RedisLock) revoked() bool {
-	return l.local.Revoked() && l.local.Depth() == 0
+// revoked reports whether who lost its holds to revoke and holds the lock
+// no more.
+func (l *RedisLock) revoked(who reentrant.Owner) bool {
+	return l.local.Revoked(who) && l.local.Depth(who) == 0
 }

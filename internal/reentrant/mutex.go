@@ -1,9 +1,11 @@
-// Package reentrant provides a goroutine-owned, reentrant, FIFO mutex whose
-// waits can be cancelled.
+// Package reentrant provides a reentrant, FIFO mutex whose waits can be
+// cancelled, owned by a goroutine or by a token that any goroutine carries.
 //
-// Ownership belongs to a goroutine, identified by its runtime id
-// (github.com/petermattis/goid: a few nanoseconds, no allocation, used by
-// CockroachDB). The owner may acquire again; each acquisition needs a matching
+// Every method names its owner (an Owner). Self is the calling goroutine,
+// identified by its runtime id (github.com/petermattis/goid: a few
+// nanoseconds, no allocation, used by CockroachDB); NewOwner makes an owner
+// that is no goroutine, for a hold that one goroutine takes and another
+// releases. The owner may acquire again; each acquisition needs a matching
 // Unlock. Waiters queue in arrival order and ownership is handed directly to
 // the head of the queue on the last Unlock, so a goroutine that just unlocked
 // cannot barge ahead of one that has been waiting (no starvation, Jain
@@ -19,54 +21,68 @@ import (
 	"github.com/petermattis/goid"
 )
 
-// ErrNotOwner is returned by Unlock when the calling goroutine does not hold
+// ErrNotOwner is returned by Unlock when the owner it names does not hold
 // the mutex.
-var ErrNotOwner = errors.New("reentrant: calling goroutine does not hold the mutex")
+var ErrNotOwner = errors.New("reentrant: not the owner of the mutex")
 
 // ErrAborted is returned by Lock when its abort channel was closed first.
 var ErrAborted = errors.New("reentrant: wait aborted")
 
-// ErrRevoked is returned by Leave and Unlock to a goroutine whose ownership
+// ErrRevoked is returned by Leave and Unlock to an owner whose ownership
 // was revoked (see Revoke), once for each hold it had then.
 var ErrRevoked = errors.New("reentrant: ownership was revoked")
 
-// Mutex is a reentrant mutex owned by a goroutine. The zero value is an
+// Owner identifies who holds a Mutex: a goroutine (Self, a positive
+// runtime id) or a token made by NewOwner (negative). The zero Owner is
+// nobody.
+type Owner int64
+
+// Self returns the calling goroutine as an Owner.
+func Self() Owner { return Owner(goid.Get()) }
+
+var lastToken atomic.Int64
+
+// NewOwner returns an owner that is no goroutine and differs from every
+// other Owner of the process: any goroutine may act for it.
+func NewOwner() Owner { return Owner(-lastToken.Add(1)) }
+
+// Mutex is a reentrant mutex owned by a goroutine or a token (Owner). The
+// zero value is an
 // unlocked mutex. A Mutex must not be copied after first use.
 type Mutex struct {
 	// mu guards the following.
 	mu      sync.Mutex
-	owner   int64 // goroutine id of the owner, 0 when free
+	owner   Owner // 0 when free
 	depth   int   // hold count of the owner
 	leaving bool  // the owner's last Leave reported last: it is finishing, not revocable
 	waiters []*waiter
-	// revoked counts the holds of goroutines whose ownership was revoked,
-	// by goroutine id: each later Leave or Unlock of theirs consumes one.
-	// An entry stays until consumed (a goroutine that died keeps its own).
-	revoked map[int64]int
+	// revoked counts the holds of owners whose ownership was revoked: each
+	// later Leave or Unlock of theirs consumes one. An entry stays until
+	// consumed (a goroutine that died keeps its own).
+	revoked map[Owner]int
 	nrev    atomic.Int32 // entries in revoked, read without mu
 }
 
-// waiter is one goroutine queued in Lock. ready is closed by the goroutine
-// that hands ownership over, after it set owner to gid under mu.
+// waiter is one owner queued in Lock. ready is closed by the goroutine
+// that hands ownership over, after it set owner to who under mu.
 type waiter struct {
-	gid   int64
+	who   Owner
 	tag   int64 // the caller's, for NextTag
 	ready chan struct{}
 }
 
-// TryLock acquires m for the calling goroutine if it is free and nobody is
-// queued, or re-enters it if the caller already owns it. reentered reports the
-// second case. It never blocks.
-func (m *Mutex) TryLock() (ok, reentered bool) {
-	gid := goid.Get()
+// TryLock acquires m for who if it is free and nobody is queued, or
+// re-enters it if who already owns it. reentered reports the second case.
+// It never blocks.
+func (m *Mutex) TryLock(who Owner) (ok, reentered bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
-	case m.owner == gid:
+	case m.owner == who:
 		m.depth++
 		return true, true
 	case m.owner == 0 && len(m.waiters) == 0:
-		m.owner, m.depth = gid, 1
+		m.owner, m.depth = who, 1
 		return true, false
 	}
 	return false, false
@@ -85,8 +101,8 @@ const (
 	Queued               // the caller waited for m to be handed over
 )
 
-// Lock acquires m for the calling goroutine, re-entering it if the caller
-// already owns it, and says how. It waits in FIFO order until m is handed
+// Lock acquires m for who, re-entering it if who already owns it, and says
+// how; the calling goroutine waits. It waits in FIFO order until m is handed
 // over, ctx is done (ctx.Err() is returned) or abort is closed (ErrAborted).
 // tag is the caller's value for NextTag while it waits. If the caller has
 // to wait, queued.Queued (if queued is not nil) is called
@@ -97,20 +113,19 @@ const (
 // left the new one something to inherit (the registry's hold), which passing
 // m on could strand. (x/sync's semaphore does the opposite: it gives such a
 // late grant back and returns ctx.Err().)
-func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued Observer, tag int64) (How, error) {
-	gid := goid.Get()
+func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued Observer, tag int64, who Owner) (How, error) {
 	m.mu.Lock()
 	switch {
-	case m.owner == gid:
+	case m.owner == who:
 		m.depth++
 		m.mu.Unlock()
 		return Reentered, nil
 	case m.owner == 0 && len(m.waiters) == 0:
-		m.owner, m.depth = gid, 1
+		m.owner, m.depth = who, 1
 		m.mu.Unlock()
 		return Fresh, nil
 	}
-	w := &waiter{gid: gid, tag: tag, ready: make(chan struct{})}
+	w := &waiter{who: who, tag: tag, ready: make(chan struct{})}
 	m.waiters = append(m.waiters, w)
 	m.mu.Unlock()
 	if queued != nil {
@@ -128,7 +143,7 @@ func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued Observer
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.owner == gid {
+	if m.owner == who {
 		// Ownership was handed over as we gave up: keep it. The caller may
 		// inherit what the previous owner left for it, so passing it on
 		// here could strand that.
@@ -138,26 +153,24 @@ func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued Observer
 	return Queued, err
 }
 
-// Depth returns the hold count of the calling goroutine: 0 if it does not own m.
-func (m *Mutex) Depth() int {
-	gid := goid.Get()
+// Depth returns the hold count of who: 0 if it does not own m.
+func (m *Mutex) Depth(who Owner) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.owner != gid {
+	if m.owner != who {
 		return 0
 	}
 	return m.depth
 }
 
-// Unlock releases one hold of the calling goroutine. The last one hands m to
-// the longest-waiting goroutine. It returns ErrNotOwner, and changes nothing,
-// if the caller does not own m, or ErrRevoked if it lost a hold to Revoke.
-func (m *Mutex) Unlock() error {
-	gid := goid.Get()
+// Unlock releases one hold of who. The last one hands m to the
+// longest-waiting owner. It returns ErrNotOwner, and changes nothing, if who
+// does not own m, or ErrRevoked if it lost a hold to Revoke.
+func (m *Mutex) Unlock(who Owner) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.owner != gid {
-		return m.notOwner(gid)
+	if m.owner != who {
+		return m.notOwner(who)
 	}
 	m.depth--
 	if m.depth == 0 {
@@ -166,17 +179,16 @@ func (m *Mutex) Unlock() error {
 	return nil
 }
 
-// Leave releases one hold of the calling goroutine unless it is the last:
-// then it changes nothing and reports last, and the caller finishes what the
-// outermost hold guarded before calling Unlock or HandOff; until then m
-// cannot be revoked. It returns ErrNotOwner if the caller does not own m, or
-// ErrRevoked if it lost a hold to Revoke.
-func (m *Mutex) Leave() (last bool, err error) {
-	gid := goid.Get()
+// Leave releases one hold of who unless it is the last: then it changes
+// nothing and reports last, and the caller finishes what the outermost hold
+// guarded before calling Unlock or HandOff; until then m cannot be revoked.
+// It returns ErrNotOwner if who does not own m, or ErrRevoked if it lost a
+// hold to Revoke.
+func (m *Mutex) Leave(who Owner) (last bool, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.owner != gid {
-		return false, m.notOwner(gid)
+	if m.owner != who {
+		return false, m.notOwner(who)
 	}
 	if m.depth == 1 {
 		m.leaving = true
@@ -186,15 +198,13 @@ func (m *Mutex) Leave() (last bool, err error) {
 	return false, nil
 }
 
-// HandOff passes m, held once by the calling goroutine, to the longest
-// waiting goroutine and reports true. If nobody waits it changes nothing and
-// reports false: the caller still owns m. It returns ErrNotOwner if the
-// caller does not own m.
-func (m *Mutex) HandOff() (bool, error) {
-	gid := goid.Get()
+// HandOff passes m, held once by who, to the longest waiting owner and
+// reports true. If nobody waits it changes nothing and reports false: who
+// still owns m. It returns ErrNotOwner if who does not own m.
+func (m *Mutex) HandOff(who Owner) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.owner != gid {
+	if m.owner != who {
 		return false, ErrNotOwner
 	}
 	if len(m.waiters) == 0 {
@@ -204,7 +214,7 @@ func (m *Mutex) HandOff() (bool, error) {
 	return true, nil
 }
 
-// NextTag returns the tag of the goroutine that HandOff would hand m to
+// NextTag returns the tag of the owner that HandOff would hand m to
 // now, and false if nobody waits.
 func (m *Mutex) NextTag() (int64, bool) {
 	m.mu.Lock()
@@ -215,7 +225,7 @@ func (m *Mutex) NextTag() (int64, bool) {
 	return m.waiters[0].tag, true
 }
 
-// Waiters returns the number of goroutines queued in Lock.
+// Waiters returns the number of owners queued in Lock.
 func (m *Mutex) Waiters() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -231,7 +241,7 @@ func (m *Mutex) Busy() bool {
 
 // Revoke takes m from its owner, if it has one that is not finishing its
 // last hold (see Leave) and ok, called with m's internal lock held, agrees,
-// and hands m to the longest-waiting goroutine, or frees it. The owner's
+// and hands m to the longest-waiting owner, or frees it. The owner's
 // holds are recorded: each of its later Leave or Unlock calls returns
 // ErrRevoked. It is for an owner that will not unlock in time (a goroutine
 // that exited holding m, or whose hold of what m guards expired). ok must
@@ -243,7 +253,7 @@ func (m *Mutex) Revoke(ok func() bool) bool {
 		return false
 	}
 	if m.revoked == nil {
-		m.revoked = make(map[int64]int)
+		m.revoked = make(map[Owner]int)
 	}
 	if m.revoked[m.owner] == 0 {
 		m.nrev.Add(1)
@@ -253,29 +263,29 @@ func (m *Mutex) Revoke(ok func() bool) bool {
 	return true
 }
 
-// Revoked reports whether the calling goroutine has holds that Revoke took
-// and that it has not yet unlocked.
-func (m *Mutex) Revoked() bool {
+// Revoked reports whether who has holds that Revoke took and that it has
+// not yet unlocked.
+func (m *Mutex) Revoked(who Owner) bool {
 	if m.nrev.Load() == 0 {
 		return false
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.revoked[goid.Get()] > 0
+	return m.revoked[who] > 0
 }
 
-// notOwner returns ErrRevoked, consuming one revoked hold, if gid has one,
+// notOwner returns ErrRevoked, consuming one revoked hold, if who has one,
 // else ErrNotOwner. mu must be held.
-func (m *Mutex) notOwner(gid int64) error {
-	n := m.revoked[gid]
+func (m *Mutex) notOwner(who Owner) error {
+	n := m.revoked[who]
 	switch {
 	case n == 0:
 		return ErrNotOwner
 	case n == 1:
-		delete(m.revoked, gid)
+		delete(m.revoked, who)
 		m.nrev.Add(-1)
 	default:
-		m.revoked[gid] = n - 1
+		m.revoked[who] = n - 1
 	}
 	return ErrRevoked
 }
@@ -290,7 +300,7 @@ func (m *Mutex) release() {
 	next := m.waiters[0]
 	m.waiters[0] = nil
 	m.waiters = m.waiters[1:]
-	m.owner, m.depth = next.gid, 1
+	m.owner, m.depth = next.who, 1
 	close(next.ready)
 }
 

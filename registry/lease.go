@@ -1,0 +1,176 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockyard/lockyard/internal/reentrant"
+)
+
+// Lease is one hold of a key in Redis that no goroutine owns: the goroutine
+// that acquired it may hand it to others, and any goroutine may renew or
+// release it (Go's sync.Mutex allows this; a RedisLock, like Java's
+// ReentrantLock, does not). A lease is not reentrant: each Acquire is a new
+// owner, which waits for every other.
+//
+// In the local mutex of its key a lease is an owner of its own, neither a
+// goroutine nor shared with one: leases and the RedisLocks of one key in
+// one registry queue together in FIFO order and exclude each other, and
+// the hand-off passes the Redis hold between them as between goroutines.
+// The goroutine that acquired a lease does not hold the RedisLock: its
+// Lock waits until the lease is released, by any goroutine. A goroutine
+// that holds the RedisLock of a key cannot acquire a lease of it (it would
+// wait for itself): Acquire and TryAcquire return ErrNotObtained.
+//
+// With WithAutoRenew the watchdog renews leases as it renews locks. A
+// lease that is dropped without Release holds its key as a goroutine that
+// never unlocks would: until its validity ends (never, with WithAutoRenew,
+// until Close) and another owner queues behind it.
+//
+// All methods are safe for concurrent use; Release may run while another
+// goroutine calls Renew.
+type Lease struct {
+	l   *RedisLock
+	who reentrant.Owner // the lease's owner in l's local mutex
+	h   *hold           // the lease's hold: the same from Acquire to Release
+	// done is set by the first Release; Renew reads it under h.renewing,
+	// so that no Renew of the lease reaches Redis after Release began.
+	done atomic.Bool
+}
+
+// Acquire waits until this registry holds key in Redis, or ctx ends, and
+// returns a Lease. ttl <= 0 means expireAfter; otherwise it is the key's
+// TTL, as for LockFor (below MinExpireAfter or above MaxDuration:
+// ErrInvalidConfig, sending nothing). A Lease is owned by no goroutine: any
+// goroutine may renew or release it. It is not reentrant. Leases and
+// RedisLocks of one key in one registry share the key's local FIFO queue
+// and exclude each other. Errors are those of LockContext: transient Redis
+// errors are retried until ctx ends; on error nothing is held.
+func (r *Registry) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	l, ttl, err := r.leaseLock(key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	who := reentrant.NewOwner()
+	if err := l.lock(ctx, false, ttl, who); err != nil {
+		return nil, err
+	}
+	return l.newLease(who), nil
+}
+
+// TryAcquire makes one attempt: ErrNotObtained if another holder has the
+// key, locally or in Redis. Other errors are those of TryLockContext.
+func (r *Registry) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	l, ttl, err := r.leaseLock(key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, wrapKey("trying", l.key, err)
+	}
+	who := reentrant.NewOwner()
+	if err := l.tryErr(l.tryLock(ctx, ttl, who)); err != nil {
+		return nil, err
+	}
+	return l.newLease(who), nil
+}
+
+// leaseLock checks ttl (0: expireAfter) and returns the lock of key for a
+// lease, which the calling goroutine must not hold.
+func (r *Registry) leaseLock(key string, ttl time.Duration) (*RedisLock, time.Duration, error) {
+	if ttl <= 0 {
+		ttl = r.cfg.expireAfter
+	} else if err := checkDuration("ttl", ttl, MinExpireAfter); err != nil {
+		return nil, 0, err
+	}
+	l, err := r.Obtain(key)
+	if err != nil {
+		return nil, 0, err
+	}
+	if l.local.Depth(reentrant.Self()) > 0 {
+		return nil, 0, fmt.Errorf("%w: the calling goroutine holds the RedisLock of %q; a lease of it would wait for that goroutine, that is for itself", ErrNotObtained, l.key)
+	}
+	return l, ttl, nil
+}
+
+func (l *RedisLock) newLease(who reentrant.Owner) *Lease {
+	return &Lease{l: l, who: who, h: l.hold.Load()}
+}
+
+// Key returns the full Redis key of the lease, as RedisLock.Key.
+func (le *Lease) Key() string { return le.l.key }
+
+// Token returns the fencing token of the lease (WithFencing), as
+// RedisLock.Token: 0 once the lease is released or was lost and passed on,
+// or without WithFencing.
+func (le *Lease) Token() int64 {
+	if !le.current() {
+		return 0
+	}
+	return le.h.fence
+}
+
+// Lost returns a channel that is closed when the lease's hold is lost, as
+// RedisLock.Lost: its validity ended, a renewal found the key gone, or
+// Close stopped its renewals (WithAutoRenew). A clean Release does not
+// close a channel already returned; after Release, Lost returns a closed
+// channel.
+func (le *Lease) Lost() <-chan struct{} {
+	if !le.current() {
+		return closedChan
+	}
+	return le.h.watch(le.l.reg).Done()
+}
+
+// current reports whether the lease still holds its lock: not released, and
+// not lost and passed on.
+func (le *Lease) current() bool {
+	return !le.done.Load() && le.l.hold.Load() == le.h && !le.l.local.Revoked(le.who)
+}
+
+// Renew resets the key's time to live, as RenewLock does for a lock, and
+// moves the lease's validity. ttl <= 0 renews to the lease's own TTL;
+// otherwise ttl becomes its TTL from now on, as with RenewLockFor (checked
+// as Acquire checks it). It returns ErrNotOwner once the lease is released
+// (also when Release runs while this renewal waits or is in flight), and
+// ErrLockLost, marking the lease lost, if its validity ended or the key is
+// gone or carries another token.
+func (le *Lease) Renew(ctx context.Context, ttl time.Duration) error {
+	if ttl < 0 {
+		ttl = 0
+	} else if ttl > 0 {
+		if err := checkDuration("ttl", ttl, MinExpireAfter); err != nil {
+			return err
+		}
+	}
+	h := le.h
+	h.renewing.Lock()
+	defer h.renewing.Unlock()
+	switch {
+	case le.done.Load():
+		return fmt.Errorf("%w: the lease of %q was released", ErrNotOwner, le.l.key)
+	case h.released() || le.l.hold.Load() != h:
+		return fmt.Errorf("%w: the lease of %q was lost and passed on", ErrLockLost, le.l.key)
+	}
+	return le.l.renewHold(ctx, h, ttl)
+}
+
+// Release ends the lease: it passes the hold to the next local owner
+// queued on the key, or runs the compare-and-delete release script, as the
+// outermost UnlockContext does, with the same errors (ErrLockLost,
+// ErrReleaseFailed), even if ctx is done or the registry closed. Only the
+// first call releases; a second Release returns ErrNotOwner. A Renew in
+// flight is waited for (at most the command timeout).
+func (le *Lease) Release(ctx context.Context) error {
+	if !le.done.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: the lease of %q was already released", ErrNotOwner, le.l.key)
+	}
+	// A Renew that holds renewing sends its TTL before the release or pass
+	// does; one that takes it later sees done and sends nothing.
+	le.h.renewing.Lock()
+	//lint:ignore SA2001 an intended barrier: wait for a Renew in flight
+	le.h.renewing.Unlock()
+	return le.l.unlockAs(ctx, le.who)
+}

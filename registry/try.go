@@ -1,0 +1,65 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/lockyard/lockyard/internal/reentrant"
+)
+
+// tryResult is the outcome of one attempt (tryLock).
+type tryResult int
+
+const (
+	tryHeld       tryResult = iota // who holds the lock now
+	tryClosed                      // the registry is closed
+	tryLocalOwner                  // another owner of this registry has it
+	tryRedisOwner                  // another holder has the key in Redis
+	tryFailed                      // the obtain failed (the error says why)
+)
+
+// tryLock makes one attempt for who, locally and in Redis with a key that
+// lives ttl, without waiting for another holder. The error is the failed
+// obtain's (tryFailed), or ErrClosed.
+func (l *RedisLock) tryLock(ctx context.Context, ttl time.Duration, who reentrant.Owner) (tryResult, error) {
+	if l.reg.bg.isClosed() {
+		return tryClosed, ErrClosed
+	}
+	ok, reentered := l.local.TryLock(who)
+	if !ok && l.revokeLost() {
+		ok, reentered = l.local.TryLock(who)
+	}
+	switch {
+	case !ok:
+		return tryLocalOwner, nil
+	case reentered:
+		return tryHeld, nil
+	}
+	l.setPhase(acquiring)
+	g, err := l.attempt(ctx, ttl)
+	switch {
+	case err != nil:
+		l.abandon(who)
+		return tryFailed, err
+	case !g.ok:
+		l.abandon(who)
+		return tryRedisOwner, nil
+	}
+	l.reg.stats.acquired(false, -1)
+	return tryHeld, nil
+}
+
+// tryErr is the error of an attempt of tryLock on l's key: nil when it is
+// held, ErrNotObtained when another holder has it.
+func (l *RedisLock) tryErr(res tryResult, err error) error {
+	switch res {
+	case tryLocalOwner:
+		return fmt.Errorf("%w: %q is held by another owner in this registry", ErrNotObtained, l.key)
+	case tryRedisOwner:
+		return fmt.Errorf("%w: %q is held in Redis", ErrNotObtained, l.key)
+	case tryFailed:
+		return wrapKey("obtaining", l.key, err)
+	}
+	return err
+}
