@@ -110,6 +110,11 @@ func (h *hold) watch(r *Registry) context.Context {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ctx != nil {
+		// A deadline already passed counts at once, before the timer
+		// runs: a holder that resumes from a pause must see it first.
+		if !h.ended && h.stopped == nil && h.lost(r.now()) {
+			h.cancel(ErrLockLost)
+		}
 		return h.ctx
 	}
 	h.ctx, h.cancel = context.WithCancelCause(context.Background())

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -157,6 +158,30 @@ func (le *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	return le.l.renewHold(ctx, h, ttl)
 }
 
+// ReleaseAfter ends the lease now but leaves its key in Redis for d: one
+// compare-and-PEXPIRE sets the key's TTL to d, and the local queue moves
+// on; the next owner, here or in another registry, gets the key once it
+// has expired. It is for work that must not run again for a while after it
+// started (a scheduler's job on replicas whose clocks tick a few
+// milliseconds apart). d <= 0 is Release. Errors are those of Release,
+// and a second call returns ErrNotOwner.
+func (le *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return le.Release(ctx)
+	}
+	if err := checkDuration("d", d, time.Millisecond); err != nil {
+		return err
+	}
+	if !le.begin() {
+		return fmt.Errorf("%w: the lease of %q was already released", ErrNotOwner, le.l.key)
+	}
+	last, err := le.l.leave(le.who)
+	if err != nil || !last {
+		return err
+	}
+	return le.l.expire(ctx, d, le.who)
+}
+
 // Release ends the lease: it passes the hold to the next local owner
 // queued on the key, or runs the compare-and-delete release script, as the
 // outermost UnlockContext does, with the same errors (ErrLockLost,
@@ -164,13 +189,41 @@ func (le *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // first call releases; a second Release returns ErrNotOwner. A Renew in
 // flight is waited for (at most the command timeout).
 func (le *Lease) Release(ctx context.Context) error {
-	if !le.done.CompareAndSwap(false, true) {
+	if !le.begin() {
 		return fmt.Errorf("%w: the lease of %q was already released", ErrNotOwner, le.l.key)
 	}
-	// A Renew that holds renewing sends its TTL before the release or pass
-	// does; one that takes it later sees done and sends nothing.
+	return le.l.unlockAs(ctx, le.who)
+}
+
+// begin starts the one release of the lease, and reports whether this call
+// is it. A Renew that holds renewing sends its TTL before the release does;
+// one that takes it later sees done and sends nothing.
+func (le *Lease) begin() bool {
+	if !le.done.CompareAndSwap(false, true) {
+		return false
+	}
 	le.h.renewing.Lock()
 	//lint:ignore SA2001 an intended barrier: wait for a Renew in flight
 	le.h.renewing.Unlock()
-	return le.l.unlockAs(ctx, le.who)
+	return true
+}
+
+// expire ends the hold of who without deleting its key, whose TTL becomes
+// d (ReleaseAfter), and frees the local mutex: the next local owner
+// obtains the key in Redis once it has expired.
+func (l *RedisLock) expire(ctx context.Context, d time.Duration, who reentrant.Owner) error {
+	h := l.hold.Load()
+	l.setPhase(releasing)
+	l.retire(h)
+	ok, err := l.reg.store.renew(context.WithoutCancel(ctx), l.key, h.token, d)
+	switch {
+	case err != nil:
+		// The key expires by its TTL, or by d if the command ran.
+		err = errors.Join(l.releaseFailed(err), l.lostAtRelease(h))
+	case !ok:
+		err = errGone(l.key)
+	default:
+		err = l.lostAtRelease(h)
+	}
+	return l.teardown(h, err, who)
 }

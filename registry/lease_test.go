@@ -102,9 +102,12 @@ func TestLeaseAndLockShareTheQueue(t *testing.T) {
 		// The goroutine that holds the lock cannot take a lease of it.
 		done := make(chan error, 1)
 		go func() {
-			mustNil(t, l.LockContext(bg(t)))
-			defer l.Unlock()
+			if err := l.LockContext(bg(t)); err != nil {
+				done <- err
+				return
+			}
 			_, err := r.Acquire(bg(t), "k", 0)
+			l.Unlock()
 			done <- err
 		}()
 		mustNil(t, w3.unlock(t))
@@ -229,5 +232,38 @@ func TestLeaseLostPassedOn(t *testing.T) {
 			t.Fatalf("the old lease's Release touched the new holder's key: PTTL %d", p)
 		}
 		mustNil(t, next.Release(bg(t)))
+	})
+}
+
+// ReleaseAfter ends the lease but leaves the key in Redis for d: nobody,
+// here or elsewhere, gets it before it expires; then a waiting Lock of the
+// same registry does.
+func TestLeaseReleaseAfter(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		const d = 300 * time.Millisecond
+		p := prefix(t)
+		r := newRegPrefix(t, b.pool(t), p)
+		other := newRegPrefix(t, b.pool(t), p)
+		le, err := r.Acquire(bg(t), "k", 30*time.Second)
+		mustNil(t, err)
+		l := obtain(t, r, "k")
+		w := lockAndHold(l, func() error { return l.LockContext(bg(t)) })
+		waitFor(t, 5*time.Second, "the Lock to queue", func() bool { return l.Waiters() == 1 })
+		start := time.Now()
+		mustNil(t, le.ReleaseAfter(bg(t), d))
+		if p := pttl(t, b, le.Key()); p <= 0 || p > d.Milliseconds() {
+			t.Fatalf("PTTL %d ms after ReleaseAfter(%v)", p, d)
+		}
+		_, err = other.TryAcquire(bg(t), "k", 0)
+		mustIs(t, err, registry.ErrNotObtained)
+		notWithin(t, w.got, d/3, "the queued Lock before the key expires")
+		b.expire(t, le.Key(), d)
+		recvWithin(t, w.got, 5*time.Second, "the queued Lock")
+		if waited := time.Since(start); b.mr == nil && waited < d-d/10 {
+			t.Fatalf("the queued Lock got the key after %v, before it expired (%v)", waited, d)
+		}
+		mustNil(t, w.unlock(t))
+		mustIs(t, le.ReleaseAfter(bg(t), d), registry.ErrNotOwner)
+		mustIs(t, le.Release(bg(t)), registry.ErrNotOwner)
 	})
 }

@@ -185,15 +185,22 @@ func (l *RedisLock) UnlockContext(ctx context.Context) error {
 
 // unlockAs releases one hold of who (UnlockContext).
 func (l *RedisLock) unlockAs(ctx context.Context, who reentrant.Owner) error {
-	last, err := l.local.Leave(who)
-	switch {
-	case errors.Is(err, reentrant.ErrRevoked):
-		return fmt.Errorf("%w: %q was lost while held, and passed on to another owner", ErrLockLost, l.key)
-	case err != nil:
-		return fmt.Errorf("%w: %q", ErrNotOwner, l.key)
-	}
-	if !last {
-		return nil
+	last, err := l.leave(who)
+	if err != nil || !last {
+		return err
 	}
 	return l.unlock(ctx, who)
+}
+
+// leave releases one hold of who unless it is the last (reentrant.Leave),
+// with the errors of UnlockContext.
+func (l *RedisLock) leave(who reentrant.Owner) (last bool, err error) {
+	last, err = l.local.Leave(who)
+	switch {
+	case errors.Is(err, reentrant.ErrRevoked):
+		return false, fmt.Errorf("%w: %q was lost while held, and passed on to another owner", ErrLockLost, l.key)
+	case err != nil:
+		return false, fmt.Errorf("%w: %q", ErrNotOwner, l.key)
+	}
+	return last, nil
 }

@@ -193,6 +193,10 @@ func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx co
 	return fn(fctx)
 }
 
+// AutoRenew reports whether the registry was made WithAutoRenew: its
+// watchdog renews every hold, of a lock or a lease, until it is released.
+func (r *Registry) AutoRenew() bool { return r.cfg.autoRenew }
+
 // Close stops the registry's background goroutines, waits for them, and
 // makes every waiter return ErrClosed. Afterwards Obtain, LockContext and
 // ExecuteLocked return ErrClosed, TryLock returns false and Lock panics;
