@@ -163,10 +163,11 @@ func (le *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // on; the next owner, here or in another registry, gets the key once it
 // has expired. It is for work that must not run again for a while after it
 // started (a scheduler's job on replicas whose clocks tick a few
-// milliseconds apart). d <= 0 is Release. Errors are those of Release,
-// and a second call returns ErrNotOwner.
+// milliseconds apart). d below a millisecond (Redis's unit) is Release;
+// above MaxDuration it returns ErrInvalidConfig. Errors are those of
+// Release, and a second call returns ErrNotOwner.
 func (le *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
+	if d < time.Millisecond {
 		return le.Release(ctx)
 	}
 	if err := checkDuration("d", d, time.Millisecond); err != nil {
