@@ -65,7 +65,7 @@ func contend(a contendArgs) error {
 	var (
 		outMu                            sync.Mutex
 		started, done, lockErrs, unlockE atomic.Int64
-		rejected, resErrs                atomic.Int64
+		rejected, resErrs, leases        atomic.Int64
 		wg                               sync.WaitGroup
 	)
 	res := resource{a.Res}
@@ -99,21 +99,15 @@ func contend(a contendArgs) error {
 				return
 			}
 			defer rc.Close()
-			for started.Add(1) <= a.Quota && ctx.Err() == nil {
-				key := "k" + strconv.Itoa(rand.IntN(a.Keys))
-				l, err := r.Obtain(key)
-				if err != nil {
-					lockErrs.Add(1)
-					continue
-				}
-				if err := l.LockContext(ctx); err != nil {
-					if ctx.Err() == nil {
-						lockErrs.Add(1)
-					}
-					continue
-				}
-				iv := interval{Key: key, Proc: a.Proc, Token: l.Token(), Acquired: mono()}
-				ok, err := res.enter(rc, key, iv.Token)
+			// Every fourth goroutine takes leases, and a goroutine of its
+			// own does the fenced work and releases them.
+			var releaser *leaseReleaser
+			if i%4 == 3 {
+				releaser = newLeaseReleaser()
+				defer releaser.stop()
+			}
+			fenced := func(key string, token int64) {
+				ok, err := res.enter(rc, key, token)
 				switch {
 				case err != nil:
 					resErrs.Add(1)
@@ -124,9 +118,41 @@ func contend(a contendArgs) error {
 						resErrs.Add(1)
 					}
 				}
-				iv.Released = mono()
-				if err := l.UnlockContext(context.Background()); err != nil {
-					unlockE.Add(1)
+			}
+			for started.Add(1) <= a.Quota && ctx.Err() == nil {
+				key := "k" + strconv.Itoa(rand.IntN(a.Keys))
+				var iv interval
+				if releaser != nil {
+					le, err := r.Acquire(ctx, key, 0)
+					if err != nil {
+						if ctx.Err() == nil {
+							lockErrs.Add(1)
+						}
+						continue
+					}
+					iv = interval{Key: key, Proc: a.Proc, Token: le.Token(), Acquired: mono(), Lease: true}
+					if err := releaser.run(le, func() { fenced(key, iv.Token); iv.Released = mono() }); err != nil {
+						unlockE.Add(1)
+					}
+					leases.Add(1)
+				} else {
+					l, err := r.Obtain(key)
+					if err != nil {
+						lockErrs.Add(1)
+						continue
+					}
+					if err := l.LockContext(ctx); err != nil {
+						if ctx.Err() == nil {
+							lockErrs.Add(1)
+						}
+						continue
+					}
+					iv = interval{Key: key, Proc: a.Proc, Token: l.Token(), Acquired: mono()}
+					fenced(key, iv.Token)
+					iv.Released = mono()
+					if err := l.UnlockContext(context.Background()); err != nil {
+						unlockE.Add(1)
+					}
 				}
 				done.Add(1)
 				js, _ := json.Marshal(iv)
@@ -141,17 +167,62 @@ func contend(a contendArgs) error {
 		return err
 	}
 	emit(map[string]any{"event": "done", "acquisitions": done.Load(), "lockErrors": lockErrs.Load(),
-		"unlockErrors": unlockE.Load(), "rejected": rejected.Load(), "resourceErrors": resErrs.Load()})
+		"unlockErrors": unlockE.Load(), "rejected": rejected.Load(), "resourceErrors": resErrs.Load(),
+		"leases": leases.Load()})
 	return nil
+}
+
+// leaseReleaser is a goroutine that does the work of leases that another
+// goroutine acquired, and releases them.
+type leaseReleaser struct {
+	jobs chan leaseJob
+	done chan struct{}
+}
+
+type leaseJob struct {
+	le   *registry.Lease
+	work func()
+	errc chan error
+}
+
+func newLeaseReleaser() *leaseReleaser {
+	lr := &leaseReleaser{jobs: make(chan leaseJob), done: make(chan struct{})}
+	go func() {
+		defer close(lr.done)
+		for j := range lr.jobs {
+			j.work()
+			j.errc <- j.le.Release(context.Background())
+		}
+	}()
+	return lr
+}
+
+// run has the releaser goroutine do work under le and release it, and
+// returns the release's error.
+func (lr *leaseReleaser) run(le *registry.Lease, work func()) error {
+	errc := make(chan error, 1)
+	lr.jobs <- leaseJob{le, work, errc}
+	return <-errc
+}
+
+func (lr *leaseReleaser) stop() {
+	close(lr.jobs)
+	<-lr.done
 }
 
 // holdArgs configures a holder process: it takes Key, reports "held",
 // waits for its loss (the parent kills, or stops and resumes, it), then
 // reports "lost", its fenced write and its unlock.
 type holdArgs struct {
-	Addr, Res, Prefix, Key string
-	TTL                    time.Duration
-	AutoRenew, Fencing     bool
+	Addr, Res, Prefix, Key    string
+	TTL                       time.Duration
+	AutoRenew, Fencing, Lease bool // Lease: hold a lease, released by another goroutine
+}
+
+// held is what holdRole holds: a lock, or a lease.
+type held interface {
+	Token() int64
+	Lost() <-chan struct{}
 }
 
 func holdRole(a holdArgs) error {
@@ -169,14 +240,32 @@ func holdRole(a holdArgs) error {
 		return err
 	}
 	defer r.Close()
-	l, err := r.Obtain(a.Key)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := l.LockContext(ctx); err != nil {
-		return err
+	var (
+		l       held
+		release func() error
+	)
+	if a.Lease {
+		le, err := r.Acquire(ctx, a.Key, 0)
+		if err != nil {
+			return err
+		}
+		l = le
+		release = func() error { // from another goroutine
+			errc := make(chan error, 1)
+			go func() { errc <- le.Release(context.Background()) }()
+			return <-errc
+		}
+	} else {
+		lk, err := r.Obtain(a.Key)
+		if err != nil {
+			return err
+		}
+		if err := lk.LockContext(ctx); err != nil {
+			return err
+		}
+		l, release = lk, func() error { return lk.UnlockContext(context.Background()) }
 	}
 	token := l.Token()
 	emit(map[string]any{"event": "held", "token": token, "at": mono()})
@@ -198,7 +287,7 @@ func holdRole(a holdArgs) error {
 		}
 		emit(map[string]any{"event": "write", "accepted": ok})
 	}
-	err = l.UnlockContext(context.Background())
+	err = release()
 	emit(map[string]any{"event": "unlock", "lost": errors.Is(err, registry.ErrLockLost), "err": fmt.Sprint(err)})
 	return nil
 }

@@ -12,7 +12,9 @@ import (
 
 // Scenario 1: 3 processes x 4 registries x 8 goroutines over 8 keys, every
 // acquisition logged and checked at a fenced resource: no two intervals on a
-// key overlap, no write is rejected, occupancy never exceeds 1.
+// key overlap, no write is rejected, occupancy never exceeds 1. A quarter of
+// the goroutines take leases (Acquire) and release them from another
+// goroutine; they share the keys and local queues with the locks.
 func TestContention(t *testing.T) {
 	const (
 		procs, regs, goroutines, keys = 3, 4, 8, 8
@@ -30,10 +32,11 @@ func TestContention(t *testing.T) {
 			Quota: (total + procs - 1) / procs, Deadline: 6 * time.Minute,
 		}))
 	}
-	var acq, lockErrs, unlockErrs, rejected, resErrs float64
+	var acq, leases, lockErrs, unlockErrs, rejected, resErrs float64
 	for _, c := range children {
 		ev := c.event(t, 7*time.Minute, "done")
 		acq += ev["acquisitions"].(float64)
+		leases += ev["leases"].(float64)
 		lockErrs += ev["lockErrors"].(float64)
 		unlockErrs += ev["unlockErrors"].(float64)
 		rejected += ev["rejected"].(float64)
@@ -64,6 +67,8 @@ func TestContention(t *testing.T) {
 		t.Errorf("%d intervals logged, %d acquisitions reported", len(ivs), int(acq))
 	case acq < total:
 		t.Errorf("%d acquisitions, want at least %d", int(acq), total)
+	case leases < total/20:
+		t.Errorf("%d of them leases, want at least %d", int(leases), total/20)
 	}
 	if len(bad) > 0 {
 		t.Errorf("%d overlapping intervals, first %+v", len(bad), bad[0])
@@ -72,6 +77,6 @@ func TestContention(t *testing.T) {
 		t.Errorf("rejected fenced writes %v, peak occupancy %d, resource errors %v, lock errors %v, unlock errors %v",
 			rejected, peak, resErrs, lockErrs, unlockErrs)
 	}
-	figure(t, 1, "%d acquisitions by %d processes x %d registries x %d goroutines on %d keys in %v (-race: %v): %d overlaps, %v fenced writes rejected, peak occupancy %d, %v errors",
-		int(acq), procs, regs, goroutines, keys, elapsed.Round(time.Second), raceEnabled, len(bad), rejected, peak, lockErrs+unlockErrs)
+	figure(t, 1, "%d acquisitions (%d of them leases released by another goroutine) by %d processes x %d registries x %d goroutines on %d keys in %v (-race: %v): %d overlaps, %v fenced writes rejected, peak occupancy %d, %v errors",
+		int(acq), int(leases), procs, regs, goroutines, keys, elapsed.Round(time.Second), raceEnabled, len(bad), rejected, peak, lockErrs+unlockErrs)
 }

@@ -181,8 +181,9 @@ type interval struct {
 	Key      string `json:"k"`
 	Proc     string `json:"p"`
 	Token    int64  `json:"t"`
-	Acquired int64  `json:"a"` // mono() after Lock returned
-	Released int64  `json:"r"` // mono() before Unlock was called
+	Acquired int64  `json:"a"`           // mono() after Lock returned
+	Released int64  `json:"r"`           // mono() before Unlock was called
+	Lease    bool   `json:"l,omitempty"` // a lease, released by another goroutine
 }
 
 // overlaps returns the pairs of intervals on one key that overlap.

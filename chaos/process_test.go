@@ -19,12 +19,20 @@ func TestHolderKilled(t *testing.T) {
 		reps = 3
 	)
 	srv := startServer(t)
-	for _, lt := range []registry.LockType{registry.SpinLock, registry.PubSubLock} {
-		t.Run(lt.String(), func(t *testing.T) {
+	for _, c := range []struct {
+		lt    registry.LockType
+		lease bool
+	}{{registry.SpinLock, false}, {registry.PubSubLock, false}, {registry.PubSubLock, true}} {
+		what := c.lt.String()
+		if c.lease {
+			what += ", lease holder"
+		}
+		lt := c.lt
+		t.Run(what, func(t *testing.T) {
 			var lat []time.Duration
 			for i := range reps {
 				key := fmt.Sprintf("k%d", i)
-				holder := spawn(t, "hold", holdArgs{Addr: srv.Addr, Prefix: "chaos2", Key: key, TTL: ttl, AutoRenew: true})
+				holder := spawn(t, "hold", holdArgs{Addr: srv.Addr, Prefix: "chaos2", Key: key, TTL: ttl, AutoRenew: true, Lease: c.lease})
 				holder.event(t, 10*time.Second, "held")
 				r := newRegistry(t, newPool(srv.Addr), "chaos2", registry.WithExpireAfter(ttl),
 					registry.WithIdleBetweenTries(idle), registry.WithLockType(lt))
@@ -43,7 +51,7 @@ func TestHolderKilled(t *testing.T) {
 				lat = append(lat, d)
 			}
 			figure(t, 2, "%s, TTL %v, poll %v, auto-renew: kill -> next acquire median %s, max %s over %d kills (bound TTL+poll)",
-				lt, ttl, idle, ms(median(lat)), ms(lat[len(lat)-1]), reps)
+				what, ttl, idle, ms(median(lat)), ms(lat[len(lat)-1]), reps)
 		})
 	}
 }
@@ -53,10 +61,20 @@ func TestHolderKilled(t *testing.T) {
 // fenced write is rejected, and its release returns ErrLockLost and leaves
 // the new owner's key alone.
 func TestHolderPaused(t *testing.T) {
+	for _, lease := range []bool{false, true} {
+		what := "lock holder"
+		if lease {
+			what = "lease holder (released by another goroutine)"
+		}
+		t.Run(what, func(t *testing.T) { holderPaused(t, what, lease) })
+	}
+}
+
+func holderPaused(t *testing.T, what string, lease bool) {
 	const ttl = 900 * time.Millisecond
 	srv, res := startServer(t), startServer(t)
 	holder := spawn(t, "hold", holdArgs{Addr: srv.Addr, Res: res.Addr, Prefix: "chaos3", Key: "k",
-		TTL: ttl, AutoRenew: true, Fencing: true})
+		TTL: ttl, AutoRenew: true, Fencing: true, Lease: lease})
 	holder.event(t, 10*time.Second, "held")
 	mustNil(t, holder.cmd.Process.Signal(unix.SIGSTOP))
 
@@ -92,6 +110,6 @@ func TestHolderPaused(t *testing.T) {
 	}
 	mustNil(t, l.UnlockContext(ctxFor(t, time.Second)))
 	_, rejected := resource{res.Addr}.stats(t, "k")
-	figure(t, 3, "holder SIGSTOPped past its TTL (%v): waiter won; resumed holder learned of the loss %s after SIGCONT (bound %v), its fenced write rejected (%d), its release returned ErrLockLost and left the new owner's key",
-		ttl, ms(learned), ttl/3, rejected)
+	figure(t, 3, "%s SIGSTOPped past its TTL (%v): waiter won; resumed holder learned of the loss %s after SIGCONT (bound %v), its fenced write rejected (%d), its release returned ErrLockLost and left the new owner's key",
+		what, ttl, ms(learned), ttl/3, rejected)
 }

@@ -42,6 +42,13 @@
 // most one. Unlock by a goroutine that does not hold the lock panics,
 // as for sync.Mutex; UnlockContext returns ErrNotOwner instead.
 //
+// A Lease (Registry.Acquire, TryAcquire) is a hold that no goroutine owns:
+// any goroutine may renew or release it. It is not reentrant; in the local
+// queue of its key it is an owner of its own, so leases and the RedisLock of
+// one key in one registry queue together in FIFO order, exclude each other,
+// and pass the Redis hold between them. Package election builds leader
+// election on leases.
+//
 // # TTL and validity
 //
 // Each hold has a TTL: expireAfter, or the ttl of LockFor, for that
