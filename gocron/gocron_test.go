@@ -187,21 +187,6 @@ func schedulers(t *testing.T, role, addr string, n int) ([]*exec.Cmd, <-chan eve
 	return cmds, events
 }
 
-func next(t *testing.T, events <-chan event, d time.Duration, what string, match func(event) bool) event {
-	t.Helper()
-	timeout := time.After(d)
-	for {
-		select {
-		case ev := <-events:
-			if match(ev) {
-				return ev
-			}
-		case <-timeout:
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-	}
-}
-
 // run is one recorded job run.
 type run struct {
 	job    string
@@ -291,14 +276,14 @@ func TestElectorFailover(t *testing.T) {
 	redistest.MustNil(t, err)
 	defer srv.Close()
 	cmds, events := schedulers(t, "elector", srv.Addr, 3)
-	first := next(t, events, 10*time.Second, "a leader", func(ev event) bool { return ev.line == "leader" })
+	first := redistest.Next(t, events, 10*time.Second, "a leader", func(ev event) bool { return ev.line == "leader" })
 	redistest.WaitFor(t, 10*time.Second, "3 ticks on the leader", func() bool {
 		_, secs := perSecond(runs(t, srv), "fast")
 		return len(secs) >= 3
 	})
 	killed := time.Now()
 	redistest.MustNil(t, cmds[first.proc].Process.Kill())
-	second := next(t, events, 5*time.Second, "a new leader", func(ev event) bool {
+	second := redistest.Next(t, events, 5*time.Second, "a new leader", func(ev event) bool {
 		return ev.line == "leader" && ev.proc != first.proc
 	})
 	takeover := second.at.Sub(killed)

@@ -257,7 +257,9 @@ func TestLeaseReleaseAfter(t *testing.T) {
 		_, err = other.TryAcquire(bg(t), "k", 0)
 		mustIs(t, err, registry.ErrNotObtained)
 		notWithin(t, w.got, d/3, "the queued Lock before the key expires")
-		b.expire(t, le.Key(), d)
+		if b.mr != nil {
+			b.mr.FastForward(d) // on the real server the key expires by itself
+		}
 		recvWithin(t, w.got, 5*time.Second, "the queued Lock")
 		if waited := time.Since(start); b.mr == nil && waited < d-d/10 {
 			t.Fatalf("the queued Lock got the key after %v, before it expired (%v)", waited, d)

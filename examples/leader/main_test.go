@@ -107,22 +107,6 @@ func replicas(t *testing.T, addr string, n int) ([]*exec.Cmd, <-chan event) {
 	return cmds, events
 }
 
-// next returns the first event that match accepts, failing after d.
-func next(t *testing.T, events <-chan event, d time.Duration, what string, match func(event) bool) event {
-	t.Helper()
-	timeout := time.After(d)
-	for {
-		select {
-		case ev := <-events:
-			if match(ev) {
-				return ev
-			}
-		case <-timeout:
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-	}
-}
-
 // Three replica processes on a real redis-server. SIGKILL of the leader:
 // another takes over within the TTL plus one poll. SIGSTOP of the next
 // leader past its TTL: a third takes over; the resumed old leader reports
@@ -134,13 +118,13 @@ func TestFailover(t *testing.T) {
 	defer srv.Close()
 	cmds, events := replicas(t, srv.Addr, 3)
 
-	first := next(t, events, 10*time.Second, "a leader", func(ev event) bool { return ev.kind == "lead" })
-	next(t, events, 5*time.Second, "the leader's write", func(ev event) bool {
+	first := redistest.Next(t, events, 10*time.Second, "a leader", func(ev event) bool { return ev.kind == "lead" })
+	redistest.Next(t, events, 5*time.Second, "the leader's write", func(ev event) bool {
 		return ev.proc == first.proc && ev.kind == "write" && ev.result == "accepted"
 	})
 	killed := time.Now()
 	redistest.MustNil(t, cmds[first.proc].Process.Kill())
-	second := next(t, events, 5*time.Second, "a new leader after SIGKILL", func(ev event) bool {
+	second := redistest.Next(t, events, 5*time.Second, "a new leader after SIGKILL", func(ev event) bool {
 		return ev.kind == "lead" && ev.proc != first.proc
 	})
 	takeover := second.at.Sub(killed)
@@ -154,22 +138,22 @@ func TestFailover(t *testing.T) {
 
 	// Stop the leader right after one of its writes: it is then between
 	// two writes (20ms apart), not in the middle of one.
-	next(t, events, 5*time.Second, "the second leader's write", func(ev event) bool {
+	redistest.Next(t, events, 5*time.Second, "the second leader's write", func(ev event) bool {
 		return ev.proc == second.proc && ev.kind == "write"
 	})
 	stopped := cmds[second.proc].Process
 	redistest.MustNil(t, stopped.Signal(syscall.SIGSTOP))
-	third := next(t, events, 5*time.Second, "a new leader after SIGSTOP", func(ev event) bool {
+	third := redistest.Next(t, events, 5*time.Second, "a new leader after SIGSTOP", func(ev event) bool {
 		return ev.kind == "lead" && ev.proc != second.proc
 	})
-	next(t, events, 5*time.Second, "the third leader's write", func(ev event) bool {
+	redistest.Next(t, events, 5*time.Second, "the third leader's write", func(ev event) bool {
 		return ev.proc == third.proc && ev.kind == "write" && ev.result == "accepted"
 	})
 	resumed := time.Now()
 	redistest.MustNil(t, stopped.Signal(syscall.SIGCONT))
 	// The resumed leader's first event is the loss: it checks Lost before
 	// each write, and Lost counts a deadline that passed during the stop.
-	ev := next(t, events, 5*time.Second, "the resumed leader's first event", func(ev event) bool {
+	ev := redistest.Next(t, events, 5*time.Second, "the resumed leader's first event", func(ev event) bool {
 		return ev.proc == second.proc && !ev.at.Before(resumed)
 	})
 	if ev.kind != "lost" {
