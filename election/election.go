@@ -30,8 +30,13 @@ type Election struct {
 
 	// mu guards the following.
 	mu    sync.Mutex
-	lease *registry.Lease // the leadership, while this replica leads
+	lease *registry.Lease         // the leadership, while this replica leads
+	end   context.CancelCauseFunc // ends the context of Run's lead, while it runs
 }
+
+// ErrResigned is the cause of the end of Run's lead context when Resign
+// ended the leadership.
+var ErrResigned = errors.New("lockyard: election: resigned")
 
 // New returns the election of key on reg, whose leases live ttl (0: the
 // registry's expireAfter). It returns an error matching
@@ -68,15 +73,18 @@ func (e *Election) Campaign(ctx context.Context) (*registry.Lease, error) {
 	return le, nil
 }
 
-// Resign ends this replica's leadership, if it leads: its lease is
-// released, even if ctx is done, and a waiting replica takes over. It
-// returns the release's error: registry.ErrLockLost if the leadership had
-// been lost already.
+// Resign ends this replica's leadership, if it leads: the context of
+// Run's lead ends (cause ErrResigned), then the lease is released, even if
+// ctx is done, and a waiting replica takes over. It returns the release's
+// error: registry.ErrLockLost if the leadership had been lost already.
 func (e *Election) Resign(ctx context.Context) error {
 	e.mu.Lock()
-	le := e.lease
+	le, end := e.lease, e.end
 	e.lease = nil
 	e.mu.Unlock()
+	if end != nil {
+		end(ErrResigned)
+	}
 	if le == nil {
 		return nil
 	}
@@ -102,11 +110,12 @@ func (e *Election) Leading() *registry.Lease {
 
 // Run campaigns until ctx ends. Each time this replica wins, it calls lead
 // with the lease and a context that ends when the leadership is lost
-// (cause registry.ErrLockLost) or ctx ends; when lead returns, Run resigns
+// (cause registry.ErrLockLost), Resign ends it (ErrResigned), or ctx
+// ends; when lead returns, Run resigns
 // and, unless lead failed or ctx ended, campaigns again. lead should
 // return when its context ends. Run returns ctx's error once ctx ends;
-// lead's error, unless the leadership was lost meanwhile (which explains
-// it); or the campaign's (registry.ErrClosed after Close).
+// lead's error, unless the leadership was lost or resigned meanwhile
+// (which explains it); or the campaign's (registry.ErrClosed after Close).
 func (e *Election) Run(ctx context.Context, lead func(ctx context.Context, lease *registry.Lease) error) error {
 	for {
 		le, err := e.Campaign(ctx)
@@ -123,6 +132,9 @@ func (e *Election) Run(ctx context.Context, lead func(ctx context.Context, lease
 // error, unless the leadership was lost.
 func (e *Election) lead(ctx context.Context, le *registry.Lease, lead func(context.Context, *registry.Lease) error) error {
 	lctx, cancel := context.WithCancelCause(ctx)
+	e.mu.Lock()
+	e.end = cancel
+	e.mu.Unlock()
 	watched := make(chan struct{})
 	go func() { // ends lctx at the loss; stops when lead has returned
 		defer close(watched)
@@ -133,14 +145,25 @@ func (e *Election) lead(ctx context.Context, le *registry.Lease, lead func(conte
 		}
 	}()
 	err := lead(lctx, le)
-	lost := errors.Is(context.Cause(lctx), registry.ErrLockLost)
+	cause := context.Cause(lctx)
+	explained := errors.Is(cause, registry.ErrLockLost) || errors.Is(cause, ErrResigned)
 	cancel(nil)
 	<-watched
-	rerr := e.Resign(context.WithoutCancel(ctx))
+	e.mu.Lock()
+	e.end = nil
+	mine := e.lease == le
+	if mine {
+		e.lease = nil
+	}
+	e.mu.Unlock()
+	var rerr error
+	if mine { // else Resign released it
+		rerr = le.Release(context.WithoutCancel(ctx))
+	}
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case err != nil && !lost:
+	case err != nil && !explained:
 		return errors.Join(err, rerr)
 	}
 	return nil

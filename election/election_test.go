@@ -200,3 +200,34 @@ func TestCloseAndBadInput(t *testing.T) {
 		}
 	})
 }
+
+// Resign during Run ends the term's context (cause ErrResigned) before the
+// lease is released, so that lead stops before another replica leads.
+func TestResignEndsTheTerm(t *testing.T) {
+	forBackends(t, func(t *testing.T, addr, prefix string) {
+		e, err := election.New(replica(t, addr, prefix), "leader", 0)
+		redistest.MustNil(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		causes := make(chan error, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- e.Run(ctx, func(lctx context.Context, le *registry.Lease) error {
+				if len(causes) == 0 {
+					go e.Resign(context.Background())
+				}
+				<-lctx.Done()
+				select {
+				case causes <- context.Cause(lctx):
+				default:
+				}
+				cancel()
+				return errors.New("explained by the resignation")
+			})
+		}()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run = %v", err)
+		}
+		redistest.MustIs(t, <-causes, election.ErrResigned)
+	})
+}

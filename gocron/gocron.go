@@ -74,8 +74,8 @@ func WithTTL(ttl time.Duration) Option {
 // returns). See Time splay in the package doc.
 func WithMinHold(d time.Duration) Option {
 	return func(c *config) {
-		if d < 0 {
-			c.err = fmt.Errorf("%w: gocron: WithMinHold(%v) is negative", registry.ErrInvalidConfig, d)
+		if d < 0 || d > registry.MaxDuration {
+			c.err = fmt.Errorf("%w: gocron: WithMinHold(%v) is out of range [0, MaxDuration]", registry.ErrInvalidConfig, d)
 		}
 		c.minHold = d
 	}
@@ -149,6 +149,10 @@ type elector struct {
 // campaign (other than a transient one, which is retried), it campaigns
 // again a second later. A bad option or registry makes every IsLeader
 // return an error matching registry.ErrInvalidConfig.
+//
+// When ctx ends the leader resigns at once and another replica leads: end
+// it after the scheduler's Shutdown has waited for the running jobs, or
+// their runs may overlap the next leader's.
 func NewElector(ctx context.Context, reg *registry.Registry, key string, opts ...Option) gocron.Elector {
 	cfg := newConfig(opts)
 	if cfg.err != nil {
@@ -167,6 +171,9 @@ func NewElector(ctx context.Context, reg *registry.Registry, key string, opts ..
 func (el *elector) campaign(ctx context.Context) {
 	for {
 		err := el.e.Run(ctx, func(lctx context.Context, _ *registry.Lease) error {
+			el.mu.Lock()
+			el.last = nil // this campaign won
+			el.mu.Unlock()
 			<-lctx.Done() // lead until the loss or the end
 			return nil
 		})

@@ -73,7 +73,10 @@ func child(role string) int {
 		// fast job, as between machines.
 		opt = gocron.WithDistributedLocker(splay{gocronlock.NewLocker(reg), time.Duration(index) * 5 * time.Millisecond})
 	case "elector":
-		el := gocronlock.NewElector(ctx, reg, "scheduler", gocronlock.WithTTL(electorTTL))
+		// The elector lives until the scheduler has shut down.
+		ectx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		el := gocronlock.NewElector(ectx, reg, "scheduler", gocronlock.WithTTL(electorTTL))
 		opt = gocron.WithDistributedElector(el)
 		go reportLeader(ctx, el)
 	}
@@ -223,12 +226,10 @@ func perSecond(rs []run, job string) (map[int64][]int, []int64) {
 	return by, secs
 }
 
-// stop ends the children with SIGTERM and checks their exit.
-func stop(t *testing.T, cmds []*exec.Cmd, skip int) {
-	for i, cmd := range cmds {
-		if i == skip {
-			continue
-		}
+// stop ends the children in order with SIGTERM and checks their exit.
+func stop(t *testing.T, cmds []*exec.Cmd, order ...int) {
+	for _, i := range order {
+		cmd := cmds[i]
 		redistest.MustNil(t, cmd.Process.Signal(syscall.SIGTERM))
 		if err := cmd.Wait(); err != nil {
 			t.Errorf("scheduler %d after SIGTERM: %v", i, err)
@@ -253,7 +254,7 @@ func TestLockerRunsOncePerTick(t *testing.T) {
 		}
 		return true
 	})
-	stop(t, cmds, -1)
+	stop(t, cmds, 0, 1, 2)
 	rs := runs(t, srv)
 	for _, job := range []string{"fast", "slow"} {
 		by, secs := perSecond(rs, job)
@@ -295,7 +296,9 @@ func TestElectorFailover(t *testing.T) {
 	redistest.WaitFor(t, 10*time.Second, "3 ticks on the new leader", func() bool {
 		return len(runs(t, srv)) >= before+6
 	})
-	stop(t, cmds, first.proc)
+	// The follower first: a leader that shuts down resigns, and a
+	// follower still running would lead and run a job meanwhile.
+	stop(t, cmds, 3-first.proc-second.proc, second.proc)
 	for _, job := range []string{"fast", "slow"} {
 		by, secs := perSecond(runs(t, srv), job)
 		for _, s := range secs {

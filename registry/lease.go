@@ -58,7 +58,7 @@ func (r *Registry) Acquire(ctx context.Context, key string, ttl time.Duration) (
 	if err := l.lock(ctx, false, ttl, who); err != nil {
 		return nil, err
 	}
-	return l.newLease(who), nil
+	return l.newLease(who)
 }
 
 // TryAcquire makes one attempt: ErrNotObtained if another holder has the
@@ -75,7 +75,7 @@ func (r *Registry) TryAcquire(ctx context.Context, key string, ttl time.Duration
 	if err := l.tryErr(l.tryLock(ctx, ttl, who)); err != nil {
 		return nil, err
 	}
-	return l.newLease(who), nil
+	return l.newLease(who)
 }
 
 // leaseLock checks ttl (0: expireAfter) and returns the lock of key for a
@@ -96,8 +96,17 @@ func (r *Registry) leaseLock(key string, ttl time.Duration) (*RedisLock, time.Du
 	return l, ttl, nil
 }
 
-func (l *RedisLock) newLease(who reentrant.Owner) *Lease {
-	return &Lease{l: l, who: who, h: l.hold.Load()}
+// newLease returns the lease of who, which has just acquired l. The hold
+// is read before who's ownership is checked: while who owns the local
+// mutex the hold is its own. If it was revoked in between (its validity
+// ended at once), the acquisition is lost.
+func (l *RedisLock) newLease(who reentrant.Owner) (*Lease, error) {
+	h := l.hold.Load()
+	if h == nil || l.local.Depth(who) == 0 {
+		_ = l.local.Unlock(who) // consumes the revoked hold
+		return nil, fmt.Errorf("%w: %q was lost as it was acquired", ErrLockLost, l.key)
+	}
+	return &Lease{l: l, who: who, h: h}, nil
 }
 
 // Key returns the full Redis key of the lease, as RedisLock.Key.
@@ -164,8 +173,8 @@ func (le *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // has expired. It is for work that must not run again for a while after it
 // started (a scheduler's job on replicas whose clocks tick a few
 // milliseconds apart). d below a millisecond (Redis's unit) is Release;
-// above MaxDuration it returns ErrInvalidConfig. Errors are those of
-// Release, and a second call returns ErrNotOwner.
+// above MaxDuration it returns ErrInvalidConfig and releases nothing.
+// Errors are those of Release, and a second call returns ErrNotOwner.
 func (le *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if d < time.Millisecond {
 		return le.Release(ctx)
@@ -187,8 +196,8 @@ func (le *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 // queued on the key, or runs the compare-and-delete release script, as the
 // outermost UnlockContext does, with the same errors (ErrLockLost,
 // ErrReleaseFailed), even if ctx is done or the registry closed. Only the
-// first call releases; a second Release returns ErrNotOwner. A Renew in
-// flight is waited for (at most the command timeout).
+// first call releases; a second Release returns ErrNotOwner. A renewal in
+// flight (Renew, or the watchdog's batch) is waited for.
 func (le *Lease) Release(ctx context.Context) error {
 	if !le.begin() {
 		return fmt.Errorf("%w: the lease of %q was already released", ErrNotOwner, le.l.key)
@@ -215,8 +224,17 @@ func (le *Lease) begin() bool {
 func (l *RedisLock) expire(ctx context.Context, d time.Duration, who reentrant.Owner) error {
 	h := l.hold.Load()
 	l.setPhase(releasing)
+	// As for a pass: no renewal (the watchdog, RenewLock) may reach Redis
+	// after this command and give the key its full TTL again.
 	l.retire(h)
-	ok, err := l.reg.store.renew(context.WithoutCancel(ctx), l.key, h.token, d)
+	h.renewing.Lock()
+	defer h.renewing.Unlock()
+	ok, _, err := l.reg.retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
+		return l.reg.store.renew(ctx, l.key, h.token, d)
+	})
+	if errors.Is(err, ErrReplicaAck) {
+		ok, err = true, nil // it ran on the master: the key expires by d, or by its TTL
+	}
 	switch {
 	case err != nil:
 		// The key expires by its TTL, or by d if the command ran.

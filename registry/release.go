@@ -22,9 +22,15 @@ const netTries = 10
 //
 // Compare-and-delete is idempotent and never deletes another holder's key.
 func (r *Registry) deleteToken(ctx context.Context, lk, token string) (done bool, first, err error) {
+	return r.retried(ctx, func(ctx context.Context) (bool, error) { return r.store.release(ctx, lk, token) })
+}
+
+// retried runs op, an idempotent command on a key, as deleteToken runs the
+// release: again after a stale connection or a transient error reply.
+func (r *Registry) retried(ctx context.Context, op func(context.Context) (bool, error)) (done bool, first, err error) {
 	var bo backoff
 	for try := 1; ; try++ {
-		done, err = r.store.release(ctx, lk, token)
+		done, err = op(ctx)
 		switch {
 		case try >= netTries || err == nil:
 			return done, first, err
