@@ -66,7 +66,7 @@ func (l *RedisLock) Key() string { return l.key }
 // failover to a replica whose copy of the counter lagged can repeat a token,
 // as it can grant the lock twice (see WithReplicaAck).
 func (l *RedisLock) Token() int64 {
-	if h := l.hold.Load(); h != nil && !l.revoked(reentrant.Self()) {
+	if h := l.hold.Load(); h != nil && !l.revoked() {
 		return h.fence
 	}
 	return 0
@@ -85,7 +85,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // goroutine; the first call for a hold arms one timer, stopped at release.
 func (l *RedisLock) Lost() <-chan struct{} {
 	h := l.hold.Load()
-	if h == nil || l.revoked(reentrant.Self()) {
+	if h == nil || l.revoked() {
 		return closedChan
 	}
 	return h.watch(l.reg).Done()

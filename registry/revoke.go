@@ -93,8 +93,13 @@ func (l *RedisLock) revoke(h *hold) bool {
 	return true
 }
 
-// revoked reports whether who lost its holds to revoke and holds the lock
-// no more.
-func (l *RedisLock) revoked(who reentrant.Owner) bool {
+// revoked reports whether the calling goroutine lost its holds to revoke
+// and holds the lock no more. The goroutine's id is read only if some
+// owner was revoked: Token and Lost are on the hot path.
+func (l *RedisLock) revoked() bool {
+	if !l.local.AnyRevoked() {
+		return false
+	}
+	who := reentrant.Self()
 	return l.local.Revoked(who) && l.local.Depth(who) == 0
 }

@@ -263,6 +263,11 @@ func (m *Mutex) Revoke(ok func() bool) bool {
 	return true
 }
 
+// AnyRevoked reports whether some owner has holds that Revoke took and
+// that it has not yet unlocked: without a lock, so that the common case
+// (none) costs one atomic load.
+func (m *Mutex) AnyRevoked() bool { return m.nrev.Load() > 0 }
+
 // Revoked reports whether who has holds that Revoke took and that it has
 // not yet unlocked.
 func (m *Mutex) Revoked(who Owner) bool {
