@@ -67,6 +67,13 @@ func (c *Client) Eval(ctx context.Context, s *registry.Script, keys []string, ar
 	return v, replyError(err)
 }
 
+// SetNX sends SET key value NX PX ttl (registry.SetNXClient): the
+// registry's obtain when it expects the key to be free.
+func (c *Client) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	ok, err := c.rdb.SetNX(ctx, key, value, ttl).Result()
+	return ok, replyError(err)
+}
+
 // EvalWait pipelines the script and WAIT on one connection: the master of
 // the first key's slot in Cluster, the client's node otherwise.
 func (c *Client) EvalWait(ctx context.Context, s *registry.Script, keys []string, args []any, replicas int, timeout time.Duration) (any, int, error) {

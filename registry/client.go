@@ -101,6 +101,19 @@ func (s *Script) Source() string { return s.src }
 // Hash returns the SHA1 of the source in hex, for EVALSHA.
 func (s *Script) Hash() string { return s.hash }
 
+// SetNXClient is an optional interface of a Client: SET key value NX PX
+// ttl as a plain command, which reports whether the key was set (false:
+// it exists). A registry whose obtains need nothing but the SET (no
+// fencing, no WithReplicaAck, one Client) sends it instead of the obtain
+// script when it expects the key to be free: the script runs only after
+// the SET found the key taken, to leave the wait marker and read the
+// holder's TTL. The key and its value are the same either way. The
+// redigo Client and the go-redis and rueidis adapters implement it; a
+// Client without it runs the script every time.
+type SetNXClient interface {
+	SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error)
+}
+
 // infoClient is the optional Info method of a Client.
 type infoClient interface {
 	Info(ctx context.Context, section string) (string, error)

@@ -41,6 +41,10 @@ type turn struct {
 	passes int           // free passes since the last command on the key
 	yield  bool          // the next acquisition waits before its first attempt
 	grace  time.Duration // how long a PubSubLock waiter yields
+	// taken: an obtain found the key held, and no acquisition has since
+	// got it at its first attempt. While it is set, a first attempt runs
+	// the obtain script at once instead of trying a plain SET first.
+	taken bool
 }
 
 type handoffResult int

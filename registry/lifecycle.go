@@ -94,9 +94,9 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 	if err := l.yieldFirst(ctx); err != nil {
 		return waited, l.waitErr(err, nil)
 	}
-	for {
+	for first := true; ; first = false {
 		l.wake.drain()
-		g, err := l.attempt(ctx, ttl)
+		g, err := l.attempt(ctx, ttl, first)
 		if g.ok {
 			return waited, nil
 		}
@@ -138,15 +138,22 @@ func (l *RedisLock) waitErr(end, lastErr error) error {
 
 // attempt runs the store's obtain once, for a key that lives ttl. On
 // success the new hold begins; on failure the grant carries the holder's
-// remaining TTL.
-func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration) (grant, error) {
+// remaining TTL. first says this is the acquisition's first attempt: the
+// key is expected free unless the last acquisition found it taken.
+func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first bool) (grant, error) {
 	r := l.reg
 	r.checkEviction(ctx)
 	token := r.newToken()
 	sent := r.now()
-	g, err := r.store.obtain(ctx, l.key, token, ttl)
+	g, err := r.store.obtain(ctx, l.key, token, ttl, first && !l.turn.taken)
 	if err == nil {
 		r.eviction.answered()
+		switch {
+		case !g.ok:
+			l.turn.taken = true
+		case first:
+			l.turn.taken = false
+		}
 	}
 	if err != nil {
 		if isAmbiguous(err) && !errors.Is(err, ErrReplicaAck) {

@@ -76,6 +76,20 @@ func (p *poolClient) Eval(ctx context.Context, s *Script, keys []string, args []
 	return evalConn(c, timeout, s, keys, args)
 }
 
+// SetNX sends SET key value NX PX ttl.
+func (p *poolClient) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	c, timeout, err := p.conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	v, err := doTimeout(c, timeout, "SET", []any{key, value, "NX", "PX", ttl.Milliseconds()})
+	if err = replyError(err); err != nil {
+		return false, err
+	}
+	return v != nil, nil
+}
+
 func (p *poolClient) EvalWait(ctx context.Context, s *Script, keys []string, args []any, replicas int, timeout time.Duration) (any, int, error) {
 	c, left, err := p.conn(ctx)
 	if err != nil {

@@ -90,7 +90,7 @@ type quorumStore struct {
 // with the highest fence counter, after raising every node's counter to it
 // (fencing); otherwise it releases the nodes it took and reports the
 // shortest TTL of another holder, or an ErrNoQuorum error.
-func (q *quorumStore) obtain(ctx context.Context, lk, token string, ttl time.Duration) (grant, error) {
+func (q *quorumStore) obtain(ctx context.Context, lk, token string, ttl time.Duration, _ bool) (grant, error) {
 	ctx, cancel := bound(ctx, q.timeout)
 	defer cancel()
 	g, err := q.obtainAll(ctx, lk, token, ttl)

@@ -16,8 +16,10 @@ import (
 // lk is a lock key (wire.Layout.LockKey), token the value of one
 // acquisition, ttl the key's time to live.
 type store interface {
-	// obtain takes lk for token if it is free (or already token's).
-	obtain(ctx context.Context, lk, token string, ttl time.Duration) (grant, error)
+	// obtain takes lk for token if it is free (or already token's). free
+	// says the caller expects lk to be free: a store may then try a
+	// cheaper command first, and obtain as usual only if that fails.
+	obtain(ctx context.Context, lk, token string, ttl time.Duration, free bool) (grant, error)
 	// pass keeps lk, held by token, for the next holder of this registry,
 	// unless another registry waits for it (then it releases it).
 	pass(ctx context.Context, lk, token string, ttl time.Duration) (passReply, error)

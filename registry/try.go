@@ -37,7 +37,7 @@ func (l *RedisLock) tryLock(ctx context.Context, ttl time.Duration, who reentran
 		return tryHeld, nil
 	}
 	l.setPhase(acquiring)
-	g, err := l.attempt(ctx, ttl)
+	g, err := l.attempt(ctx, ttl, true)
 	switch {
 	case err != nil:
 		l.abandon(who)

@@ -156,8 +156,9 @@ func TestHandOffTakesWaitersTTL(t *testing.T) {
 }
 
 // TryLockContext says why it did not get the lock: ErrNotObtained for a
-// holder in another registry (after one command) or in this one (at once,
-// no command); another error when Redis is down; nil, reentrant, for the
+// holder in another registry (after one command, once the key was found
+// taken: see TestObtainPlainSetFirst) or in this one (at once, no
+// command); another error when Redis is down; nil, reentrant, for the
 // holder.
 func TestTryLockContext(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
@@ -170,6 +171,7 @@ func TestTryLockContext(t *testing.T) {
 		mustNil(t, w.TryLockContext(bg(t)))
 		mustNil(t, w.UnlockContext(bg(t)))
 		l := obtain(t, r, "k")
+		mustIs(t, l.TryLockContext(bg(t)), registry.ErrNotObtained) // SET, then the script
 		cp.Commands()
 		mustIs(t, l.TryLockContext(bg(t)), registry.ErrNotObtained)
 		if cmds := cp.Commands(); len(cmds) != 1 {

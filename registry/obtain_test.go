@@ -1,0 +1,122 @@
+package registry_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+// scriptsOnly drops EVAL, the fallback of an EVALSHA that found the script
+// missing (miniredis and a fresh server start without it).
+func scriptsOnly(cmds []string) []string {
+	return slices.DeleteFunc(cmds, func(c string) bool { return c == "EVAL" })
+}
+
+// An uncontended obtain is a plain SET NX PX. Once an obtain finds the key
+// taken, the obtain script runs instead (wait marker, holder's TTL), until
+// an acquisition gets the key at its first attempt. With fencing the
+// script always runs. The key is the same either way.
+func TestObtainPlainSetFirst(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		cp := &redistest.CountingPool{Pool: b.pool(t)}
+		r := newRegPrefix(t, cp, pfx, registry.WithExpireAfter(5*time.Second))
+		w := obtain(t, r, "warm-up") // the eviction-policy check (INFO)
+		mustNil(t, w.LockContext(bg(t)))
+		mustNil(t, w.UnlockContext(bg(t)))
+		l := obtain(t, r, "k")
+		cp.Commands()
+		mustNil(t, l.LockContext(bg(t)))
+		if cmds := cp.Commands(); !slices.Equal(cmds, []string{"SET"}) {
+			t.Fatalf("an uncontended Lock sent %v, want [SET]", cmds)
+		}
+		if p := pttl(t, b, l.Key()); p <= 4000 || p > 5000 {
+			t.Fatalf("PTTL after the SET: %d ms, want the registry's 5s", p)
+		}
+		v, err := redis.String(b.do(t, "GET", l.Key()), nil)
+		mustNil(t, err)
+		if len(v) < 37 || v[36] != ':' { // wire format: clientID:sequence
+			t.Fatalf("the key holds %q, not a token", v)
+		}
+		mustNil(t, l.UnlockContext(bg(t)))
+
+		// Another registry holds it: the SET fails, then the script leaves
+		// the wait marker that stops the holder's local hand-offs.
+		other := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
+		mustNil(t, other.LockContext(bg(t)))
+		cp.Commands()
+		mustIs(t, l.TryLockContext(bg(t)), registry.ErrNotObtained)
+		if cmds := scriptsOnly(cp.Commands()); !slices.Equal(cmds, []string{"SET", "EVALSHA"}) {
+			t.Fatalf("the first TryLock against a holder sent %v, want [SET EVALSHA]", cmds)
+		}
+		if n, _ := redis.Int(b.do(t, "EXISTS", "{"+l.Key()+"}:wait"), nil); n != 1 {
+			t.Fatal("no wait marker after a failed obtain")
+		}
+		mustIs(t, l.TryLockContext(bg(t)), registry.ErrNotObtained)
+		if cmds := cp.Commands(); !slices.Equal(cmds, []string{"EVALSHA"}) {
+			t.Fatalf("a TryLock after the key was found taken sent %v, want the script alone", cmds)
+		}
+		mustNil(t, other.UnlockContext(bg(t)))
+		mustNil(t, l.TryLockContext(bg(t)))
+		mustNil(t, l.UnlockContext(bg(t)))
+		cp.Commands()
+		mustNil(t, l.LockContext(bg(t)))
+		if cmds := cp.Commands(); !slices.Equal(cmds, []string{"SET"}) {
+			t.Fatalf("after a first-attempt acquisition, Lock sent %v, want [SET] again", cmds)
+		}
+		mustNil(t, l.UnlockContext(bg(t)))
+
+		fenced := obtain(t, newRegPrefix(t, cp, prefix(t), registry.WithFencing()), "k")
+		mustNil(t, fenced.LockContext(bg(t))) // INFO, as above
+		mustNil(t, fenced.UnlockContext(bg(t)))
+		cp.Commands()
+		mustNil(t, fenced.LockContext(bg(t)))
+		if cmds := scriptsOnly(cp.Commands()); !slices.Equal(cmds, []string{"EVALSHA"}) || fenced.Token() <= 0 {
+			t.Fatalf("a fenced Lock sent %v with token %d, want the script and a token", cmds, fenced.Token())
+		}
+		mustNil(t, fenced.UnlockContext(bg(t)))
+	})
+}
+
+// resentSET is a Client whose SET NX is sent twice, as go-redis resends a
+// command whose reply was lost: the second finds the key set by the first.
+type resentSET struct {
+	registry.Client
+	sets int
+}
+
+func (c *resentSET) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	sc := c.Client.(registry.SetNXClient)
+	c.sets++
+	if _, err := sc.SetNX(ctx, key, value, ttl); err != nil {
+		return false, err
+	}
+	return sc.SetNX(ctx, key, value, ttl)
+}
+
+// A resent SET that finds the key already holding its token (the reply of
+// the first was lost) gets the lock: the obtain script that follows it
+// finds the token and grants it, as it does for a resent script.
+func TestObtainResentSET(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		c := &resentSET{Client: registry.NewPoolClient(b.pool(t))}
+		r, err := registry.NewWithClient(c, prefix(t))
+		mustNil(t, err)
+		t.Cleanup(func() { r.Close() })
+		l := obtain(t, r, "k")
+		mustNil(t, l.LockContext(bg(t)))
+		if c.sets != 1 {
+			t.Fatalf("%d SETs, want the one that was resent", c.sets)
+		}
+		mustNil(t, l.UnlockContext(bg(t))) // the release finds its own token
+		if n, _ := redis.Int(b.do(t, "EXISTS", l.Key()), nil); n != 0 {
+			t.Fatal("the key outlived the release")
+		}
+	})
+}
