@@ -3,7 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -12,6 +16,7 @@ import (
 	redigo "github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
 
+	lygoredis "github.com/lockyard/lockyard/goredis"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -24,10 +29,22 @@ const tunedRetry = 2 * time.Millisecond
 // impl is one library in one configuration. open makes the client of one
 // process, counting its traffic to the lock server with ctr.
 type impl struct {
-	name string
-	peer bool
-	open func(addr string, ctr *counter) (client, error)
+	name  string
+	peer  bool
+	floor bool   // the raw client: a reference row, neither peer nor lockyard
+	sets  string // the scenarios it runs in; "" for 1, 2, 3 and 4
+	open  func(addr string, ctr *counter) (client, error)
 }
+
+// in reports whether im runs in scenario sc.
+func (im impl) in(sc string) bool {
+	if im.sets == "" {
+		return strings.Contains("1234", sc)
+	}
+	return strings.Contains(im.sets, sc)
+}
+
+func isPeer(im impl) bool { return im.peer }
 
 // client is one process's handle on a library.
 type client interface {
@@ -42,12 +59,14 @@ type locker interface {
 }
 
 var impls = []impl{
-	{name: "lockyard spin", open: openLockyard(registry.SpinLock)},
-	{name: "lockyard pubsub", open: openLockyard(registry.PubSubLock)},
+	{name: "raw redigo (floor)", floor: true, sets: "u", open: openRaw},
+	{name: "lockyard spin", sets: "1234u", open: openLockyard(registry.SpinLock)},
+	{name: "lockyard pubsub", sets: "1234u", open: openLockyard(registry.PubSubLock)},
+	{name: "lockyard spin, go-redis", sets: "4u", open: openLockyardGoRedis(registry.SpinLock)},
 	{name: "redsync default", peer: true, open: openRedsync()},
-	{name: "redsync tuned", peer: true, open: openRedsync(redsync.WithRetryDelay(tunedRetry), redsync.WithTries(1<<30))},
+	{name: "redsync tuned", peer: true, sets: "1234u", open: openRedsync(redsync.WithRetryDelay(tunedRetry), redsync.WithTries(1<<30))},
 	{name: "redislock naive", peer: true, open: openRedislock(nil)},
-	{name: "redislock tuned", peer: true, open: openRedislock(&redislock.Options{RetryStrategy: redislock.LinearBackoff(tunedRetry)})},
+	{name: "redislock tuned", peer: true, sets: "1234u", open: openRedislock(&redislock.Options{RetryStrategy: redislock.LinearBackoff(tunedRetry)})},
 }
 
 func implByName(name string) (impl, bool) {
@@ -74,11 +93,71 @@ func redigoPool(addr string, ctr *counter) *redigo.Pool {
 	}
 }
 
+// raw redigo, the floor: SET NX PX, then a compare-and-delete script, on a
+// pool connection each; a counter for tokens, no options, no local state,
+// and no context (redigo's DoContext costs a goroutine per command).
+
+var rawUnlock = redigo.NewScript(1, `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+type rawClient struct {
+	pool *redigo.Pool
+	n    atomic.Int64
+}
+
+func openRaw(addr string, ctr *counter) (client, error) {
+	return &rawClient{pool: redigoPool(addr, ctr)}, nil
+}
+
+func (c *rawClient) locker(key string) (locker, error) {
+	return &rawLocker{c: c, key: key}, nil
+}
+
+func (c *rawClient) close() { _ = c.pool.Close() }
+
+type rawLocker struct {
+	c     *rawClient
+	key   string
+	token string
+}
+
+func (l *rawLocker) lock(ctx context.Context) error {
+	l.token = strconv.FormatInt(l.c.n.Add(1), 10)
+	for {
+		conn, err := l.c.pool.GetContext(ctx)
+		if err != nil {
+			return err
+		}
+		ok, err := redigo.String(conn.Do("SET", l.key, l.token, "NX", "PX", ttl.Milliseconds()))
+		conn.Close()
+		switch {
+		case err == nil && ok == "OK":
+			return nil
+		case err != nil && err != redigo.ErrNil:
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(tunedRetry):
+		}
+	}
+}
+
+func (l *rawLocker) unlock(ctx context.Context) error {
+	conn, err := l.c.pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = rawUnlock.Do(conn, l.key, l.token)
+	return err
+}
+
 // lockyard: one registry per process; goroutines share its *RedisLock.
 
 type lyClient struct {
-	reg  *registry.Registry
-	pool *redigo.Pool
+	reg    *registry.Registry
+	closer io.Closer // the client's connections
 }
 
 func openLockyard(lt registry.LockType, extra ...registry.Option) func(string, *counter) (client, error) {
@@ -89,7 +168,19 @@ func openLockyard(lt registry.LockType, extra ...registry.Option) func(string, *
 		if err != nil {
 			return nil, err
 		}
-		return &lyClient{reg: reg, pool: pool}, nil
+		return &lyClient{reg: reg, closer: pool}, nil
+	}
+}
+
+// openLockyardGoRedis is openLockyard on the go-redis adapter.
+func openLockyardGoRedis(lt registry.LockType) func(string, *counter) (client, error) {
+	return func(addr string, ctr *counter) (client, error) {
+		rdb := goredisClient(addr, ctr)
+		reg, err := registry.NewWithClient(lygoredis.NewClient(rdb), "bench", registry.WithExpireAfter(ttl), registry.WithLockType(lt))
+		if err != nil {
+			return nil, err
+		}
+		return &lyClient{reg: reg, closer: rdb}, nil
 	}
 }
 
@@ -100,7 +191,7 @@ func (c *lyClient) locker(key string) (locker, error) {
 
 func (c *lyClient) close() {
 	_ = c.reg.Close()
-	_ = c.pool.Close()
+	_ = c.closer.Close()
 }
 
 type lyLocker struct{ l *registry.RedisLock }
@@ -154,6 +245,22 @@ func (l rsLocker) unlock(ctx context.Context) error {
 	return err
 }
 
+// goredisClient dials addr through a counting connection.
+func goredisClient(addr string, ctr *counter) *goredis.Client {
+	return goredis.NewClient(&goredis.Options{
+		Addr:     addr,
+		PoolSize: 64,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			nc, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return wrap(nc, ctr), nil
+		},
+	})
+}
+
 // bsm/redislock: Obtain is called again until it succeeds (naive: with its
 // default NoRetry; tuned: with a linear backoff inside Obtain).
 
@@ -165,18 +272,7 @@ type blClient struct {
 
 func openRedislock(opt *redislock.Options) func(string, *counter) (client, error) {
 	return func(addr string, ctr *counter) (client, error) {
-		rdb := goredis.NewClient(&goredis.Options{
-			Addr:     addr,
-			PoolSize: 64,
-			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				var d net.Dialer
-				nc, err := d.DialContext(ctx, network, addr)
-				if err != nil {
-					return nil, err
-				}
-				return wrap(nc, ctr), nil
-			},
-		})
+		rdb := goredisClient(addr, ctr)
 		return &blClient{c: redislock.New(rdb), rdb: rdb, opt: opt}, nil
 	}
 }

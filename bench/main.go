@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -21,10 +22,30 @@ func main() {
 	var (
 		reps   = flag.Int("reps", 5, "repetitions of every scenario (medians are printed)")
 		dur    = flag.Duration("dur", 2*time.Second, "length of a contended run (uncontended runs take half)")
-		only   = flag.String("scenarios", "1,2,3,4,5", "scenarios to run")
+		only   = flag.String("scenarios", "u,1,2,3,4,5", "scenarios to run (u: uncontended CPU, interleaved)")
+		rounds = flag.Int("cpu-rounds", 40, "scenario u: rounds, each a shuffled burst of every contender")
+		burst  = flag.Int("cpu-burst", 400, "scenario u: lock+unlock cycles per burst")
 		worker = flag.Bool("worker", false, "internal: run one process of a cross-process scenario (spec on stdin)")
+		prof   = flag.String("cpuprofile", "", "write a CPU profile of this process to the file")
+		pick  = flag.String("impls", "", "run only the contenders whose names contain one of these, comma-separated")
 	)
 	flag.Parse()
+	if *pick != "" {
+		impls = slices.DeleteFunc(impls, func(im impl) bool {
+			return !slices.ContainsFunc(strings.Split(*pick, ","), func(s string) bool { return strings.Contains(im.name, s) })
+		})
+	}
+	if *prof != "" {
+		f, err := os.Create(*prof)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *worker {
 		if err := runWorker(); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
@@ -32,7 +53,8 @@ func main() {
 		}
 		return
 	}
-	if err := run(*reps, *dur, strings.Split(*only, ",")); err != nil {
+	if err := run(*reps, *dur, *rounds, *burst, strings.Split(*only, ",")); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -71,7 +93,7 @@ func (t table) med(sc, im, col string) float64 {
 	return median(xs)
 }
 
-func run(reps int, dur time.Duration, only []string) error {
+func run(reps int, dur time.Duration, rounds, burst int, only []string) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -91,6 +113,12 @@ func run(reps int, dur time.Duration, only []string) error {
 		reps, dur, dur/2, ttl, tunedRetry)
 	fmt.Printf("machine: %d CPUs, %s %s/%s; redis-server %s on loopback\n\n", runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, version)
 	t := table{}
+	if slices.Contains(only, "u") {
+		fmt.Printf("uncontended CPU: %d rounds of a %d-cycle burst of each contender, shuffled\n\n", rounds, burst)
+		if t, err = e.cpuRun(rounds, burst); err != nil {
+			return fmt.Errorf("scenario u: %w", err)
+		}
+	}
 	for rep := range reps {
 		fmt.Fprintf(os.Stderr, "run %d/%d\n", rep+1, reps)
 		for _, sc := range scenarios {
@@ -102,6 +130,9 @@ func run(reps int, dur time.Duration, only []string) error {
 				d = dur / 2
 			}
 			for _, im := range impls {
+				if !im.in(sc.id) {
+					continue
+				}
 				m, err := e.run(sc, im, d)
 				if err != nil {
 					return fmt.Errorf("scenario %s, %s: %w", sc.id, im.name, err)

@@ -9,13 +9,16 @@ import (
 
 // print writes one markdown table per scenario (medians), then the targets.
 func (t table) print(only []string) {
-	for _, sc := range scenarios {
+	for _, sc := range append([]scenario{cpuScenario}, scenarios...) {
 		if !slices.Contains(only, sc.id) {
 			continue
 		}
 		fmt.Printf("### %s. %s (medians)\n\n", sc.id, sc.title)
 		fmt.Printf("| library | %s |\n|---|%s\n", strings.Join(sc.cols, " | "), strings.Repeat("---:|", len(sc.cols)))
 		for _, im := range impls {
+			if !im.in(sc.id) {
+				continue
+			}
 			row := make([]string, len(sc.cols))
 			for i, c := range sc.cols {
 				row[i] = format(t.med(sc.id, im.name, c))
@@ -61,7 +64,7 @@ func format(v float64) string {
 func (t table) best(sc, col string, keep func(impl) bool) (float64, string) {
 	b, name := math.Inf(-1), ""
 	for _, im := range impls {
-		if v := t.med(sc, im.name, col); keep(im) && v > b {
+		if v := t.med(sc, im.name, col); im.in(sc) && keep(im) && v > b {
 			b, name = v, im.name
 		}
 	}
@@ -77,9 +80,8 @@ type target struct {
 
 func (t table) printTargets(only []string) {
 	var ts []target
-	isPeer := func(im impl) bool { return im.peer }
 	isTuned := func(im impl) bool { return im.peer && strings.Contains(im.name, "tuned") }
-	isUs := func(im impl) bool { return !im.peer }
+	isUs := func(im impl) bool { return !im.peer && !im.floor }
 	ratio := func(sc string, peers func(impl) bool, min float64) target {
 		us, un := t.best(sc, "acq/s", isUs)
 		them, tn := t.best(sc, "acq/s", peers)
@@ -96,6 +98,18 @@ func (t table) printTargets(only []string) {
 		ts = append(ts, at("1", "lockyard spin", "rt/acq", le(2.0), "<= 2"), ratio("1", isPeer, 1.0),
 			at("nested", "lockyard", "nested ns/op", le(200), "< 200"), at("nested", "lockyard", "nested allocs/op", le(0), "0"),
 			at("nested", "lockyard", "nested cmds", le(0), "0"))
+	}
+	if slices.Contains(only, "u") {
+		ts = append(ts, t.cpuTargets()...)
+	}
+	if slices.Contains(only, "4") {
+		r := ratio("4", isPeer, 1.5)
+		ts = append(ts, r)
+		for _, im := range impls {
+			if im.in("4") && !im.peer {
+				ts = append(ts, at("4", im.name, "violations", le(0), "0"))
+			}
+		}
 	}
 	if slices.Contains(only, "2") {
 		for _, im := range []string{"lockyard spin", "lockyard pubsub"} {

@@ -49,7 +49,7 @@ var scenarios = []scenario{
 		cols: append(append([]string{}, trafficCols...), waitCols...)},
 	{id: "3", title: "cross process: 4 processes x 4 goroutines, 1 key", procs: 4, goroutines: 4, keys: oneKey, check: true,
 		cols: append(append([]string{}, trafficCols...), append(waitCols, "handoff p50 ms", "min share %")...)},
-	{id: "4", title: "many keys: 8 goroutines x 8 keys each", procs: 1, goroutines: 8, cols: trafficCols,
+	{id: "4", title: "many keys: 64 goroutines x 8 keys each", procs: 1, goroutines: 64, cols: append(append([]string{}, trafficCols...), "violations"),
 		keys: func(run, _, g int) []string {
 			ks := make([]string, 8)
 			for i := range ks {
@@ -58,6 +58,10 @@ var scenarios = []scenario{
 			return ks
 		}},
 }
+
+// cpuScenario is the interleaved uncontended CPU scenario (cpu.go), which
+// runs apart from the others.
+var cpuScenario = scenario{id: "u", title: "uncontended CPU: 1 goroutine, 1 key, per lock+unlock cycle, shuffled bursts", cols: cpuCols}
 
 // run executes sc for im once and returns its figures.
 func (e *env) run(sc scenario, im impl, dur time.Duration) (metrics, error) {
@@ -176,7 +180,17 @@ func (e *env) checkCounters(recs []rec) float64 {
 // serverCalls sums the calls of INFO commandstats, commands run inside
 // scripts included, INFO itself excluded.
 func serverCalls(addr string) int64 {
-	s, err := redigo.String(redistest.Do(addr, "INFO", "commandstats"))
+	c, err := redigo.Dial("tcp", addr)
+	if err != nil {
+		return 0
+	}
+	defer c.Close()
+	return serverCallsOn(c)
+}
+
+// serverCallsOn is serverCalls on an open connection.
+func serverCallsOn(c redigo.Conn) int64 {
+	s, err := redigo.String(c.Do("INFO", "commandstats"))
 	if err != nil {
 		return 0
 	}
