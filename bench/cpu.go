@@ -13,7 +13,6 @@ import (
 
 	redigo "github.com/gomodule/redigo/redis"
 	"golang.org/x/sys/unix"
-
 )
 
 // The uncontended CPU scenario ("u"): every contender in this process, one

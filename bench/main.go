@@ -27,7 +27,7 @@ func main() {
 		burst  = flag.Int("cpu-burst", 400, "scenario u: lock+unlock cycles per burst")
 		worker = flag.Bool("worker", false, "internal: run one process of a cross-process scenario (spec on stdin)")
 		prof   = flag.String("cpuprofile", "", "write a CPU profile of this process to the file")
-		pick  = flag.String("impls", "", "run only the contenders whose names contain one of these, comma-separated")
+		pick   = flag.String("impls", "", "run only the contenders whose names contain one of these, comma-separated")
 	)
 	flag.Parse()
 	if *pick != "" {
