@@ -123,6 +123,14 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 		if err := r.bg.sleep(ctx, delay, l.wake); err != nil {
 			return waited, l.waitErr(err, lastErr)
 		}
+		if g.behind {
+			// Another registry's turn comes first: let it take the lock
+			// before trying (a try now would only be refused), for about
+			// one round trip of its own and one of this waiter's.
+			if err := r.bg.sleep(ctx, max(2*g.rtt, minBehind), nil); err != nil {
+				return waited, l.waitErr(err, lastErr)
+			}
+		}
 	}
 }
 
@@ -162,6 +170,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first bool) 
 		return grant{pttl: -1}, err
 	}
 	if !g.ok {
+		g.rtt = time.Duration(r.now() - sent)
 		return g, nil
 	}
 	deadline := validUntil(sent, ttl)
@@ -282,3 +291,7 @@ func (l *RedisLock) abandon(who reentrant.Owner) {
 		panic("lockyard: internal error: local mutex not held: " + err.Error())
 	}
 }
+
+// minBehind is the least a waiter behind another registry's turn waits
+// after a wake-up before it tries.
+const minBehind = 100 * time.Microsecond

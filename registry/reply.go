@@ -36,7 +36,7 @@ func decodeGrant(v any) (grant, error) {
 	case ok == 1:
 		return grant{ok: true, fence: n}, nil
 	}
-	return grant{pttl: n}, nil
+	return grant{pttl: n, behind: ok == 2}, nil
 }
 
 // decodePass decodes pass.lua's {1, fence}, {2, 0} or {0, 0}.

@@ -37,8 +37,8 @@ type scripts struct {
 	layout  wire.Layout
 	fencing bool
 
-	ttl                               time.Duration
-	ttlArg, markerTTLArg, clientIDArg any
+	ttl                                         time.Duration
+	ttlArg, markerTTLArg, clientIDArg, wokenArg any
 }
 
 func newScripts(layout wire.Layout, cfg config, clientID string) scripts {
@@ -51,6 +51,9 @@ func newScripts(layout wire.Layout, cfg config, clientID string) scripts {
 		// of a waiter, so that it lasts while the waiter waits.
 		markerTTLArg: max(1, 2*cfg.idle.Milliseconds()),
 		clientIDArg:  clientID,
+		// Waiters woken by the release message get the lock reserved in
+		// their turn (obtain.lua); pollers do not.
+		wokenArg: boolArg(cfg.lockType == PubSubLock),
 	}
 }
 
@@ -72,7 +75,7 @@ func (s *scripts) lockKeys(lk string) []string {
 }
 
 func (s *scripts) obtain(lk, token string, ttl time.Duration) Call {
-	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.ttlOf(ttl), s.markerTTLArg, s.clientIDArg}}
+	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.ttlOf(ttl), s.markerTTLArg, s.clientIDArg, s.wokenArg}}
 }
 
 func (s *scripts) pass(lk, token string, ttl time.Duration) Call {
@@ -90,4 +93,12 @@ func (s *scripts) release(lk, token string) Call {
 // fence raises lk's fence counter to at least n (Redlock).
 func (s *scripts) fence(lk string, n int64) Call {
 	return Call{Keys: []string{s.layout.FenceKey(lk)}, Args: []any{n}}
+}
+
+// boolArg is a script's flag argument: 1 or 0.
+func boolArg(b bool) any {
+	if b {
+		return 1
+	}
+	return 0
 }

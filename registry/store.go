@@ -42,9 +42,13 @@ type store interface {
 // without fencing), or not, with the holder's remaining TTL in ms (-1: no
 // expiry, or unknown).
 type grant struct {
-	ok    bool
-	fence int64
-	pttl  int64
+	ok bool
+	// behind: another registry, woken by the release message, is before
+	// this one in the queue (obtain.lua): the next release is its turn.
+	behind bool
+	rtt    time.Duration // how long the failed obtain took
+	fence  int64
+	pttl   int64
 }
 
 // passOutcome says what a pass did.

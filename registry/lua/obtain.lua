@@ -1,22 +1,41 @@
--- obtain: take the lock if it is free; if not, leave a wait marker so that
--- the holder's registry stops passing the lock among its own goroutines.
+-- obtain: take the lock if it is free and no other registry has waited
+-- for it longer; if not, queue this registry in the wait marker, which also
+-- makes the holder's registry stop passing the lock among its own
+-- goroutines.
 --
 -- KEYS[1]  lock key (registryKey:key)
 -- KEYS[2]  wait marker key ({registryKey:key}:wait)
 -- KEYS[3]  fence counter key; present only when fencing is on
 -- ARGV[1]  token, unique to this acquisition
 -- ARGV[2]  time to live in milliseconds
--- ARGV[3]  time to live of the wait marker in milliseconds
--- ARGV[4]  id of the obtaining registry, the wait marker's value
+-- ARGV[3]  time in milliseconds that a registry's wait counts after its
+--          last attempt (the wait marker's time to live)
+-- ARGV[4]  id of the obtaining registry
+-- ARGV[5]  1 if its waiters are woken by the release message (PubSubLock),
+--          0 if they poll (SpinLock)
+--
+-- The wait marker is the queue of registries waiting for the lock, oldest
+-- first: "id=until id~until ...", until being the server time in ms after
+-- which the entry lapses unless that registry tries again; '=' marks a
+-- registry woken by the release message, '~' one that polls. A free lock
+-- is reserved for the oldest '=' entry: others are queued and refused, so
+-- that the registry whose subscriber the server happens to notify first
+-- does not win every race. A poller is not waited for (it may sleep a
+-- whole poll interval): while only pollers wait, the first to try gets
+-- the lock, as before. (A bare id, from an older lockyard, counts until
+-- the marker expires, and reserves nothing.)
 --
 -- Reply: {1, fence} when acquired; fence is the new value of the counter
---        (strictly increasing per key), or 0 without fencing.
+--        (strictly increasing per key), or 0 without fencing. The registry
+--        leaves the queue.
 --        The same when the key already holds ARGV[1]: a client that resent
---        this script after a lost reply (go-redis retries) gets the lock it
---        took, with the current value of the counter.
---        {0, pttl} when another holder has it; pttl is its remaining time to
---        live in ms, or -1 if the key has no expiry. The wait marker then
---        names this registry.
+--        this script (or a plain SET NX PX) after a lost reply gets the
+--        lock it took, with the current value of the counter.
+--        {0, pttl} when another holder has it; pttl is its remaining time
+--        to live in ms, or -1 if the key has no expiry.
+--        {0, ms} when the lock is free but an older waiter's turn: ms is
+--        the time until that waiter's entry lapses.
+--        In both cases the registry is queued (or its entry renewed).
 -- Error: WRONGTYPE when KEYS[1] holds something other than a string.
 -- nextFence increments the fence counter key. A missing counter (a new
 -- key, or one Redis lost: a restart without persistence, a failover to a
@@ -31,12 +50,41 @@ local function nextFence(key)
   end
   return redis.call('INCR', key)
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local fence = 0
-  if KEYS[3] then
-    fence = nextFence(KEYS[3])
+-- queue parses the wait marker: its live entries {id, until, kind},
+-- oldest first; the index of this registry's entry (or nil); and the index
+-- of the entry the lock is reserved for (or nil).
+local function queue(raw, now)
+  local q, mine, first = {}, nil, nil
+  for e in string.gmatch(raw, '%S+') do
+    local id, kind, t = string.match(e, '^(.+)([=~])(%d+)$')
+    if id then
+      t = tonumber(t)
+    else
+      id, kind, t = e, '~', now + redis.call('PTTL', KEYS[2])
+    end
+    if t > now then
+      q[#q + 1] = {id, t, kind}
+      if id == ARGV[4] then
+        mine = #q
+      end
+      if kind == '=' and not first then
+        first = #q
+      end
+    end
   end
-  return {1, fence}
+  return q, mine, first
+end
+-- save writes the queue back, or deletes the marker if it is empty.
+local function save(q)
+  if #q == 0 then
+    redis.call('DEL', KEYS[2])
+    return
+  end
+  local parts = {}
+  for i, e in ipairs(q) do
+    parts[i] = e[1] .. e[3] .. string.format('%d', e[2])
+  end
+  redis.call('SET', KEYS[2], table.concat(parts, ' '), 'PX', ARGV[3])
 end
 local value = redis.pcall('GET', KEYS[1])
 if type(value) == 'table' and value.err then
@@ -49,5 +97,47 @@ if value == ARGV[1] then
   end
   return {1, fence}
 end
-redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[3])
-return {0, redis.call('PTTL', KEYS[1])}
+local raw = redis.call('GET', KEYS[2])
+local q, mine, first, now = {}, nil, nil, 0
+if raw then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  q, mine, first = queue(raw, now)
+end
+if not value and (not first or first == mine) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if raw then
+    if mine then
+      table.remove(q, mine)
+    end
+    save(q)
+  end
+  local fence = 0
+  if KEYS[3] then
+    fence = nextFence(KEYS[3])
+  end
+  return {1, fence}
+end
+if not raw then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local kind = '~'
+if ARGV[5] == '1' then
+  kind = '='
+end
+local expiry = now + tonumber(ARGV[3])
+if mine then
+  q[mine][2], q[mine][3] = expiry, kind
+else
+  q[#q + 1] = {ARGV[4], expiry, kind}
+end
+save(q)
+local behind = 0
+if first and first ~= mine and q[first][1] ~= ARGV[4] then
+  behind = 2
+end
+if not value then
+  return {2, math.max(1, q[first][2] - now)}
+end
+return {behind, redis.call('PTTL', KEYS[1])}

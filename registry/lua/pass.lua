@@ -1,6 +1,8 @@
 -- pass: the holder's registry has goroutines waiting for the lock. Keep the
 -- lock for them (resetting its time to live) unless another registry waits,
--- as its wait marker shows; then release it (as release.lua does).
+-- as the wait marker shows (see obtain.lua: a live entry of another
+-- registry, or a bare id); then release it (as release.lua does), leaving
+-- the marker, whose oldest entry gets the lock next.
 --
 -- KEYS[1]  lock key (registryKey:key)
 -- KEYS[2]  wait marker key ({registryKey:key}:wait)
@@ -12,9 +14,8 @@
 --
 -- Reply: {1, fence} when kept: the time to live is reset; fence is the new
 --        value of the counter (0 without fencing), for the next holder.
---        {2, 0} when released because another registry waits: the key and
---        the marker are deleted and a message carrying KEYS[1] is published
---        on ARGV[3].
+--        {2, 0} when released because another registry waits: the key is
+--        deleted and a message carrying KEYS[1] is published on ARGV[3].
 --        {0, 0} when the key is gone or held by another token, in which
 --        case nothing is changed.
 -- nextFence increments the fence counter key. A missing counter (a new
@@ -33,9 +34,25 @@ end
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return {0, 0}
 end
-local waiter = redis.pcall('GET', KEYS[2])
-if waiter and waiter ~= ARGV[4] then
-  redis.call('DEL', KEYS[1], KEYS[2])
+-- othersWait reports whether the marker holds a live entry of another
+-- registry.
+local function othersWait(raw)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  for e in string.gmatch(raw, '%S+') do
+    local id, expiry = string.match(e, '^(.+)[=~](%d+)$')
+    if not id then
+      id, expiry = e, now + 1
+    end
+    if id ~= ARGV[4] and tonumber(expiry) > now then
+      return true
+    end
+  end
+  return false
+end
+local raw = redis.pcall('GET', KEYS[2])
+if type(raw) == 'string' and othersWait(raw) then
+  redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[3], KEYS[1])
   return {2, 0}
 end
