@@ -21,27 +21,28 @@ type counter struct {
 func (c *counter) snapshot() (roundTrips, cmds int64) { return c.writes.Load(), c.cmds.Load() }
 
 // countConn wraps a client connection and counts its round trips and
-// commands. A client uses a connection from one goroutine at a time.
+// commands. Writes come from one goroutine at a time; rueidis reads in
+// another goroutine meanwhile (a pipelined connection is full duplex, and
+// a "round trip" there is a write after some reply arrived).
 type countConn struct {
 	net.Conn
 	c      *counter
 	p      respParser
-	writer bool // the last operation was a write
+	writer atomic.Bool // the last operation was a write
 }
 
 func wrap(nc net.Conn, c *counter) net.Conn { return &countConn{Conn: nc, c: c} }
 
 func (c *countConn) Write(b []byte) (int, error) {
-	if !c.writer {
+	if !c.writer.Swap(true) {
 		c.c.writes.Add(1)
-		c.writer = true
 	}
 	c.c.cmds.Add(c.p.feed(b))
 	return c.Conn.Write(b)
 }
 
 func (c *countConn) Read(b []byte) (int, error) {
-	c.writer = false
+	c.writer.Store(false)
 	return c.Conn.Read(b)
 }
 

@@ -15,6 +15,9 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/lockyard/lockyard/goredis v0.1.0
+	github.com/lockyard/lockyard/rueidis v0.1.0
 	github.com/petermattis/goid v0.0.0-20260820044319-269ab09b5261 // indirect
+	github.com/redis/rueidis v1.0.79
+	github.com/redis/rueidis/rueidiscompat v1.0.79
 	go.uber.org/atomic v1.12.0 // indirect
 )

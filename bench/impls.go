@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -13,11 +14,15 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	rsredigo "github.com/go-redsync/redsync/v4/redis/redigo"
+	rsrueidis "github.com/go-redsync/redsync/v4/redis/rueidis"
 	redigo "github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidiscompat"
 
 	lygoredis "github.com/lockyard/lockyard/goredis"
 	"github.com/lockyard/lockyard/registry"
+	lyrueidis "github.com/lockyard/lockyard/rueidis"
 )
 
 // ttl is the lock time to live in every scenario, as in the figures.
@@ -63,8 +68,12 @@ var impls = []impl{
 	{name: "lockyard spin", sets: "1234u", open: openLockyard(registry.SpinLock)},
 	{name: "lockyard pubsub", sets: "1234u", open: openLockyard(registry.PubSubLock)},
 	{name: "lockyard spin, go-redis", sets: "4u", open: openLockyardGoRedis(registry.SpinLock)},
+	{name: "lockyard spin, rueidis", sets: "4u", open: openLockyardRueidis(registry.SpinLock, 0)},
+	{name: "lockyard spin, rueidis+flush", sets: "4", open: openLockyardRueidis(registry.SpinLock, flushDelay)},
 	{name: "redsync default", peer: true, open: openRedsync()},
 	{name: "redsync tuned", peer: true, sets: "1234u", open: openRedsync(redsync.WithRetryDelay(tunedRetry), redsync.WithTries(1<<30))},
+	{name: "redsync tuned, rueidis", peer: true, sets: "4u", open: openRedsyncRueidis(0, redsync.WithRetryDelay(tunedRetry), redsync.WithTries(1<<30))},
+	{name: "redsync tuned, rueidis+flush", peer: true, sets: "4", open: openRedsyncRueidis(flushDelay, redsync.WithRetryDelay(tunedRetry), redsync.WithTries(1<<30))},
 	{name: "redislock naive", peer: true, open: openRedislock(nil)},
 	{name: "redislock tuned", peer: true, sets: "1234u", open: openRedislock(&redislock.Options{RetryStrategy: redislock.LinearBackoff(tunedRetry)})},
 }
@@ -199,19 +208,66 @@ type lyLocker struct{ l *registry.RedisLock }
 func (l lyLocker) lock(ctx context.Context) error   { return l.l.LockContext(ctx) }
 func (l lyLocker) unlock(ctx context.Context) error { return l.l.UnlockContext(ctx) }
 
+// flushDelay is the MaxFlushDelay of the "+flush" rueidis contenders: the
+// value rueidis's documentation suggests for throughput under load (each
+// flush waits up to that long for more commands; less CPU in system calls
+// on both sides, a little more latency).
+const flushDelay = 20 * time.Microsecond
+
+// rueidisClient dials addr through a counting connection. Its commands of
+// concurrent goroutines share a few auto-pipelined connections, flushed
+// after waiting up to flush for more.
+func rueidisClient(addr string, ctr *counter, flush time.Duration) (rueidis.Client, error) {
+	return rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:       []string{addr},
+		ForceSingleClient: true,                         // no Cluster probe
+		DisableCache:      true,                         // no CLIENT TRACKING per connection
+		ClientSetInfo:     rueidis.DisableClientSetInfo, // no CLIENT SETINFO per connection
+		MaxFlushDelay:     flush,
+		DialCtxFn: func(ctx context.Context, addr string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+			nc, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return wrap(nc, ctr), nil
+		},
+	})
+}
+
+// closeFunc adapts rueidis.Client.Close to io.Closer.
+type closeFunc func()
+
+func (f closeFunc) Close() error { f(); return nil }
+
+// openLockyardRueidis is openLockyard on the rueidis adapter.
+func openLockyardRueidis(lt registry.LockType, flush time.Duration) func(string, *counter) (client, error) {
+	return func(addr string, ctr *counter) (client, error) {
+		rc, err := rueidisClient(addr, ctr, flush)
+		if err != nil {
+			return nil, err
+		}
+		reg, err := registry.NewWithClient(lyrueidis.NewClient(rc), "bench", registry.WithExpireAfter(ttl), registry.WithLockType(lt))
+		if err != nil {
+			rc.Close()
+			return nil, err
+		}
+		return &lyClient{reg: reg, closer: closeFunc(rc.Close)}, nil
+	}
+}
+
 // redsync: one Mutex per goroutine (a Mutex remembers its value); Lock is
 // called again when it gives up after its tries.
 
 type rsClient struct {
-	rs   *redsync.Redsync
-	pool *redigo.Pool
-	opts []redsync.Option
+	rs     *redsync.Redsync
+	closer io.Closer // the client's connections
+	opts   []redsync.Option
 }
 
 func openRedsync(opts ...redsync.Option) func(string, *counter) (client, error) {
 	return func(addr string, ctr *counter) (client, error) {
 		pool := redigoPool(addr, ctr)
-		return &rsClient{rs: redsync.New(rsredigo.NewPool(pool)), pool: pool, opts: opts}, nil
+		return &rsClient{rs: redsync.New(rsredigo.NewPool(pool)), closer: pool, opts: opts}, nil
 	}
 }
 
@@ -219,7 +275,20 @@ func (c *rsClient) locker(key string) (locker, error) {
 	return rsLocker{c.rs.NewMutex(key, append([]redsync.Option{redsync.WithExpiry(ttl)}, c.opts...)...)}, nil
 }
 
-func (c *rsClient) close() { _ = c.pool.Close() }
+func (c *rsClient) close() { _ = c.closer.Close() }
+
+// openRedsyncRueidis is redsync on its rueidis adapter (through
+// rueidiscompat).
+func openRedsyncRueidis(flush time.Duration, opts ...redsync.Option) func(string, *counter) (client, error) {
+	return func(addr string, ctr *counter) (client, error) {
+		rc, err := rueidisClient(addr, ctr, flush)
+		if err != nil {
+			return nil, err
+		}
+		pool := rsrueidis.NewPool(rueidiscompat.NewAdapter(rc))
+		return &rsClient{rs: redsync.New(pool), closer: closeFunc(rc.Close), opts: opts}, nil
+	}
+}
 
 type rsLocker struct{ m *redsync.Mutex }
 

@@ -51,7 +51,10 @@ type Client struct {
 	rdb redis.UniversalClient
 }
 
-var _ registry.Client = (*Client)(nil)
+var (
+	_ registry.Client      = (*Client)(nil)
+	_ registry.SetNXClient = (*Client)(nil)
+)
 
 // NewClient returns a registry.Client that runs the registry's commands on
 // rdb. Closing rdb is the caller's job, after the registries are closed.

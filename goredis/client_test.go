@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockyard/lockyard/goredis"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -129,5 +130,28 @@ func TestContention(t *testing.T) {
 	wg.Wait()
 	if n := iv.overlaps(); n != 0 {
 		t.Fatalf("%d overlapping holds", n)
+	}
+}
+
+// SetNX sets a free key with its TTL and reports false for a taken one,
+// as the registry's plain obtain needs (registry.SetNXClient).
+func TestClientSetNX(t *testing.T) {
+	rdb := newSingle(t)
+	c := goredis.NewClient(rdb)
+	k := prefix(t) + ":k"
+	ok, err := c.SetNX(ctxFor(t, 5*time.Second), k, "a", 5*time.Second)
+	mustNil(t, err)
+	if !ok {
+		t.Fatal("SetNX on a free key: false")
+	}
+	ok, err = c.SetNX(ctxFor(t, 5*time.Second), k, "b", 5*time.Second)
+	mustNil(t, err)
+	if ok {
+		t.Fatal("SetNX on a taken key: true")
+	}
+	v := rdb.Get(context.Background(), k).Val()
+	p := rdb.PTTL(context.Background(), k).Val()
+	if v != "a" || p <= 4*time.Second || p > 5*time.Second {
+		t.Fatalf("after SetNX: value %q, PTTL %v; want a, 5s", v, p)
 	}
 }

@@ -1,0 +1,222 @@
+package rueidislock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	redigo "github.com/gomodule/redigo/redis"
+	"github.com/redis/rueidis"
+
+	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+const masterName = "lockyard"
+
+// sentinelSet is a master, 2 replicas and 3 sentinels (quorum 2).
+type sentinelSet struct {
+	master    *redistest.Server
+	links     []*linkProxy // each replica's link to the master
+	replicas  []*redistest.Server
+	sentinels []*redistest.Server
+}
+
+func startSentinelSet(t *testing.T) *sentinelSet {
+	t.Helper()
+	s := &sentinelSet{}
+	t.Cleanup(s.close)
+	var err error
+	s.master, err = redistest.Start("--repl-diskless-sync-delay", "0")
+	mustNil(t, err)
+	for range 2 {
+		link := newLinkProxy(t, s.master.Addr)
+		host, port, _ := net.SplitHostPort(link.Addr())
+		r, err := redistest.Start("--replicaof", host, port, "--repl-diskless-sync-delay", "0")
+		mustNil(t, err)
+		s.replicas = append(s.replicas, r)
+		s.links = append(s.links, link)
+	}
+	waitFor(t, 20*time.Second, "2 replicas online", func() bool {
+		info, _ := redigo.String(s.master.Do("INFO", "replication"))
+		return strings.Count(info, "state=online") == 2
+	})
+	for range 3 {
+		// Down after 3s: on a loaded machine a shorter time can fail over
+		// before the test kills the master.
+		sn, err := redistest.StartSentinel(masterName, s.master.Addr, 2, 3*time.Second)
+		mustNil(t, err)
+		s.sentinels = append(s.sentinels, sn)
+	}
+	waitFor(t, 30*time.Second, "sentinels to find each other and the replicas", func() bool {
+		for _, sn := range s.sentinels {
+			others, _ := redigo.Values(sn.Do("SENTINEL", "SENTINELS", masterName))
+			replicas, _ := redigo.Values(sn.Do("SENTINEL", "REPLICAS", masterName))
+			if len(others) != 2 || len(replicas) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	return s
+}
+
+func (s *sentinelSet) close() {
+	for _, x := range append(append(s.sentinels, s.replicas...), s.master) {
+		if x != nil {
+			x.Close()
+		}
+	}
+}
+
+// client returns a rueidis Sentinel client, closed at the end of t.
+func (s *sentinelSet) client(t *testing.T) rueidis.Client {
+	var addrs []string
+	for _, sn := range s.sentinels {
+		addrs = append(addrs, sn.Addr)
+	}
+	c := newClient(t, rueidis.ClientOption{InitAddress: addrs, DisableCache: true,
+		Dialer:   net.Dialer{Timeout: 500 * time.Millisecond},
+		Sentinel: rueidis.SentinelOption{MasterSet: masterName, Dialer: net.Dialer{Timeout: 500 * time.Millisecond}}})
+	if c.Mode() != rueidis.ClientModeSentinel {
+		t.Fatalf("rueidis client in mode %s, want sentinel", c.Mode())
+	}
+	return c
+}
+
+// currentMaster asks the first sentinel for the master's address.
+func (s *sentinelSet) currentMaster() string {
+	v, err := redigo.Strings(s.sentinels[0].Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", masterName))
+	if err != nil || len(v) != 2 {
+		return ""
+	}
+	return net.JoinHostPort(v[0], v[1])
+}
+
+// failover cuts both replicas off the master's writes (their links drop
+// what the master sends) while holder takes the locks on keys, then kills
+// the master, so that the sentinels promote a replica that never received
+// those writes. A second
+// registry then takes the same keys. It returns how many keys holder took
+// and how many of those the second registry was granted while holder still
+// held them: double grants.
+func failover(t *testing.T, opts ...registry.Option) (taken, doubles int, took time.Duration) {
+	s := startSentinelSet(t)
+	pfx := prefix(t)
+	holder := newRegistry(t, s.client(t), pfx, append(opts, registry.WithExpireAfter(30*time.Second))...)
+	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+
+	// Load through the failover: a third registry keeps taking other keys.
+	// Their TTL is short: a release that the failover lost brings a lock
+	// back on the new master until its TTL runs out.
+	loadReg := newRegistry(t, s.client(t), pfx, append(opts, registry.WithExpireAfter(2*time.Second), registry.WithAutoRenew())...)
+	var loadAcq, loadErr, lostLoad atomic.Int64
+	work := startLoad(t, 2, func(g int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := loadReg.ExecuteLocked(ctx, fmt.Sprintf("load-%d", g), func(context.Context) error { return nil })
+		switch {
+		case errors.Is(err, registry.ErrLockLost), errors.Is(err, registry.ErrReleaseFailed):
+			// A hold taken while the links were cut, or a release sent
+			// while no master was up (its key expires by its TTL).
+			lostLoad.Add(1)
+		case err != nil:
+			t.Log("load:", err)
+			loadErr.Add(1)
+		default:
+			loadAcq.Add(1)
+		}
+	})
+	defer work.halt()
+	waitFor(t, 10*time.Second, "load", func() bool { return loadAcq.Load() > 10 })
+
+	for _, link := range s.links {
+		link.freeze()
+	}
+	var held []*registry.RedisLock
+	for _, k := range keys {
+		l, err := holder.Obtain(k)
+		mustNil(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = l.LockContext(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			held = append(held, l)
+		case !errors.Is(err, registry.ErrReplicaAck):
+			t.Fatalf("LockContext(%q) = %v; want nil or ErrReplicaAck", k, err)
+		}
+	}
+	old := s.master.Addr
+	if m := s.currentMaster(); m != old {
+		t.Fatalf("the sentinels failed over to %s before the master was killed", m)
+	}
+	killed := time.Now()
+	s.master.Stop()
+	for _, link := range s.links {
+		link.close()
+	}
+	waitFor(t, 60*time.Second, "a replica promoted", func() bool { m := s.currentMaster(); return m != "" && m != old })
+	before := loadAcq.Load()
+	waitFor(t, 30*time.Second, "load to resume on the new master", func() bool { return loadAcq.Load() > before+10 })
+	took = time.Since(killed)
+
+	other := newRegistry(t, s.client(t), pfx, opts...)
+	for _, l := range held {
+		o, err := other.Obtain(l.Key()[len(pfx)+1:])
+		mustNil(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err = o.LockContext(ctx)
+		cancel()
+		if err != nil {
+			t.Logf("%s: not granted again: %v", l.Key(), err)
+			continue
+		}
+		select {
+		case <-l.Lost():
+		default:
+			doubles++ // the old holder still holds it, by its own clock
+		}
+		o.Unlock()
+	}
+	// The old holders learn of the loss at their next renewal.
+	for _, l := range held {
+		mustIs(t, holder.RenewLock(ctxFor(t, 5*time.Second), l.Key()[len(pfx)+1:]), registry.ErrLockLost)
+		select {
+		case <-l.Lost():
+		default:
+			t.Fatalf("%s: renewal found the key gone but Lost() is open", l.Key())
+		}
+		_ = l.UnlockContext(context.Background())
+	}
+	if loadErr.Load() != 0 {
+		t.Fatalf("%d load calls failed across the failover", loadErr.Load())
+	}
+	t.Logf("load: %d acquisitions, %d found their lock lost or could not release it", loadAcq.Load(), lostLoad.Load())
+	return len(held), doubles, took
+}
+
+// Sentinel failover through rueidis's Sentinel client: lockyard follows
+// the new master; a master lost before replicating grants its locks a
+// second time, unless WithReplicaAck refused them in the first place.
+func TestSentinelFailover(t *testing.T) {
+	t.Run("without-ack", func(t *testing.T) {
+		taken, doubles, took := failover(t)
+		t.Logf("FIGURE sentinel failover without WithReplicaAck: %d of 8 locks granted while the replicas were cut off, %d granted again after the failover (%v from kill to load resumed)", taken, doubles, took.Round(time.Millisecond))
+		if taken != 8 || doubles != 8 {
+			t.Fatalf("taken %d, double grants %d; want 8 and 8 (the hole WithReplicaAck closes)", taken, doubles)
+		}
+	})
+	t.Run("with-ack", func(t *testing.T) {
+		taken, doubles, took := failover(t, registry.WithReplicaAck(1, 50*time.Millisecond))
+		t.Logf("FIGURE sentinel failover with WithReplicaAck(1, 50ms): %d of 8 locks granted while the replicas were cut off, %d double grants (%v from kill to load resumed)", taken, doubles, took.Round(time.Millisecond))
+		if taken != 0 || doubles != 0 {
+			t.Fatalf("taken %d, double grants %d; want 0 and 0", taken, doubles)
+		}
+	})
+}
