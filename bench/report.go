@@ -124,7 +124,7 @@ func (t table) printTargets(only []string) {
 	}
 	if slices.Contains(only, "3") {
 		im := "lockyard pubsub"
-		ts = append(ts, at("3", im, "takeover p99 ms", le(20), "<= 20"), at("3", im, "handoff p50 ms", le(1), "<= 1"),
+		ts = append(ts, at("3", im, "takeover p99 ms", le(10), "<= 10"), at("3", im, "handoff p50 ms", le(0.2), "<= 0.2"),
 			at("3", im, "cmds/acq", le(4), "<= 4"), at("3", im, "min share %", ge(15), ">= 15"))
 	}
 	if slices.Contains(only, "5") {

@@ -11,11 +11,14 @@
 //     to the next in line. Only the goroutine at the head of the queue talks
 //     to Redis, so a process never sends more than one attempt at a time per
 //     key, and no goroutine starves.
-//   - In Redis, an atomic Lua script sets the key if it is absent, with a
+//   - In Redis, the key is set if it is absent, in one command, with a
 //     millisecond TTL of expireAfter (never SETNX then EXPIRE) and a value
-//     unique to the acquisition (the registry's random UUID and a counter). A
-//     waiter that finds the key taken learns its remaining TTL and sleeps for
-//     the shorter of that and idleBetweenTries, with jitter.
+//     unique to the acquisition (the registry's random UUID and a counter):
+//     a plain SET NX PX when the key is expected free and nothing else is
+//     needed (no fencing, no WithReplicaAck; see SetNXClient), otherwise an
+//     atomic Lua script. A waiter that finds the key taken learns its
+//     remaining TTL and sleeps for the shorter of that and idleBetweenTries,
+//     with jitter.
 //   - Release is one compare-and-delete script: it deletes the key only if
 //     it still carries this acquisition's value, and publishes a message on
 //     the Spring-compatible channel registryKey-channel:registryKey:key.
@@ -26,11 +29,19 @@
 //     expireAfter left (without fencing; the next goroutine inherits the
 //     hold, its value and its validity); then, and on every pass with
 //     fencing, one script resets the TTL (and gives the next goroutine a new
-//     fencing token). A registry whose attempt fails leaves a wait marker,
-//     {registryKey:key}:wait, for a few poll intervals; the pass script then
-//     releases the key instead, and the local goroutine waits a moment
-//     before trying, so that the other registry's waiter gets it. A busy
-//     registry thus keeps a key that others wait for for at most 9 holds.
+//     fencing token). A registry whose attempt fails queues in the wait
+//     marker, {registryKey:key}:wait, for two poll intervals from its last
+//     try; the pass script then releases the key instead, and the local
+//     goroutine waits a moment before trying, so that the other registry's
+//     waiter gets it. A busy registry thus keeps a key that others wait for
+//     for at most 9 holds, and 4 once it has yielded to another registry
+//     (for a poll interval from then). A free key goes to whoever tries
+//     first, unless a PubSubLock registry has been waiting in Lock for more
+//     than 6ms: then it is reserved for the longest waiting such registry,
+//     so that the registry the server happens to notify last does not lose
+//     every race. Pollers (SpinLock) and TryLock queue but reserve nothing;
+//     a registry that stops waiting keeps its turn until its entry lapses,
+//     at most two poll intervals.
 //
 // # Ownership and reentrancy
 //

@@ -1,5 +1,7 @@
 package registry
 
+import "time"
+
 // Test-only views of internals.
 
 // IsCached reports whether key has a cached lock.
@@ -16,3 +18,9 @@ func (l *RedisLock) Waiters() int { return l.local.Waiters() }
 
 // Phase returns the name of l's lifecycle phase.
 func (l *RedisLock) Phase() string { return phase(l.phase.Load()).String() }
+
+// WithFairAfter sets how long a PubSubLock registry waits before its turn
+// is reserved (fairAfter).
+func WithFairAfter(d time.Duration) Option {
+	return func(c *config) error { c.fairAfter = d; return nil }
+}

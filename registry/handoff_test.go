@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -188,6 +189,90 @@ func TestHandOffKeyGone(t *testing.T) {
 		mustIs(t, h0.unlock(), registry.ErrLockLost)
 		if g := recvWithin(t, got, 5*time.Second, "the queued goroutine to obtain the lock"); g[1] != int64(1) {
 			t.Fatalf("the queued goroutine holds the lock but EXISTS = %v", g[1])
+		}
+	})
+}
+
+// Once a pass has found another registry waiting, the holder's registry
+// keeps the lock for shorter turns (contestedFreePasses+1 local holds
+// instead of maxFreePasses+1), so that registries alternate faster.
+func TestContestedTurns(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock)}
+		l := obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		other := obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		var (
+			mu  sync.Mutex
+			seq []byte // who held the lock, in order: l (local goroutines) or o (the other registry)
+		)
+		held := func(who byte) { mu.Lock(); seq = append(seq, who); mu.Unlock() }
+		h0 := mustHold(t, l)
+		const n = 20
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		marker := "{" + l.Key() + "}:wait"
+		// Each local hold lasts until the other registry waits (its
+		// entry is in the marker), as a hold that does real work would.
+		got := queue(t, l, n, func() int {
+			held('l')
+			for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
+				select {
+				case <-stop:
+					return 0
+				default:
+				}
+				if n, _ := redis.Int(redistest.Do(b.addr, "EXISTS", marker)); n == 1 {
+					break
+				}
+			}
+			return 0
+		})
+		go func() { // the other registry: wait, hold, release, again
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if other.LockContext(bg(t)) != nil {
+					return
+				}
+				held('o')
+				other.Unlock()
+			}
+		}()
+		waitFor(t, 5*time.Second, "the other registry's wait marker", func() bool {
+			return b.do(t, "EXISTS", marker).(int64) == 1
+		})
+		mustNil(t, h0.unlock())
+		for i := range n {
+			recvWithin(t, got, 10*time.Second, "a local goroutine's turn")
+			if i == n-2 {
+				close(stop) // the last holds do not wait for the other registry
+			}
+		}
+		recvWithin(t, done, 10*time.Second, "the other registry's loop to end")
+		mu.Lock()
+		defer mu.Unlock()
+		var runs []int // lengths of l's runs of holds
+		for i, c := range seq {
+			switch {
+			case c != 'l':
+			case i > 0 && seq[i-1] == 'l':
+				runs[len(runs)-1]++
+			default:
+				runs = append(runs, 1)
+			}
+		}
+		if len(runs) < 3 || runs[0] > 9 {
+			t.Fatalf("local runs %v (%s): want a first turn of at most 9 holds, then more turns", runs, seq)
+		}
+		for _, r := range runs[1 : len(runs)-1] { // the last may be cut short by the end of the queue
+			if r > 4 {
+				t.Fatalf("local runs %v (%s): a contested turn of %d holds, want at most 4", runs, seq, r)
+			}
 		}
 	})
 }

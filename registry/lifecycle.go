@@ -96,7 +96,7 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 	}
 	for first := true; ; first = false {
 		l.wake.drain()
-		g, err := l.attempt(ctx, ttl, first)
+		g, err := l.attempt(ctx, ttl, first, true)
 		if g.ok {
 			return waited, nil
 		}
@@ -147,13 +147,14 @@ func (l *RedisLock) waitErr(end, lastErr error) error {
 // attempt runs the store's obtain once, for a key that lives ttl. On
 // success the new hold begins; on failure the grant carries the holder's
 // remaining TTL. first says this is the acquisition's first attempt: the
-// key is expected free unless the last acquisition found it taken.
-func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first bool) (grant, error) {
+// key is expected free unless the last acquisition found it taken. waits
+// says the caller waits if it fails (see hint).
+func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits bool) (grant, error) {
 	r := l.reg
 	r.checkEviction(ctx)
 	token := r.newToken()
 	sent := r.now()
-	g, err := r.store.obtain(ctx, l.key, token, ttl, first && !l.turn.taken)
+	g, err := r.store.obtain(ctx, l.key, token, ttl, hint{free: first && !l.turn.taken, waits: waits})
 	if err == nil {
 		r.eviction.answered()
 		switch {

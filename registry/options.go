@@ -61,6 +61,7 @@ type config struct {
 	hashTag        bool
 	ackReplicas    int
 	ackTimeout     time.Duration
+	fairAfter      time.Duration // see fairAfter; tests change it
 }
 
 // newConfig applies opts to the defaults and checks the result.
@@ -91,6 +92,7 @@ func defaultConfig() config {
 		lockType:       SpinLock,
 		capacity:       DefaultCacheCapacity,
 		commandTimeout: DefaultCommandTimeout,
+		fairAfter:      fairAfter,
 	}
 }
 

@@ -1,73 +1,166 @@
 package registry_test
 
 import (
+	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/redistest"
 
 	"github.com/lockyard/lockyard/registry"
 )
 
-// The wait marker queues registries: a free lock is reserved for the
-// PubSubLock registry that has waited longest, and another registry's try
-// is refused, even though the key is free, until that one has it. So the
-// registry whose subscriber the server notifies first does not win every
-// race (bench scenario 3: takeover p99 from about 20 ms to under 10).
+// serverAfter polls until the server's clock is d past now (its own, as
+// the scripts read it).
+func serverAfter(t *testing.T, b *backend, d time.Duration) {
+	t.Helper()
+	clock := func() time.Duration {
+		v := b.do(t, "TIME").([]any)
+		s, _ := strconv.ParseInt(string(v[0].([]byte)), 10, 64)
+		us, _ := strconv.ParseInt(string(v[1].([]byte)), 10, 64)
+		return time.Duration(s)*time.Second + time.Duration(us)*time.Microsecond
+	}
+	end := clock() + d
+	waitFor(t, 5*time.Second, "the server's clock", func() bool { return clock() >= end })
+}
+
+// queued is a waiter of its own registry, in LockContext in a goroutine:
+// got (which waiters may share) receives its index once it holds the lock;
+// it unlocks when release is closed.
+type queued struct {
+	l       *registry.RedisLock
+	got     chan int
+	release chan struct{}
+	done    chan struct{} // closed when the goroutine returns
+	cancel  context.CancelFunc
+}
+
+// finish lets w unlock and waits for it.
+func (w *queued) finish(t *testing.T) {
+	t.Helper()
+	close(w.release)
+	recvWithin(t, w.done, 5*time.Second, "the waiter's unlock")
+}
+
+// wait starts w's LockContext and returns once the wait marker has n
+// entries (w's among them).
+func (w *queued) wait(t *testing.T, b *backend, i, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	w.cancel, w.release, w.done = cancel, make(chan struct{}), make(chan struct{})
+	if w.got == nil {
+		w.got = make(chan int, 1)
+	}
+	t.Cleanup(cancel)
+	go func() {
+		defer close(w.done)
+		if w.l.LockContext(ctx) != nil {
+			return
+		}
+		w.got <- i
+		<-w.release
+		w.l.Unlock()
+	}()
+	marker := "{" + w.l.Key() + "}:wait"
+	waitFor(t, 5*time.Second, "a waiter to queue", func() bool {
+		v, _ := redis.String(redistest.Do(b.addr, "GET", marker))
+		return len(strings.Fields(v)) == n
+	})
+}
+
+// The wait marker queues registries. A free lock goes to whoever tries
+// first, unless a waiting PubSubLock registry has waited longer than
+// fairAfter: then it is reserved for the oldest such, and another
+// registry's try is refused, even though the key is free, until that one
+// has it. So the registry whose subscriber the server notifies last does
+// not lose every race (bench scenario 3). A TryLock queues (the holder's
+// registry then stops passing the lock locally) but reserves nothing.
 func TestWaitQueueOrder(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
-		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
-		holder := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
-		mustNil(t, holder.LockContext(bg(t)))
-		var ls [3]*registry.RedisLock
-		for i := range ls {
-			ls[i] = obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
-			mustIs(t, ls[i].TryLockContext(bg(t)), registry.ErrNotObtained) // queued, in this order
-		}
-		mustNil(t, holder.UnlockContext(bg(t)))
-		for turn := range ls {
-			for _, later := range ls[turn+1:] {
-				mustIs(t, later.TryLockContext(bg(t)), registry.ErrNotObtained) // refused: not its turn
+		for _, aged := range []bool{false, true} {
+			fair := time.Hour // nobody ages
+			if aged {
+				fair = time.Millisecond
 			}
-			mustNil(t, ls[turn].TryLockContext(bg(t)))
-			mustNil(t, ls[turn].UnlockContext(bg(t)))
-		}
-		if n := b.do(t, "EXISTS", "{"+holder.Key()+"}:wait").(int64); n != 0 {
-			t.Fatal("the wait marker outlived the queue")
+			pfx := prefix(t)
+			opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second),
+				registry.WithFairAfter(fair)}
+			holder := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
+			mustNil(t, holder.LockContext(bg(t)))
+			tryer := obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+			mustIs(t, tryer.TryLockContext(bg(t)), registry.ErrNotObtained) // queued first
+			var ws [3]*queued
+			got := make(chan int, len(ws))
+			for i := range ws {
+				ws[i] = &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k"), got: got}
+				ws[i].wait(t, b, i, i+2)
+			}
+			serverAfter(t, b, 2*time.Millisecond)
+			// Free the key without a release message: the waiters sleep on
+			// (10s), and only the test's tries run.
+			b.do(t, "DEL", holder.Key())
+			if aged {
+				mustIs(t, tryer.TryLockContext(bg(t)), registry.ErrNotObtained) // the oldest waiter's turn
+			} else {
+				mustNil(t, tryer.TryLockContext(bg(t))) // nobody's turn: the first to try
+				mustNil(t, tryer.UnlockContext(bg(t)))
+			}
+			b.do(t, "PUBLISH", pfx+"-channel:"+holder.Key(), holder.Key()) // wakes them
+			seen := map[int]bool{}
+			for turn := range ws {
+				i := recvWithin(t, got, 10*time.Second, "a waiter's turn")
+				if aged && i != turn {
+					t.Fatalf("turn %d went to waiter %d, want the waiters in the order they queued", turn, i)
+				}
+				seen[i] = true
+				ws[i].finish(t)
+			}
+			if len(seen) != len(ws) {
+				t.Fatalf("turns went to %v", seen)
+			}
+			// The waiters left the queue as they got the lock; the tryer
+			// did too if it got it.
+			v, _ := redis.String(redistest.Do(b.addr, "GET", "{"+holder.Key()+"}:wait"))
+			if q := strings.Fields(v); aged && (len(q) != 1 || !strings.Contains(q[0], "~")) || !aged && len(q) != 0 {
+				t.Fatalf("aged %v: the wait marker is %q after every waiter's turn", aged, v)
+			}
 		}
 	})
 }
 
-// A registry that stops trying loses its turn once its entry lapses (twice
-// the poll interval after its last try); a SpinLock registry (a poller)
+// A waiter that stops waiting loses its turn once its entry lapses (twice
+// the poll interval after its last try); a SpinLock waiter (a poller)
 // queues but reserves nothing.
 func TestWaitQueueLapse(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx := prefix(t)
 		idle := 50 * time.Millisecond
+		opts := []registry.Option{registry.WithIdleBetweenTries(idle), registry.WithFairAfter(time.Millisecond)}
 		holder := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
 		mustNil(t, holder.LockContext(bg(t)))
-		spin := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithIdleBetweenTries(idle)), "k")
-		gone := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(idle)), "k")
-		next := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(idle)), "k")
-		mustIs(t, spin.TryLockContext(bg(t)), registry.ErrNotObtained)
-		mustIs(t, gone.TryLockContext(bg(t)), registry.ErrNotObtained)
+		spin := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
+		spin.wait(t, b, 0, 1)
+		opts = append(opts, registry.WithLockType(registry.PubSubLock))
+		gone := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
+		gone.wait(t, b, 1, 2)
+		gone.cancel()
 		left := time.Now()
-		mustIs(t, next.TryLockContext(bg(t)), registry.ErrNotObtained)
-		mustNil(t, holder.UnlockContext(bg(t)))
-		mustIs(t, spin.TryLockContext(bg(t)), registry.ErrNotObtained) // queued first, but a poller
-		var got time.Duration
-		waitFor(t, 5*time.Second, "the next registry's turn", func() bool {
-			if next.TryLockContext(bg(t)) != nil {
-				return false
-			}
-			got = time.Since(left)
-			return true
-		})
-		if got < 2*idle-20*time.Millisecond {
-			t.Fatalf("the next registry got the lock %v after the gone one's last try, before its entry lapsed (%v)", got, 2*idle)
+		next := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
+		next.wait(t, b, 2, 3)
+		serverAfter(t, b, 2*time.Millisecond)
+		b.do(t, "DEL", holder.Key()) // no release message: the waiters poll
+		recvWithin(t, next.got, 5*time.Second, "the next PubSubLock waiter's turn")
+		if got := time.Since(left); got < 2*idle-20*time.Millisecond {
+			t.Fatalf("the next waiter got the lock %v after the gone one's last try, before its entry lapsed (%v)", got, 2*idle)
 		}
-		mustNil(t, next.UnlockContext(bg(t)))
-		mustNil(t, spin.TryLockContext(bg(t))) // only pollers wait now: no reservation
-		mustNil(t, spin.UnlockContext(bg(t)))
+		notWithin(t, spin.got, 3*idle, "the poller, while the next waiter holds the lock")
+		next.finish(t)
+		recvWithin(t, spin.got, 5*time.Second, "the poller's turn")
+		spin.finish(t)
+		recvWithin(t, gone.done, 5*time.Second, "the gone waiter to return")
 	})
 }

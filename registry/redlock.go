@@ -90,15 +90,15 @@ type quorumStore struct {
 // with the highest fence counter, after raising every node's counter to it
 // (fencing); otherwise it releases the nodes it took and reports the
 // shortest TTL of another holder, or an ErrNoQuorum error.
-func (q *quorumStore) obtain(ctx context.Context, lk, token string, ttl time.Duration, _ bool) (grant, error) {
+func (q *quorumStore) obtain(ctx context.Context, lk, token string, ttl time.Duration, h hint) (grant, error) {
 	ctx, cancel := bound(ctx, q.timeout)
 	defer cancel()
-	g, err := q.obtainAll(ctx, lk, token, ttl)
+	g, err := q.obtainAll(ctx, lk, token, ttl, h.waits)
 	q.stats.redisError(err)
 	return g, err
 }
 
-func (q *quorumStore) obtainAll(ctx context.Context, lk, token string, ttl time.Duration) (grant, error) {
+func (q *quorumStore) obtainAll(ctx context.Context, lk, token string, ttl time.Duration, waits bool) (grant, error) {
 	var (
 		v     = tally{q: q}
 		won   []int
@@ -106,7 +106,7 @@ func (q *quorumStore) obtainAll(ctx context.Context, lk, token string, ttl time.
 		final error
 	)
 	d := nodeTimeout(q.timeout, ttl) // the acquisition's TTL sets it
-	for i, r := range q.evalAll(ctx, d, obtainScript, q.s.obtain(lk, token, ttl)) {
+	for i, r := range q.evalAll(ctx, d, obtainScript, q.s.obtain(lk, token, ttl, waits)) {
 		g, err := decodeGrant(r.Reply)
 		if r.Err != nil {
 			err = r.Err

@@ -37,9 +37,18 @@ type scripts struct {
 	layout  wire.Layout
 	fencing bool
 
-	ttl                                         time.Duration
-	ttlArg, markerTTLArg, clientIDArg, wokenArg any
+	pubsub bool // waiters are woken by the release message
+
+	ttl                                        time.Duration
+	ttlArg, markerTTLArg, clientIDArg, turnArg any
 }
+
+// fairAfter is how long a PubSubLock registry waits for a lock before its
+// turn is reserved: a free lock then waits for it (obtain.lua). Below
+// that, whoever tries first after a release gets the lock, the quickest
+// hand-off; the reservation bounds how long the registry that the server
+// notifies last can keep losing.
+const fairAfter = 6 * time.Millisecond
 
 func newScripts(layout wire.Layout, cfg config, clientID string) scripts {
 	return scripts{
@@ -51,9 +60,8 @@ func newScripts(layout wire.Layout, cfg config, clientID string) scripts {
 		// of a waiter, so that it lasts while the waiter waits.
 		markerTTLArg: max(1, 2*cfg.idle.Milliseconds()),
 		clientIDArg:  clientID,
-		// Waiters woken by the release message get the lock reserved in
-		// their turn (obtain.lua); pollers do not.
-		wokenArg: boolArg(cfg.lockType == PubSubLock),
+		pubsub:       cfg.lockType == PubSubLock,
+		turnArg:      cfg.fairAfter.Milliseconds(),
 	}
 }
 
@@ -74,8 +82,11 @@ func (s *scripts) lockKeys(lk string) []string {
 	return []string{lk, s.layout.WaitKey(lk)}
 }
 
-func (s *scripts) obtain(lk, token string, ttl time.Duration) Call {
-	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.ttlOf(ttl), s.markerTTLArg, s.clientIDArg, s.wokenArg}}
+// obtain's waits says the caller waits if the attempt fails: a waiter
+// woken by the release message gets its turn reserved (obtain.lua); a
+// poller, or a TryLock, which may not come back soon, does not.
+func (s *scripts) obtain(lk, token string, ttl time.Duration, waits bool) Call {
+	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.ttlOf(ttl), s.markerTTLArg, s.clientIDArg, boolArg(s.pubsub && waits), s.turnArg}}
 }
 
 func (s *scripts) pass(lk, token string, ttl time.Duration) Call {

@@ -42,13 +42,13 @@ func (st *scriptStore) eval(ctx context.Context, s *Script, c Call) (any, error)
 // server (no script call, two fewer keys and arguments); only if the key
 // is taken does the script run, for the wait marker and the holder's TTL
 // (or to find the key already token's, after a lost reply).
-func (st *scriptStore) obtain(ctx context.Context, lk, token string, ttl time.Duration, free bool) (grant, error) {
-	if free && st.setNX != nil {
+func (st *scriptStore) obtain(ctx context.Context, lk, token string, ttl time.Duration, h hint) (grant, error) {
+	if h.free && st.setNX != nil {
 		if ok, err := st.plainSetNX(ctx, lk, token, ttl); err != nil || ok {
 			return grant{ok: ok, pttl: -1}, err
 		}
 	}
-	c := st.s.obtain(lk, token, ttl)
+	c := st.s.obtain(lk, token, ttl, h.waits)
 	if st.ack.replicas > 0 {
 		return st.obtainAcked(ctx, lk, token, c)
 	}

@@ -16,10 +16,8 @@ import (
 // lk is a lock key (wire.Layout.LockKey), token the value of one
 // acquisition, ttl the key's time to live.
 type store interface {
-	// obtain takes lk for token if it is free (or already token's). free
-	// says the caller expects lk to be free: a store may then try a
-	// cheaper command first, and obtain as usual only if that fails.
-	obtain(ctx context.Context, lk, token string, ttl time.Duration, free bool) (grant, error)
+	// obtain takes lk for token if it is free (or already token's).
+	obtain(ctx context.Context, lk, token string, ttl time.Duration, h hint) (grant, error)
 	// pass keeps lk, held by token, for the next holder of this registry,
 	// unless another registry waits for it (then it releases it).
 	pass(ctx context.Context, lk, token string, ttl time.Duration) (passReply, error)
@@ -36,6 +34,17 @@ type store interface {
 	subscribe(ctx context.Context) (Subscription, error)
 	// info returns a section of the server's INFO, or errNoInfo.
 	info(ctx context.Context, section string) (string, error)
+}
+
+// hint is what the per-key path knows of an obtain.
+type hint struct {
+	// free: lk is expected free. A store may then try a cheaper command
+	// first, and obtain as usual only if that fails.
+	free bool
+	// waits: the caller waits for the lock if this attempt fails (Lock,
+	// Acquire), rather than giving up (TryLock, TryAcquire). Only a
+	// waiting PubSubLock registry gets its turn reserved (obtain.lua).
+	waits bool
 }
 
 // grant is the outcome of an obtain: acquired with a fencing token (0

@@ -37,7 +37,7 @@ func (l *RedisLock) tryLock(ctx context.Context, ttl time.Duration, who reentran
 		return tryHeld, nil
 	}
 	l.setPhase(acquiring)
-	g, err := l.attempt(ctx, ttl, true)
+	g, err := l.attempt(ctx, ttl, true, false)
 	switch {
 	case err != nil:
 		l.abandon(who)

@@ -11,19 +11,23 @@
 -- ARGV[3]  time in milliseconds that a registry's wait counts after its
 --          last attempt (the wait marker's time to live)
 -- ARGV[4]  id of the obtaining registry
--- ARGV[5]  1 if its waiters are woken by the release message (PubSubLock),
---          0 if they poll (SpinLock)
+-- ARGV[5]  1 if the registry waits and is woken by the release message
+--          (a PubSubLock's Lock), 0 if it polls (SpinLock) or does not
+--          wait (TryLock)
+-- ARGV[6]  ms after which a waiting PubSubLock registry gets its turn
+--          reserved
 --
 -- The wait marker is the queue of registries waiting for the lock, oldest
--- first: "id=until id~until ...", until being the server time in ms after
--- which the entry lapses unless that registry tries again; '=' marks a
--- registry woken by the release message, '~' one that polls. A free lock
--- is reserved for the oldest '=' entry: others are queued and refused, so
--- that the registry whose subscriber the server happens to notify first
--- does not win every race. A poller is not waited for (it may sleep a
--- whole poll interval): while only pollers wait, the first to try gets
--- the lock, as before. (A bare id, from an older lockyard, counts until
--- the marker expires, and reserves nothing.)
+-- first: "id=until/since id~until/since ...", in server time in ms: since
+-- when the registry waits, and until when its entry counts unless it tries
+-- again. '=' marks a registry woken by the release message, '~' one that
+-- polls or does not wait. A free lock goes to whoever tries first, the quickest hand-off,
+-- unless a '=' registry has waited for more than ARGV[6]: then it is
+-- reserved for the oldest such, and others are queued and refused until
+-- it has taken it. So the registry whose subscriber the server happens to
+-- notify last does not lose every race. A poller is not waited for (it
+-- may sleep a whole poll interval). (A bare id, from an older lockyard,
+-- counts until the marker expires, and reserves nothing.)
 --
 -- Reply: {1, fence} when acquired; fence is the new value of the counter
 --        (strictly increasing per key), or 0 without fencing. The registry
@@ -50,24 +54,25 @@ local function nextFence(key)
   end
   return redis.call('INCR', key)
 end
--- queue parses the wait marker: its live entries {id, until, kind},
--- oldest first; the index of this registry's entry (or nil); and the index
--- of the entry the lock is reserved for (or nil).
+-- queue parses the wait marker: its live entries {id, until, kind,
+-- since}, oldest first; the index of this registry's entry (or nil); and
+-- the index of the entry the lock is reserved for (or nil).
 local function queue(raw, now)
   local q, mine, first = {}, nil, nil
+  local aged = now - tonumber(ARGV[6])
   for e in string.gmatch(raw, '%S+') do
-    local id, kind, t = string.match(e, '^(.+)([=~])(%d+)$')
+    local id, kind, t, since = string.match(e, '^(.+)([=~])(%d+)/(%d+)$')
     if id then
-      t = tonumber(t)
+      t, since = tonumber(t), tonumber(since)
     else
-      id, kind, t = e, '~', now + redis.call('PTTL', KEYS[2])
+      id, kind, t, since = e, '~', now + redis.call('PTTL', KEYS[2]), now
     end
     if t > now then
-      q[#q + 1] = {id, t, kind}
+      q[#q + 1] = {id, t, kind, since}
       if id == ARGV[4] then
         mine = #q
       end
-      if kind == '=' and not first then
+      if kind == '=' and since <= aged and not first then
         first = #q
       end
     end
@@ -82,7 +87,7 @@ local function save(q)
   end
   local parts = {}
   for i, e in ipairs(q) do
-    parts[i] = e[1] .. e[3] .. string.format('%d', e[2])
+    parts[i] = e[1] .. e[3] .. string.format('%d/%d', e[2], e[4])
   end
   redis.call('SET', KEYS[2], table.concat(parts, ' '), 'PX', ARGV[3])
 end
@@ -130,7 +135,7 @@ local expiry = now + tonumber(ARGV[3])
 if mine then
   q[mine][2], q[mine][3] = expiry, kind
 else
-  q[#q + 1] = {ARGV[4], expiry, kind}
+  q[#q + 1] = {ARGV[4], expiry, kind, now}
 end
 save(q)
 local behind = 0

@@ -2,7 +2,7 @@
 -- lock for them (resetting its time to live) unless another registry waits,
 -- as the wait marker shows (see obtain.lua: a live entry of another
 -- registry, or a bare id); then release it (as release.lua does), leaving
--- the marker, whose oldest entry gets the lock next.
+-- the marker, the queue of the registries that wait.
 --
 -- KEYS[1]  lock key (registryKey:key)
 -- KEYS[2]  wait marker key ({registryKey:key}:wait)
@@ -40,7 +40,7 @@ local function othersWait(raw)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   for e in string.gmatch(raw, '%S+') do
-    local id, expiry = string.match(e, '^(.+)[=~](%d+)$')
+    local id, expiry = string.match(e, '^(.+)[=~](%d+)/%d+$')
     if not id then
       id, expiry = e, now + 1
     end
