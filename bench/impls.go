@@ -37,6 +37,7 @@ type impl struct {
 	name  string
 	peer  bool
 	floor bool   // the raw client: a reference row, neither peer nor lockyard
+	part  bool   // a raw client with one of lockyard's costs: a reference row
 	sets  string // the scenarios it runs in; "" for 1, 2, 3 and 4
 	open  func(addr string, ctr *counter) (client, error)
 }
@@ -64,7 +65,9 @@ type locker interface {
 }
 
 var impls = []impl{
-	{name: "raw redigo (floor)", floor: true, sets: "u", open: openRaw},
+	{name: "raw redigo (floor)", floor: true, sets: "u", open: openRaw(nil, rawUnlock)},
+	{name: "part: floor + PUBLISH in the release", part: true, sets: "u", open: openRaw(nil, rawUnlockPublish)},
+	{name: "part: + obtain script (lockyard before)", part: true, sets: "u", open: openRaw(rawObtain, rawUnlockPublish)},
 	{name: "lockyard spin", sets: "1234u", open: openLockyard(registry.SpinLock)},
 	{name: "lockyard pubsub", sets: "1234u", open: openLockyard(registry.PubSubLock)},
 	{name: "lockyard spin, go-redis", sets: "4u", open: openLockyardGoRedis(registry.SpinLock)},
@@ -104,17 +107,27 @@ func redigoPool(addr string, ctr *counter) *redigo.Pool {
 
 // raw redigo, the floor: SET NX PX, then a compare-and-delete script, on a
 // pool connection each; a counter for tokens, no options, no local state,
-// and no context (redigo's DoContext costs a goroutine per command).
+// and no context (redigo's DoContext costs a goroutine per command). The
+// "part" rows add one of lockyard's costs at a time: the PUBLISH of its
+// release (release.lua), and an obtain script of obtain.lua's shape (two
+// keys, four arguments) instead of the plain SET.
 
-var rawUnlock = redigo.NewScript(1, `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+var (
+	rawUnlock        = redigo.NewScript(1, `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+	rawUnlockPublish = redigo.NewScript(1, `if redis.pcall('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) redis.call('PUBLISH', ARGV[2], KEYS[1]) return 1 end return 0`)
+	rawObtain        = redigo.NewScript(2, `if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, 0} end return {0, redis.call('PTTL', KEYS[1])}`)
+)
 
 type rawClient struct {
-	pool *redigo.Pool
-	n    atomic.Int64
+	pool            *redigo.Pool
+	n               atomic.Int64
+	obtain, release *redigo.Script // obtain nil: a plain SET NX PX
 }
 
-func openRaw(addr string, ctr *counter) (client, error) {
-	return &rawClient{pool: redigoPool(addr, ctr)}, nil
+func openRaw(obtain, release *redigo.Script) func(string, *counter) (client, error) {
+	return func(addr string, ctr *counter) (client, error) {
+		return &rawClient{pool: redigoPool(addr, ctr), obtain: obtain, release: release}, nil
+	}
 }
 
 func (c *rawClient) locker(key string) (locker, error) {
@@ -136,10 +149,19 @@ func (l *rawLocker) lock(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		ok, err := redigo.String(conn.Do("SET", l.key, l.token, "NX", "PX", ttl.Milliseconds()))
+		var ok bool
+		if l.c.obtain == nil {
+			var reply string
+			reply, err = redigo.String(conn.Do("SET", l.key, l.token, "NX", "PX", ttl.Milliseconds()))
+			ok = err == nil && reply == "OK"
+		} else {
+			var reply []int64
+			reply, err = redigo.Int64s(l.c.obtain.Do(conn, l.key, "{"+l.key+"}:wait", l.token, ttl.Milliseconds(), 200, "raw"))
+			ok = err == nil && len(reply) == 2 && reply[0] == 1
+		}
 		conn.Close()
 		switch {
-		case err == nil && ok == "OK":
+		case ok:
 			return nil
 		case err != nil && err != redigo.ErrNil:
 			return err
@@ -158,7 +180,11 @@ func (l *rawLocker) unlock(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	_, err = rawUnlock.Do(conn, l.key, l.token)
+	if l.c.release == rawUnlock {
+		_, err = rawUnlock.Do(conn, l.key, l.token)
+		return err
+	}
+	_, err = l.c.release.Do(conn, l.key, l.token, "raw-channel:"+l.key)
 	return err
 }
 

@@ -81,7 +81,7 @@ type target struct {
 func (t table) printTargets(only []string) {
 	var ts []target
 	isTuned := func(im impl) bool { return im.peer && strings.Contains(im.name, "tuned") }
-	isUs := func(im impl) bool { return !im.peer && !im.floor }
+	isUs := func(im impl) bool { return !im.peer && !im.floor && !im.part }
 	ratio := func(sc string, peers func(impl) bool, min float64) target {
 		us, un := t.best(sc, "acq/s", isUs)
 		them, tn := t.best(sc, "acq/s", peers)
