@@ -164,3 +164,23 @@ func TestWaitQueueLapse(t *testing.T) {
 		recvWithin(t, gone.done, 5*time.Second, "the gone waiter to return")
 	})
 }
+
+// A wait marker as lockyard wrote it before the queue, a bare registry id,
+// still counts as another registry waiting: the pass releases the key (the
+// next local goroutine obtains it anew, with a new value), and the bare id
+// reserves nothing.
+func TestWaitMarkerBareID(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		l := obtain(t, newReg(t, b.pool(t), registry.WithFencing()), "k") // every hand-off runs pass.lua
+		h0 := mustHold(t, l)
+		before, err := redis.String(b.do(t, "GET", l.Key()), nil)
+		mustNil(t, err)
+		b.do(t, "SET", "{"+l.Key()+"}:wait", "an-older-registry", "PX", 5000)
+		got := queue(t, l, 1, func() string { v, _ := redis.String(redistest.Do(b.addr, "GET", l.Key())); return v })
+		mustNil(t, h0.unlock())
+		g := recvWithin(t, got, 5*time.Second, "the local goroutine's turn")
+		if g[1] == before {
+			t.Fatalf("the key kept its value %q: the pass kept it for the local goroutine despite the older registry's marker", before)
+		}
+	})
+}
