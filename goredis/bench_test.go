@@ -67,5 +67,5 @@ func BenchmarkSingleLockUnlock(b *testing.B) {
 // the slots. srv-us/op sums the six nodes (replicas apply the writes too).
 func BenchmarkClusterLockUnlock(b *testing.B) {
 	c := sharedCluster(b)
-	benchLockUnlock(b, c.client(b), c.addrs...)
+	benchLockUnlock(b, c.client(b), c.Addrs...)
 }

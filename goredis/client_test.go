@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockyard/lockyard/goredis"
+	"github.com/lockyard/lockyard/internal/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -103,7 +104,7 @@ func TestReplicaAckWithoutReplica(t *testing.T) {
 func TestContention(t *testing.T) {
 	rdb := newSingle(t)
 	pfx := prefix(t)
-	var iv intervals
+	var iv redistest.Intervals
 	var wg sync.WaitGroup
 	for i := range 3 {
 		r := newRegistry(t, rdb, pfx, registry.WithLockType(registry.LockType(i%2)), registry.WithIdleBetweenTries(5*time.Millisecond))
@@ -116,7 +117,7 @@ func TestContention(t *testing.T) {
 					err := r.ExecuteLocked(ctxFor(t, 10*time.Second), key, func(context.Context) error {
 						from := time.Now()
 						time.Sleep(100 * time.Microsecond) // the critical section's work
-						iv.add(key, from, time.Now())
+						iv.Add(key, from, time.Now())
 						return nil
 					})
 					if err != nil {
@@ -128,7 +129,7 @@ func TestContention(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	if n := iv.overlaps(); n != 0 {
+	if n := iv.Overlaps(); n != 0 {
 		t.Fatalf("%d overlapping holds", n)
 	}
 }

@@ -19,12 +19,12 @@ import (
 func TestClusterMutualExclusion(t *testing.T) {
 	c := sharedCluster(t)
 	var keys []string
-	for _, ks := range c.keysPerMaster(t, 2) {
+	for _, ks := range c.KeysPerMaster(t, 2) {
 		keys = append(keys, ks...)
 	}
 	pfx := prefix(t)
 	const procs, iter = 3, 40
-	sum := spawn(t, procs, "contend", "LY_ADDRS="+strings.Join(c.addrs, ","), "LY_PREFIX="+pfx,
+	sum := spawn(t, procs, "contend", "LY_ADDRS="+strings.Join(c.Addrs, ","), "LY_PREFIX="+pfx,
 		"LY_KEYS="+strings.Join(keys, ","), "LY_ITER=40")
 	rdb := c.client(t)
 	var total int64
@@ -51,7 +51,7 @@ func TestClusterWakeups(t *testing.T) {
 	opts := []registry.Option{registry.WithHashTag(), registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
 	holder, waiter := newRegistry(t, rdb, pfx, opts...), newRegistry(t, rdb, pfx, opts...)
 	var lat []time.Duration
-	for m, ks := range c.keysPerMaster(t, 1) {
+	for m, ks := range c.KeysPerMaster(t, 1) {
 		h, err := holder.Obtain(ks[0])
 		mustNil(t, err)
 		mustNil(t, h.LockContext(ctxFor(t, 5*time.Second)))
@@ -76,7 +76,7 @@ func TestClusterWakeups(t *testing.T) {
 		}
 		lat = append(lat, at.Sub(released))
 	}
-	t.Logf("FIGURE cluster wake-ups: release to acquire on 3 masters %v (median %v), with a 10s poll", lat, median(lat))
+	t.Logf("FIGURE cluster wake-ups: release to acquire on 3 masters %v (median %v), with a 10s poll", lat, redistest.Median(lat))
 	for _, d := range lat {
 		if d > 2*time.Second {
 			t.Fatalf("a waiter took %v to get a released lock: not woken", d)
@@ -112,7 +112,7 @@ func TestClusterHashTagFencing(t *testing.T) {
 		}
 		mustNil(t, l.UnlockContext(ctxFor(t, 5*time.Second)))
 	}
-	if s1, s2 := c.keySlot(t, l.Key()), c.keySlot(t, l.Key()+":fence"); s1 != s2 {
+	if s1, s2 := c.KeySlot(t, l.Key()), c.KeySlot(t, l.Key()+":fence"); s1 != s2 {
 		t.Fatalf("lock key in slot %d, fence counter in %d", s1, s2)
 	}
 }
@@ -127,11 +127,11 @@ func TestClusterSlotMigration(t *testing.T) {
 	// Three keys of one slot: one hash tag, three lock keys.
 	r := newRegistry(t, rdb, pfx, registry.WithHashTag(), registry.WithFencing(), registry.WithAutoRenew(),
 		registry.WithExpireAfter(600*time.Millisecond), registry.WithIdleBetweenTries(5*time.Millisecond))
-	slot := c.keySlot(t, "mig")
-	src := c.masterOf(t, slot)
+	slot := c.KeySlot(t, "mig")
+	src := c.MasterOf(t, slot)
 	var dst string
-	for _, ks := range c.keysPerMaster(t, 1) {
-		if m := c.masterOf(t, c.keySlot(t, ks[0])); m != src {
+	for _, ks := range c.KeysPerMaster(t, 1) {
+		if m := c.MasterOf(t, c.KeySlot(t, ks[0])); m != src {
 			dst = m
 			break
 		}
@@ -144,18 +144,18 @@ func TestClusterSlotMigration(t *testing.T) {
 		held[i] = l
 	}
 	var (
-		iv        intervals
+		iv        redistest.Intervals
 		acq, errs atomic.Int64
 		other     = newRegistry(t, rdb, pfx, registry.WithHashTag(), registry.WithFencing(), registry.WithIdleBetweenTries(5*time.Millisecond))
 	)
-	work := startLoad(t, 4, func(g int) {
+	work := redistest.StartLoad(t, 4, func(g int) {
 		reg := []*registry.Registry{r, other}[g%2]
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		err := reg.ExecuteLocked(ctx, "mig}c", func(context.Context) error {
 			from := time.Now()
 			time.Sleep(200 * time.Microsecond) // the critical section's work
-			iv.add("c", from, time.Now())
+			iv.Add("c", from, time.Now())
 			return nil
 		})
 		if err != nil {
@@ -168,7 +168,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	waitFor(t, 5*time.Second, "load before the migration", func() bool { return acq.Load() >= 20 })
 	start := time.Now()
 	steps := 0
-	c.migrate(t, slot, src, dst, func() {
+	c.Migrate(t, slot, src, dst, func() {
 		// Let the load run against each half-migrated state, for 5
 		// acquisitions or 50ms: while only some of a script's keys have
 		// moved, Redis answers TRYAGAIN and the lock waits.
@@ -197,8 +197,8 @@ func TestClusterSlotMigration(t *testing.T) {
 		}
 		return time.Now().After(until)
 	})
-	work.halt()
-	if m := c.masterOf(t, slot); m != dst {
+	work.Halt()
+	if m := c.MasterOf(t, slot); m != dst {
 		t.Fatalf("slot %d on %s after the migration, want %s", slot, m, dst)
 	}
 	for _, l := range held {
@@ -210,8 +210,8 @@ func TestClusterSlotMigration(t *testing.T) {
 		mustNil(t, l.UnlockContext(ctxFor(t, 5*time.Second)))
 	}
 	t.Logf("FIGURE cluster slot migration: slot %d moved key by key (%d steps) in %v under load; %d acquisitions, %d errors, %d overlaps, 2 held locks kept",
-		slot, steps, took.Round(time.Millisecond), acq.Load(), errs.Load(), iv.overlaps())
-	if errs.Load() != 0 || iv.overlaps() != 0 {
-		t.Fatalf("%d errors, %d overlaps", errs.Load(), iv.overlaps())
+		slot, steps, took.Round(time.Millisecond), acq.Load(), errs.Load(), iv.Overlaps())
+	if errs.Load() != 0 || iv.Overlaps() != 0 {
+		t.Fatalf("%d errors, %d overlaps", errs.Load(), iv.Overlaps())
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,83 +53,3 @@ var (
 
 // waitFor is redistest.WaitFor: a deadline poll.
 var waitFor = redistest.WaitFor
-
-// intervals records, per key, when each hold began and ended, to count
-// overlapping holds (double grants).
-type intervals struct {
-	mu   sync.Mutex
-	held map[string][][2]time.Time
-}
-
-func (iv *intervals) add(key string, from, to time.Time) {
-	iv.mu.Lock()
-	defer iv.mu.Unlock()
-	if iv.held == nil {
-		iv.held = make(map[string][][2]time.Time)
-	}
-	iv.held[key] = append(iv.held[key], [2]time.Time{from, to})
-}
-
-// overlaps counts pairs of holds of one key that overlap in time.
-func (iv *intervals) overlaps() int {
-	iv.mu.Lock()
-	defer iv.mu.Unlock()
-	n := 0
-	for _, list := range iv.held {
-		sort.Slice(list, func(i, j int) bool { return list[i][0].Before(list[j][0]) })
-		end := time.Time{}
-		for _, x := range list {
-			if x[0].Before(end) {
-				n++
-			}
-			if x[1].After(end) {
-				end = x[1]
-			}
-		}
-	}
-	return n
-}
-
-func median(d []time.Duration) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
-}
-
-// load runs goroutines that repeat a step until halted.
-type load struct {
-	stop chan struct{}
-	once sync.Once
-	wg   sync.WaitGroup
-}
-
-// startLoad starts n goroutines, each calling step(g) until halt, at most
-// 1e6 times (every load loop is bounded). The test's cleanup halts it too.
-func startLoad(t testing.TB, n int, step func(g int)) *load {
-	l := &load{stop: make(chan struct{})}
-	for g := range n {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			for range 1_000_000 {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
-				step(g)
-			}
-		}()
-	}
-	t.Cleanup(l.halt)
-	return l
-}
-
-// halt stops the goroutines and waits for them; it may be called twice.
-func (l *load) halt() {
-	l.once.Do(func() { close(l.stop) })
-	l.wg.Wait()
-}

@@ -29,9 +29,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	single.Close()
-	if theCluster != nil {
-		theCluster.close()
-	}
+	redistest.CloseSharedCluster()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "FAIL: goroutine leak:", err)

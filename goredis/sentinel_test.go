@@ -4,95 +4,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	redigo "github.com/gomodule/redigo/redis"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockyard/lockyard/internal/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
 
-const masterName = "lockyard"
+// sentinelSet is a redistest.SentinelSet, with this module's client.
+type sentinelSet struct{ *redistest.SentinelSet }
 
-// sentinelSet is a master, 2 replicas and 3 sentinels (quorum 2).
-type sentinelSet struct {
-	master    *redistest.Server
-	links     []*linkProxy // each replica's link to the master
-	replicas  []*redistest.Server
-	sentinels []*redistest.Server
-}
-
-func startSentinelSet(t *testing.T) *sentinelSet {
-	t.Helper()
-	s := &sentinelSet{}
-	t.Cleanup(s.close)
-	var err error
-	s.master, err = redistest.Start("--repl-diskless-sync-delay", "0")
-	mustNil(t, err)
-	for range 2 {
-		link := newLinkProxy(t, s.master.Addr)
-		host, port, _ := net.SplitHostPort(link.Addr())
-		r, err := redistest.Start("--replicaof", host, port, "--repl-diskless-sync-delay", "0")
-		mustNil(t, err)
-		s.replicas = append(s.replicas, r)
-		s.links = append(s.links, link)
-	}
-	waitFor(t, 20*time.Second, "2 replicas online", func() bool {
-		info, _ := redigo.String(s.master.Do("INFO", "replication"))
-		return strings.Count(info, "state=online") == 2
-	})
-	for range 3 {
-		// Down after 3s: on a loaded machine a shorter time can fail over
-		// before the test kills the master.
-		sn, err := redistest.StartSentinel(masterName, s.master.Addr, 2, 3*time.Second)
-		mustNil(t, err)
-		s.sentinels = append(s.sentinels, sn)
-	}
-	waitFor(t, 30*time.Second, "sentinels to find each other and the replicas", func() bool {
-		for _, sn := range s.sentinels {
-			others, _ := redigo.Values(sn.Do("SENTINEL", "SENTINELS", masterName))
-			replicas, _ := redigo.Values(sn.Do("SENTINEL", "REPLICAS", masterName))
-			if len(others) != 2 || len(replicas) != 2 {
-				return false
-			}
-		}
-		return true
-	})
-	return s
-}
-
-func (s *sentinelSet) close() {
-	for _, x := range append(append(s.sentinels, s.replicas...), s.master) {
-		if x != nil {
-			x.Close()
-		}
-	}
-}
+func startSentinelSet(t *testing.T) *sentinelSet { return &sentinelSet{redistest.StartSentinelSet(t)} }
 
 // client returns a go-redis failover client, closed at the end of t.
 func (s *sentinelSet) client(t *testing.T) *redis.Client {
 	var addrs []string
-	for _, sn := range s.sentinels {
+	for _, sn := range s.Sentinels {
 		addrs = append(addrs, sn.Addr)
 	}
-	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: masterName, SentinelAddrs: addrs,
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: addrs,
 		ContextTimeoutEnabled: true, DialTimeout: 500 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
-}
-
-// currentMaster asks the first sentinel for the master's address.
-func (s *sentinelSet) currentMaster() string {
-	v, err := redigo.Strings(s.sentinels[0].Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", masterName))
-	if err != nil || len(v) != 2 {
-		return ""
-	}
-	return net.JoinHostPort(v[0], v[1])
 }
 
 // failover cuts both replicas off the master's writes (their links drop
@@ -113,7 +49,7 @@ func failover(t *testing.T, opts ...registry.Option) (taken, doubles int, took t
 	// back on the new master until its TTL runs out.
 	loadReg := newRegistry(t, s.client(t), pfx, append(opts, registry.WithExpireAfter(2*time.Second), registry.WithAutoRenew())...)
 	var loadAcq, loadErr, lostLoad atomic.Int64
-	work := startLoad(t, 2, func(g int) {
+	work := redistest.StartLoad(t, 2, func(g int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		err := loadReg.ExecuteLocked(ctx, fmt.Sprintf("load-%d", g), func(context.Context) error { return nil })
@@ -129,11 +65,11 @@ func failover(t *testing.T, opts ...registry.Option) (taken, doubles int, took t
 			loadAcq.Add(1)
 		}
 	})
-	defer work.halt()
+	defer work.Halt()
 	waitFor(t, 10*time.Second, "load", func() bool { return loadAcq.Load() > 10 })
 
-	for _, link := range s.links {
-		link.freeze()
+	for _, link := range s.Links {
+		link.Freeze()
 	}
 	var held []*registry.RedisLock
 	for _, k := range keys {
@@ -149,16 +85,16 @@ func failover(t *testing.T, opts ...registry.Option) (taken, doubles int, took t
 			t.Fatalf("LockContext(%q) = %v; want nil or ErrReplicaAck", k, err)
 		}
 	}
-	old := s.master.Addr
-	if m := s.currentMaster(); m != old {
+	old := s.Master.Addr
+	if m := s.CurrentMaster(); m != old {
 		t.Fatalf("the sentinels failed over to %s before the master was killed", m)
 	}
 	killed := time.Now()
-	s.master.Stop()
-	for _, link := range s.links {
-		link.close()
+	s.Master.Stop()
+	for _, link := range s.Links {
+		link.Close()
 	}
-	waitFor(t, 60*time.Second, "a replica promoted", func() bool { m := s.currentMaster(); return m != "" && m != old })
+	waitFor(t, 60*time.Second, "a replica promoted", func() bool { m := s.CurrentMaster(); return m != "" && m != old })
 	before := loadAcq.Load()
 	waitFor(t, 30*time.Second, "load to resume on the new master", func() bool { return loadAcq.Load() > before+10 })
 	took = time.Since(killed)

@@ -62,7 +62,10 @@ func scripts(t *testing.T, c rueidis.Client) map[string]*registry.Script {
 
 // obtainArgs are obtain.lua's ARGV for token.
 func obtainArgs(token string) []any {
-	return []any{token, int64(10_000), int64(1_000), "test-registry"}
+	// ARGV of obtain.lua: token, TTL, the wait marker's TTL, the registry's
+	// id, whether it waits woken by messages, and after how long its turn
+	// is reserved.
+	return []any{token, int64(10_000), int64(1_000), "test-registry", int64(0), int64(6)}
 }
 
 // Eval returns RESP types, runs EVAL after a SCRIPT FLUSH, and wraps error

@@ -25,7 +25,7 @@ func TestClusterEvalWait(t *testing.T) {
 	cl := rueidislock.NewClient(rc)
 	pfx := prefix(t)
 	ctx := ctxFor(t, 30*time.Second)
-	for m, ks := range c.keysPerMaster(t, 1) {
+	for m, ks := range c.KeysPerMaster(t, 1) {
 		k := "{" + ks[0] + "}:" + pfx
 		v, acked, err := cl.EvalWait(ctx, s["obtain"], []string{k, k + ":wait"}, obtainArgs("tok"), 1, 2*time.Second)
 		mustNil(t, err)
@@ -34,16 +34,16 @@ func TestClusterEvalWait(t *testing.T) {
 		}
 	}
 
-	slot := c.keySlot(t, "mv")
-	src := c.masterOf(t, slot)
+	slot := c.KeySlot(t, "mv")
+	src := c.MasterOf(t, slot)
 	var dst string
-	for _, ks := range c.keysPerMaster(t, 1) {
-		if m := c.masterOf(t, c.keySlot(t, ks[0])); m != src {
+	for _, ks := range c.KeysPerMaster(t, 1) {
+		if m := c.MasterOf(t, c.KeySlot(t, ks[0])); m != src {
 			dst = m
 			break
 		}
 	}
-	c.migrate(t, slot, src, dst, func() {})
+	c.Migrate(t, slot, src, dst, func() {})
 	k := "{mv}:" + pfx
 	keys := []string{k, k + ":wait"}
 	_, acked, err := cl.EvalWait(ctx, s["obtain"], keys, obtainArgs("tok"), 1, time.Second)
@@ -71,7 +71,7 @@ func TestClusterEvalWait(t *testing.T) {
 func TestClusterReplicaAck(t *testing.T) {
 	c := sharedCluster(t)
 	r := newRegistry(t, c.client(t), prefix(t), registry.WithHashTag(), registry.WithReplicaAck(1, time.Second))
-	for m, ks := range c.keysPerMaster(t, 2) {
+	for m, ks := range c.KeysPerMaster(t, 2) {
 		for _, k := range ks {
 			l, err := r.Obtain(k)
 			mustNil(t, err)

@@ -27,9 +27,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	single.Close()
-	if theCluster != nil {
-		theCluster.close()
-	}
+	redistest.CloseSharedCluster()
 	if code == 0 {
 		if err := findLeaks(); err != nil {
 			fmt.Fprintln(os.Stderr, "FAIL: goroutine leak:", err)

@@ -1,4 +1,4 @@
-package goredis_test
+package redistest
 
 import (
 	"io"
@@ -8,10 +8,10 @@ import (
 	"testing"
 )
 
-// linkProxy forwards TCP connections on a loopback port to target. While
+// LinkProxy forwards TCP connections on a loopback port to target. While
 // frozen, it drops what target sends: a replication link through it then
 // loses the master's writes, as a network partition does.
-type linkProxy struct {
+type LinkProxy struct {
 	ln     net.Listener
 	target string
 	frozen atomic.Bool
@@ -21,20 +21,22 @@ type linkProxy struct {
 	conns []net.Conn
 }
 
-func newLinkProxy(t *testing.T, target string) *linkProxy {
+// NewLinkProxy starts a proxy to target, closed at the end of t.
+func NewLinkProxy(t testing.TB, target string) *LinkProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	mustNil(t, err)
-	p := &linkProxy{ln: ln, target: target}
+	MustNil(t, err)
+	p := &LinkProxy{ln: ln, target: target}
 	p.wg.Add(1)
 	go p.accept()
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	return p
 }
 
-func (p *linkProxy) Addr() string { return p.ln.Addr().String() }
+// Addr is the proxy's address.
+func (p *LinkProxy) Addr() string { return p.ln.Addr().String() }
 
-func (p *linkProxy) accept() {
+func (p *LinkProxy) accept() {
 	defer p.wg.Done()
 	for {
 		down, err := p.ln.Accept()
@@ -56,7 +58,7 @@ func (p *linkProxy) accept() {
 }
 
 // pipe copies from src to dst, dropping the bytes while frozen if fromTarget.
-func (p *linkProxy) pipe(src, dst net.Conn, fromTarget bool) {
+func (p *LinkProxy) pipe(src, dst net.Conn, fromTarget bool) {
 	defer p.wg.Done()
 	defer src.Close()
 	defer dst.Close()
@@ -77,10 +79,11 @@ func (p *linkProxy) pipe(src, dst net.Conn, fromTarget bool) {
 	}
 }
 
-func (p *linkProxy) freeze() { p.frozen.Store(true) }
+// Freeze drops what target sends from now on.
+func (p *LinkProxy) Freeze() { p.frozen.Store(true) }
 
-// close stops accepting, closes every connection and waits for the pipes.
-func (p *linkProxy) close() {
+// Close stops accepting, closes every connection and waits for the pipes.
+func (p *LinkProxy) Close() {
 	p.ln.Close()
 	p.mu.Lock()
 	for _, c := range p.conns {
