@@ -1,12 +1,15 @@
 package goredis_test
 
 import (
-	"context"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockyard/lockyard/goredis"
+	"github.com/lockyard/lockyard/internal/clienttest"
 	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
 )
 
 // cluster is the shared redistest.Cluster, with this module's client.
@@ -22,4 +25,20 @@ func (c *cluster) client(tb testing.TB) *redis.ClusterClient {
 	return rdb
 }
 
-func ctxBg() context.Context { return context.Background() }
+// adapter builds go-redis clients for the shared scenarios.
+var adapter = clienttest.Adapter{
+	Name: "goredis",
+	Single: func(addr string) (registry.Client, func(), error) {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		return goredis.NewClient(rdb), func() { rdb.Close() }, nil
+	},
+	Cluster: func(addrs []string) (registry.Client, func(), error) {
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		return goredis.NewClient(rdb), func() { rdb.Close() }, nil
+	},
+	Sentinel: func(addrs []string) (registry.Client, func(), error) {
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: addrs,
+			ContextTimeoutEnabled: true, DialTimeout: 500 * time.Millisecond})
+		return goredis.NewClient(rdb), func() { rdb.Close() }, nil
+	},
+}

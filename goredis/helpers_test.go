@@ -44,12 +44,8 @@ func newSingle(t testing.TB) *redis.Client {
 	return rdb
 }
 
-// mustNil, mustIs and ctxFor are the shared test helpers of redistest.
+// mustNil and mustIs are the shared test helpers of redistest.
 var (
 	mustNil = redistest.MustNil
 	mustIs  = redistest.MustIs
-	ctxFor  = redistest.CtxFor
 )
-
-// waitFor is redistest.WaitFor: a deadline poll.
-var waitFor = redistest.WaitFor

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/lockyard/lockyard/internal/clienttest"
 	"github.com/lockyard/lockyard/internal/redistest"
 )
 
@@ -16,8 +17,8 @@ import (
 var single *redistest.Server
 
 func TestMain(m *testing.M) {
-	if role := os.Getenv(childEnv); role != "" {
-		os.Exit(runChild(role))
+	if role := os.Getenv(clienttest.ChildEnv); role != "" {
+		os.Exit(clienttest.RunChild(role, adapter))
 	}
 	redis.SetLogger(discard{}) // go-redis logs every redial of a failover
 	var err error

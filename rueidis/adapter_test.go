@@ -371,27 +371,3 @@ func mustInfo(t *testing.T, cl *rueidislock.Client) string {
 	mustNil(t, err)
 	return info
 }
-
-// SetNX sets a free key with its TTL and reports false for a taken one,
-// as the registry's plain obtain needs (registry.SetNXClient).
-func TestClientSetNX(t *testing.T) {
-	c := rueidislock.NewClient(newSingle(t))
-	k := prefix(t) + ":k"
-	ok, err := c.SetNX(ctxFor(t, 5*time.Second), k, "a", 5*time.Second)
-	mustNil(t, err)
-	if !ok {
-		t.Fatal("SetNX on a free key: false")
-	}
-	ok, err = c.SetNX(ctxFor(t, 5*time.Second), k, "b", 5*time.Second)
-	mustNil(t, err)
-	if ok {
-		t.Fatal("SetNX on a taken key: true")
-	}
-	v, err := redistest.Do(single.Addr, "GET", k)
-	mustNil(t, err)
-	p, err := redigo.Int64(redistest.Do(single.Addr, "PTTL", k))
-	mustNil(t, err)
-	if string(v.([]byte)) != "a" || p <= 4000 || p > 5000 {
-		t.Fatalf("after SetNX: value %q, PTTL %d ms; want a, 5s", v, p)
-	}
-}

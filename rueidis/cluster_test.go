@@ -1,12 +1,17 @@
 package rueidislock_test
 
 import (
-	"context"
+	"fmt"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
+	"github.com/lockyard/lockyard/internal/clienttest"
 	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
+	rueidislock "github.com/lockyard/lockyard/rueidis"
 )
 
 // cluster is the shared redistest.Cluster, with this module's client.
@@ -29,4 +34,34 @@ func clusterOptions(addrs []string) rueidis.ClientOption {
 	return rueidis.ClientOption{InitAddress: addrs, DisableCache: true}
 }
 
-func ctxBg() context.Context { return context.Background() }
+// adapter builds rueidis clients for the shared scenarios, with the
+// options the package doc recommends.
+var adapter = clienttest.Adapter{
+	Name: "rueidis",
+	Single: func(addr string) (registry.Client, func(), error) {
+		return rueidisClient(singleOptions(addr), rueidis.ClientModeStandalone)
+	},
+	Cluster: func(addrs []string) (registry.Client, func(), error) {
+		return rueidisClient(clusterOptions(addrs), rueidis.ClientModeCluster)
+	},
+	Sentinel: func(addrs []string) (registry.Client, func(), error) {
+		return rueidisClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true,
+			Dialer:   net.Dialer{Timeout: 500 * time.Millisecond},
+			Sentinel: rueidis.SentinelOption{MasterSet: redistest.SentinelMaster, Dialer: net.Dialer{Timeout: 500 * time.Millisecond}},
+		}, rueidis.ClientModeSentinel)
+	},
+}
+
+// rueidisClient returns the adapter on a rueidis client of opt, which must
+// come up in mode.
+func rueidisClient(opt rueidis.ClientOption, mode rueidis.ClientMode) (registry.Client, func(), error) {
+	rc, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rc.Mode() != mode {
+		rc.Close()
+		return nil, nil, fmt.Errorf("rueidis client in mode %s, want %s", rc.Mode(), mode)
+	}
+	return rueidislock.NewClient(rc), rc.Close, nil
+}

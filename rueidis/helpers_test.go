@@ -1,7 +1,6 @@
 package rueidislock_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -58,12 +57,6 @@ func newClient(tb testing.TB, opt rueidis.ClientOption) rueidis.Client {
 
 // newSingle returns a rueidis client of the single-node server.
 func newSingle(tb testing.TB) rueidis.Client { return newClient(tb, singleOptions(single.Addr)) }
-
-// exists reports whether key exists (through c: in Cluster, on its node).
-func exists(c rueidis.Client, key string) bool {
-	n, err := c.Do(context.Background(), c.B().Exists().Key(key).Build()).AsInt64()
-	return err == nil && n == 1
-}
 
 // mustNil, mustIs and ctxFor are the shared test helpers of redistest.
 var (

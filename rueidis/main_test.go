@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/lockyard/lockyard/internal/clienttest"
 	"github.com/lockyard/lockyard/internal/redistest"
 )
 
@@ -15,8 +16,8 @@ import (
 var single *redistest.Server
 
 func TestMain(m *testing.M) {
-	if role := os.Getenv(childEnv); role != "" {
-		os.Exit(runChild(role))
+	if role := os.Getenv(clienttest.ChildEnv); role != "" {
+		os.Exit(clienttest.RunChild(role, adapter))
 	}
 	var err error
 	single, err = redistest.Start()

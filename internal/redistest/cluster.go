@@ -97,8 +97,17 @@ func (c *Cluster) Close() {
 // MasterOf returns the address of the master serving slot.
 func (c *Cluster) MasterOf(tb testing.TB, slot int) string {
 	tb.Helper()
-	slots, err := redis.Values(Do(c.Addrs[0], "CLUSTER", "SLOTS"))
+	m, err := c.master(slot)
 	MustNil(tb, err)
+	return m
+}
+
+// master returns the address of the master serving slot.
+func (c *Cluster) master(slot int) (string, error) {
+	slots, err := redis.Values(Do(c.Addrs[0], "CLUSTER", "SLOTS"))
+	if err != nil {
+		return "", err
+	}
 	for _, s := range slots {
 		r, _ := redis.Values(s, nil)
 		lo, _ := redis.Int(r[0], nil)
@@ -107,11 +116,24 @@ func (c *Cluster) MasterOf(tb testing.TB, slot int) string {
 			m, _ := redis.Values(r[2], nil)
 			host, _ := redis.String(m[0], nil)
 			port, _ := redis.Int(m[1], nil)
-			return host + ":" + strconv.Itoa(port)
+			return host + ":" + strconv.Itoa(port), nil
 		}
 	}
-	tb.Fatalf("no master serves slot %d", slot)
-	return ""
+	return "", fmt.Errorf("no master serves slot %d", slot)
+}
+
+// DoKey runs one command on the master that serves key's slot, as a
+// cluster client would route it.
+func (c *Cluster) DoKey(key, cmd string, args ...any) (any, error) {
+	slot, err := redis.Int(Do(c.Addrs[0], "CLUSTER", "KEYSLOT", key))
+	if err != nil {
+		return nil, err
+	}
+	m, err := c.master(slot)
+	if err != nil {
+		return nil, err
+	}
+	return Do(m, cmd, args...)
 }
 
 // KeySlot returns the Cluster slot of key.

@@ -1,8 +1,7 @@
-package goredis_test
+package clienttest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,37 +12,47 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/gomodule/redigo/redis"
 
-	"github.com/lockyard/lockyard/goredis"
+	"github.com/lockyard/lockyard/internal/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
 
-// The test binary re-executes itself as a child process in a role, set in
-// childEnv; its parameters are in the LY_* variables.
-const childEnv = "LOCKYARD_GOREDIS_CHILD"
+// ChildEnv names the role in which a test binary re-executed by a test of
+// this package runs; its parameters are in the LY_* variables. An adapter
+// module's TestMain calls RunChild when it is set.
+const ChildEnv = "LOCKYARD_CLIENTTEST_CHILD"
 
-func runChild(role string) int {
+// RunChild runs the child role with a's clients and returns the process's
+// exit status.
+func RunChild(role string, a Adapter) int {
 	switch role {
 	case "contend":
-		return contendChild()
+		return contendChild(a)
 	}
 	fmt.Fprintln(os.Stderr, "unknown child role", role)
 	return 2
 }
 
 // contendChild runs 2 registries x 4 goroutines, each making LY_ITER
-// fenced, non-atomic increments of LY_PREFIX:cnt:{key} under the lock of key, on the
-// cluster at LY_ADDRS. It prints RESULT acquisitions stale-tokens errors.
-func contendChild() int {
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(os.Getenv("LY_ADDRS"), ","), ContextTimeoutEnabled: true})
-	defer rdb.Close()
+// fenced, non-atomic increments of LY_PREFIX:cnt:{key} under the lock of
+// key, on the cluster at LY_ADDRS. It prints RESULT acquisitions
+// stale-tokens errors.
+func contendChild(a Adapter) int {
+	addrs := strings.Split(os.Getenv("LY_ADDRS"), ",")
+	c, closeFn, err := a.Cluster(addrs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer closeFn()
+	direct := &redistest.Cluster{Addrs: addrs}
 	keys := strings.Split(os.Getenv("LY_KEYS"), ",")
 	iter, _ := strconv.Atoi(os.Getenv("LY_ITER"))
 	var acq, stale, errs atomic.Int64
 	var wg sync.WaitGroup
 	for range 2 {
-		reg, err := registry.NewWithClient(goredis.NewClient(rdb), os.Getenv("LY_PREFIX"), registry.WithLogger(quiet),
+		reg, err := registry.NewWithClient(c, os.Getenv("LY_PREFIX"), registry.WithLogger(quiet),
 			registry.WithHashTag(), registry.WithFencing(), registry.WithLockType(registry.PubSubLock),
 			registry.WithIdleBetweenTries(20*time.Millisecond))
 		if err != nil {
@@ -63,7 +72,7 @@ func contendChild() int {
 						if err != nil {
 							return err
 						}
-						if !fencedIncrement(ctx, rdb, os.Getenv("LY_PREFIX"), key, l.Token()) {
+						if !fencedIncrement(direct, os.Getenv("LY_PREFIX"), key, l.Token()) {
 							stale.Add(1)
 						}
 						return nil
@@ -88,19 +97,19 @@ func contendChild() int {
 // write, so that two holders at once lose an update, and records token as
 // the last seen in prefix:seen:{key}. It reports whether token was greater
 // than the last.
-func fencedIncrement(ctx context.Context, rdb redis.UniversalClient, prefix, key string, token int64) bool {
+func fencedIncrement(c *redistest.Cluster, prefix, key string, token int64) bool {
 	cnt, seen := prefix+":cnt:{"+key+"}", prefix+":seen:{"+key+"}"
-	v, err := rdb.Get(ctx, cnt).Int()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	v, err := redis.Int(c.DoKey(cnt, "GET", cnt))
+	if err != nil && err != redis.ErrNil {
 		return false
 	}
-	last, err := rdb.Get(ctx, seen).Int64()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	last, err := redis.Int64(c.DoKey(seen, "GET", seen))
+	if err != nil && err != redis.ErrNil {
 		return false
 	}
 	time.Sleep(200 * time.Microsecond) // widen the read-modify-write window
-	rdb.Set(ctx, cnt, v+1, 0)
-	rdb.Set(ctx, seen, token, 0)
+	_, _ = c.DoKey(cnt, "SET", cnt, v+1)
+	_, _ = c.DoKey(seen, "SET", seen, token)
 	return token > last
 }
 
@@ -115,7 +124,7 @@ func spawn(t *testing.T, n int, role string, env ...string) [3]int64 {
 	outs := make(chan out, n)
 	for range n {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(append(os.Environ(), childEnv+"="+role), env...)
+		cmd.Env = append(append(os.Environ(), ChildEnv+"="+role), env...)
 		cmd.Stderr = os.Stderr
 		go func() {
 			b, err := cmd.Output()

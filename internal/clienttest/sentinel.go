@@ -1,4 +1,4 @@
-package goredis_test
+package clienttest
 
 import (
 	"context"
@@ -8,28 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lockyard/lockyard/internal/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
-
-// sentinelSet is a redistest.SentinelSet, with this module's client.
-type sentinelSet struct{ *redistest.SentinelSet }
-
-func startSentinelSet(t *testing.T) *sentinelSet { return &sentinelSet{redistest.StartSentinelSet(t)} }
-
-// client returns a go-redis failover client, closed at the end of t.
-func (s *sentinelSet) client(t *testing.T) *redis.Client {
-	var addrs []string
-	for _, sn := range s.Sentinels {
-		addrs = append(addrs, sn.Addr)
-	}
-	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: addrs,
-		ContextTimeoutEnabled: true, DialTimeout: 500 * time.Millisecond})
-	t.Cleanup(func() { rdb.Close() })
-	return rdb
-}
 
 // failover cuts both replicas off the master's writes (their links drop
 // what the master sends) while holder takes the locks on keys, then kills
@@ -38,16 +19,16 @@ func (s *sentinelSet) client(t *testing.T) *redis.Client {
 // registry then takes the same keys. It returns how many keys holder took
 // and how many of those the second registry was granted while holder still
 // held them: double grants.
-func failover(t *testing.T, opts ...registry.Option) (taken, doubles int, took time.Duration) {
-	s := startSentinelSet(t)
+func failover(t *testing.T, a Adapter, opts ...registry.Option) (taken, doubles int, took time.Duration) {
+	s := redistest.StartSentinelSet(t)
 	pfx := prefix(t)
-	holder := newRegistry(t, s.client(t), pfx, append(opts, registry.WithExpireAfter(30*time.Second))...)
+	holder := newRegistry(t, a.sentinel(t, s.SentinelAddrs()), pfx, append(opts, registry.WithExpireAfter(30*time.Second))...)
 	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 
 	// Load through the failover: a third registry keeps taking other keys.
 	// Their TTL is short: a release that the failover lost brings a lock
 	// back on the new master until its TTL runs out.
-	loadReg := newRegistry(t, s.client(t), pfx, append(opts, registry.WithExpireAfter(2*time.Second), registry.WithAutoRenew())...)
+	loadReg := newRegistry(t, a.sentinel(t, s.SentinelAddrs()), pfx, append(opts, registry.WithExpireAfter(2*time.Second), registry.WithAutoRenew())...)
 	var loadAcq, loadErr, lostLoad atomic.Int64
 	work := redistest.StartLoad(t, 2, func(g int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -66,7 +47,7 @@ func failover(t *testing.T, opts ...registry.Option) (taken, doubles int, took t
 		}
 	})
 	defer work.Halt()
-	waitFor(t, 10*time.Second, "load", func() bool { return loadAcq.Load() > 10 })
+	redistest.WaitFor(t, 10*time.Second, "load", func() bool { return loadAcq.Load() > 10 })
 
 	for _, link := range s.Links {
 		link.Freeze()
@@ -74,7 +55,7 @@ func failover(t *testing.T, opts ...registry.Option) (taken, doubles int, took t
 	var held []*registry.RedisLock
 	for _, k := range keys {
 		l, err := holder.Obtain(k)
-		mustNil(t, err)
+		redistest.MustNil(t, err)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err = l.LockContext(ctx)
 		cancel()
@@ -94,15 +75,15 @@ func failover(t *testing.T, opts ...registry.Option) (taken, doubles int, took t
 	for _, link := range s.Links {
 		link.Close()
 	}
-	waitFor(t, 60*time.Second, "a replica promoted", func() bool { m := s.CurrentMaster(); return m != "" && m != old })
+	redistest.WaitFor(t, 60*time.Second, "a replica promoted", func() bool { m := s.CurrentMaster(); return m != "" && m != old })
 	before := loadAcq.Load()
-	waitFor(t, 30*time.Second, "load to resume on the new master", func() bool { return loadAcq.Load() > before+10 })
+	redistest.WaitFor(t, 30*time.Second, "load to resume on the new master", func() bool { return loadAcq.Load() > before+10 })
 	took = time.Since(killed)
 
-	other := newRegistry(t, s.client(t), pfx, opts...)
+	other := newRegistry(t, a.sentinel(t, s.SentinelAddrs()), pfx, opts...)
 	for _, l := range held {
 		o, err := other.Obtain(l.Key()[len(pfx)+1:])
-		mustNil(t, err)
+		redistest.MustNil(t, err)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		err = o.LockContext(ctx)
 		cancel()
@@ -119,7 +100,7 @@ func failover(t *testing.T, opts ...registry.Option) (taken, doubles int, took t
 	}
 	// The old holders learn of the loss at their next renewal.
 	for _, l := range held {
-		mustIs(t, holder.RenewLock(ctxFor(t, 5*time.Second), l.Key()[len(pfx)+1:]), registry.ErrLockLost)
+		redistest.MustIs(t, holder.RenewLock(redistest.CtxFor(t, 5*time.Second), l.Key()[len(pfx)+1:]), registry.ErrLockLost)
 		select {
 		case <-l.Lost():
 		default:
@@ -134,19 +115,19 @@ func failover(t *testing.T, opts ...registry.Option) (taken, doubles int, took t
 	return len(held), doubles, took
 }
 
-// Sentinel failover through go-redis's failover client: lockyard follows
+// SentinelFailover: a Sentinel failover through the adapter's client: lockyard follows
 // the new master; a master lost before replicating grants its locks a
 // second time, unless WithReplicaAck refused them in the first place.
-func TestSentinelFailover(t *testing.T) {
+func SentinelFailover(t *testing.T, a Adapter) {
 	t.Run("without-ack", func(t *testing.T) {
-		taken, doubles, took := failover(t)
+		taken, doubles, took := failover(t, a)
 		t.Logf("FIGURE sentinel failover without WithReplicaAck: %d of 8 locks granted while the replicas were cut off, %d granted again after the failover (%v from kill to load resumed)", taken, doubles, took.Round(time.Millisecond))
 		if taken != 8 || doubles != 8 {
 			t.Fatalf("taken %d, double grants %d; want 8 and 8 (the hole WithReplicaAck closes)", taken, doubles)
 		}
 	})
 	t.Run("with-ack", func(t *testing.T) {
-		taken, doubles, took := failover(t, registry.WithReplicaAck(1, 50*time.Millisecond))
+		taken, doubles, took := failover(t, a, registry.WithReplicaAck(1, 50*time.Millisecond))
 		t.Logf("FIGURE sentinel failover with WithReplicaAck(1, 50ms): %d of 8 locks granted while the replicas were cut off, %d double grants (%v from kill to load resumed)", taken, doubles, took.Round(time.Millisecond))
 		if taken != 0 || doubles != 0 {
 			t.Fatalf("taken %d, double grants %d; want 0 and 0", taken, doubles)

@@ -1,0 +1,217 @@
+package clienttest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+// ClusterMutualExclusion: three processes, two registries each, contend for keys on every master:
+// no lost update, no stale fencing token, no error.
+func ClusterMutualExclusion(t *testing.T, a Adapter) {
+	c := redistest.SharedCluster(t)
+	var keys []string
+	for _, ks := range c.KeysPerMaster(t, 2) {
+		keys = append(keys, ks...)
+	}
+	pfx := prefix(t)
+	const procs, iter = 3, 40
+	sum := spawn(t, procs, "contend", "LY_ADDRS="+strings.Join(c.Addrs, ","), "LY_PREFIX="+pfx,
+		"LY_KEYS="+strings.Join(keys, ","), "LY_ITER=40")
+	var total int64
+	for _, k := range keys {
+		n, _ := redis.Int64(c.DoKey(pfx+":cnt:{"+k+"}", "GET", pfx+":cnt:{"+k+"}"))
+		total += n
+	}
+	t.Logf("FIGURE cluster exclusion: %d acquisitions by %d processes over %d keys on 3 masters: %d lost updates, %d stale tokens, %d errors",
+		sum[0], procs, len(keys), sum[0]-total, sum[1], sum[2])
+	if want := int64(procs * 8 * iter); sum[0] != want || sum[2] != 0 {
+		t.Fatalf("%d acquisitions and %d errors, want %d and 0", sum[0], sum[2], want)
+	}
+	if total != sum[0] || sum[1] != 0 {
+		t.Fatalf("counters sum to %d for %d acquisitions; %d stale tokens", total, sum[0], sum[1])
+	}
+}
+
+// ClusterWakeups: a release on any master wakes a waiter in another registry, whose
+// subscription is on one node: the waiters poll every 10s.
+func ClusterWakeups(t *testing.T, a Adapter) {
+	c := redistest.SharedCluster(t)
+	rc := a.cluster(t, c.Addrs)
+	pfx := prefix(t)
+	opts := []registry.Option{registry.WithHashTag(), registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
+	holder, waiter := newRegistry(t, rc, pfx, opts...), newRegistry(t, rc, pfx, opts...)
+	var lat []time.Duration
+	for m, ks := range c.KeysPerMaster(t, 1) {
+		h, err := holder.Obtain(ks[0])
+		redistest.MustNil(t, err)
+		redistest.MustNil(t, h.LockContext(redistest.CtxFor(t, 5*time.Second)))
+		w, err := waiter.Obtain(ks[0])
+		redistest.MustNil(t, err)
+		got := make(chan time.Time, 1)
+		go func() {
+			defer close(got)
+			if w.LockContext(redistest.CtxFor(t, 5*time.Second)) == nil {
+				got <- time.Now()
+				w.Unlock()
+			}
+		}()
+		redistest.WaitFor(t, 5*time.Second, "the wait marker", func() bool {
+			n, _ := redis.Int(c.DoKey(h.Key(), "EXISTS", h.Key()+":wait"))
+			return n == 1
+		})
+		released := time.Now()
+		redistest.MustNil(t, h.UnlockContext(redistest.CtxFor(t, 5*time.Second)))
+		at, ok := <-got
+		if !ok {
+			t.Fatalf("the waiter for a key on %s did not get the lock", m)
+		}
+		lat = append(lat, at.Sub(released))
+	}
+	t.Logf("FIGURE cluster wake-ups: release to acquire on 3 masters %v (median %v), with a 10s poll", lat, redistest.Median(lat))
+	for _, d := range lat {
+		if d > 2*time.Second {
+			t.Fatalf("a waiter took %v to get a released lock: not woken", d)
+		}
+	}
+}
+
+// ClusterHashTagFencing: with braces in the key and fencing, the default key form spans two
+// slots and Redis refuses the script (a clear, final error); WithHashTag
+// keeps every key in the slot of {key}.
+func ClusterHashTagFencing(t *testing.T, a Adapter) {
+	c := redistest.SharedCluster(t)
+	rc := a.cluster(t, c.Addrs)
+	plain := newRegistry(t, rc, prefix(t), registry.WithFencing())
+	l, err := plain.Obtain("user:{42}:cart")
+	redistest.MustNil(t, err)
+	err = l.LockContext(redistest.CtxFor(t, 5*time.Second))
+	var re *registry.ReplyError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "CROSSSLOT") {
+		t.Fatalf("default form with braces: %v, want a CROSSSLOT reply error", err)
+	}
+	tagged := newRegistry(t, rc, prefix(t), registry.WithFencing(), registry.WithHashTag())
+	l, err = tagged.Obtain("user:{42}:cart")
+	redistest.MustNil(t, err)
+	var first int64
+	for i := int64(0); i < 3; i++ {
+		redistest.MustNil(t, l.LockContext(redistest.CtxFor(t, 5*time.Second)))
+		if i == 0 {
+			first = l.Token()
+		}
+		if want := first + i; first <= 0 || l.Token() != want {
+			t.Fatalf("token %d, want %d", l.Token(), want)
+		}
+		redistest.MustNil(t, l.UnlockContext(redistest.CtxFor(t, 5*time.Second)))
+	}
+	if s1, s2 := c.KeySlot(t, l.Key()), c.KeySlot(t, l.Key()+":fence"); s1 != s2 {
+		t.Fatalf("lock key in slot %d, fence counter in %d", s1, s2)
+	}
+}
+
+// ClusterSlotMigration: a slot moves to another master while two locks in it are held (and
+// renewed) and four goroutines take and release a third: the held locks
+// are not lost, nobody overlaps, and no call fails.
+func ClusterSlotMigration(t *testing.T, a Adapter) {
+	c := redistest.SharedCluster(t)
+	rc := a.cluster(t, c.Addrs)
+	pfx := prefix(t)
+	// Three keys of one slot: one hash tag, three lock keys.
+	r := newRegistry(t, rc, pfx, registry.WithHashTag(), registry.WithFencing(), registry.WithAutoRenew(),
+		registry.WithExpireAfter(600*time.Millisecond), registry.WithIdleBetweenTries(5*time.Millisecond))
+	slot := c.KeySlot(t, "mig")
+	src := c.MasterOf(t, slot)
+	var dst string
+	for _, ks := range c.KeysPerMaster(t, 1) {
+		if m := c.MasterOf(t, c.KeySlot(t, ks[0])); m != src {
+			dst = m
+			break
+		}
+	}
+	held := make([]*registry.RedisLock, 2)
+	for i, k := range []string{"mig}a", "mig}b"} { // hash tag "mig"
+		l, err := r.Obtain(k)
+		redistest.MustNil(t, err)
+		redistest.MustNil(t, l.LockContext(redistest.CtxFor(t, 5*time.Second)))
+		held[i] = l
+	}
+	var (
+		iv        redistest.Intervals
+		acq, errs atomic.Int64
+		other     = newRegistry(t, rc, pfx, registry.WithHashTag(), registry.WithFencing(), registry.WithIdleBetweenTries(5*time.Millisecond))
+	)
+	work := redistest.StartLoad(t, 4, func(g int) {
+		reg := []*registry.Registry{r, other}[g%2]
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := reg.ExecuteLocked(ctx, "mig}c", func(context.Context) error {
+			from := time.Now()
+			time.Sleep(200 * time.Microsecond) // the critical section's work
+			iv.Add("c", from, time.Now())
+			return nil
+		})
+		if err != nil {
+			errs.Add(1)
+			t.Log(err)
+			return
+		}
+		acq.Add(1)
+	})
+	redistest.WaitFor(t, 5*time.Second, "load before the migration", func() bool { return acq.Load() >= 20 })
+	start := time.Now()
+	steps := 0
+	c.Migrate(t, slot, src, dst, func() {
+		// Let the load run against each half-migrated state, for 5
+		// acquisitions or 50ms: while only some of a script's keys have
+		// moved, Redis answers TRYAGAIN and the lock waits.
+		n, until := acq.Load(), time.Now().Add(50*time.Millisecond)
+		for acq.Load() < n+5 && time.Now().Before(until) {
+			time.Sleep(time.Millisecond) // poll interval of a bounded loop
+		}
+		steps++
+	})
+	took := time.Since(start)
+	// The held keys now live on dst, and only renewals there keep them:
+	// watch them for one and a half TTLs.
+	for _, l := range held {
+		if n, _ := redis.Int(redistest.Do(dst, "EXISTS", l.Key())); n != 1 {
+			t.Fatalf("%s not on the new master", l.Key())
+		}
+	}
+	until := time.Now().Add(900 * time.Millisecond)
+	redistest.WaitFor(t, 5*time.Second, "1.5 TTLs after the migration", func() bool {
+		for _, l := range held {
+			select {
+			case <-l.Lost():
+				t.Fatalf("%s lost after the migration", l.Key())
+			default:
+			}
+		}
+		return time.Now().After(until)
+	})
+	work.Halt()
+	if m := c.MasterOf(t, slot); m != dst {
+		t.Fatalf("slot %d on %s after the migration, want %s", slot, m, dst)
+	}
+	for _, l := range held {
+		select {
+		case <-l.Lost():
+			t.Fatalf("%s lost during the migration", l.Key())
+		default:
+		}
+		redistest.MustNil(t, l.UnlockContext(redistest.CtxFor(t, 5*time.Second)))
+	}
+	t.Logf("FIGURE cluster slot migration: slot %d moved key by key (%d steps) in %v under load; %d acquisitions, %d errors, %d overlaps, 2 held locks kept",
+		slot, steps, took.Round(time.Millisecond), acq.Load(), errs.Load(), iv.Overlaps())
+	if errs.Load() != 0 || iv.Overlaps() != 0 {
+		t.Fatalf("%d errors, %d overlaps", errs.Load(), iv.Overlaps())
+	}
+}

@@ -1,0 +1,162 @@
+package clienttest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+// SingleNode: the registry behaves on the adapter as on redigo: exclusion between
+// registries, fencing, a waiter woken by pub/sub, and Close ending the
+// subscription at once.
+func SingleNode(t *testing.T, a Adapter, addr string) {
+	rc := a.single(t, addr)
+	pfx := prefix(t)
+	opts := []registry.Option{registry.WithFencing(), registry.WithLockType(registry.PubSubLock),
+		registry.WithIdleBetweenTries(10 * time.Second)}
+	r1, r2 := newRegistry(t, rc, pfx, opts...), newRegistry(t, rc, pfx, opts...)
+	l1, err := r1.Obtain("k")
+	redistest.MustNil(t, err)
+	l2, err := r2.Obtain("k")
+	redistest.MustNil(t, err)
+	redistest.MustNil(t, l1.LockContext(redistest.CtxFor(t, 5*time.Second)))
+	if l1.Token() <= 0 {
+		t.Fatalf("token %d, want a fencing token", l1.Token())
+	}
+	if l2.TryLock() {
+		t.Fatal("a second registry took a held lock")
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		if l2.LockContext(redistest.CtxFor(t, 5*time.Second)) == nil {
+			got <- time.Now()
+			l2.Unlock()
+		}
+		close(got)
+	}()
+	redistest.WaitFor(t, 5*time.Second, "the wait marker", func() bool {
+		n, _ := redis.Int(redistest.Do(addr, "EXISTS", "{"+l1.Key()+"}:wait"))
+		return n == 1
+	})
+	released := time.Now()
+	redistest.MustNil(t, l1.UnlockContext(redistest.CtxFor(t, 5*time.Second)))
+	at, ok := <-got
+	if !ok {
+		t.Fatal("the waiter did not get the lock")
+	}
+	// The waiter polls every 10s: only the release message wakes it sooner.
+	if d := at.Sub(released); d > 2*time.Second {
+		t.Fatalf("the waiter took the lock %v after the release", d)
+	}
+}
+
+// RenewalAndScriptFlush: renewals are pipelined through EvalBatch, and survive a script cache
+// flush (NOSCRIPT, then EVAL).
+func RenewalAndScriptFlush(t *testing.T, a Adapter, addr string) {
+	r := newRegistry(t, a.single(t, addr), prefix(t), registry.WithExpireAfter(300*time.Millisecond), registry.WithAutoRenew())
+	var locks []*registry.RedisLock
+	for _, k := range []string{"a", "b", "c"} {
+		l, err := r.Obtain(k)
+		redistest.MustNil(t, err)
+		redistest.MustNil(t, l.LockContext(redistest.CtxFor(t, 5*time.Second)))
+		locks = append(locks, l)
+	}
+	_, err := redistest.Do(addr, "SCRIPT", "FLUSH")
+	redistest.MustNil(t, err)
+	// Three TTLs: only renewals keep the keys.
+	deadline := time.Now().Add(900 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		for _, l := range locks {
+			select {
+			case <-l.Lost():
+				t.Fatalf("%s lost while renewed", l.Key())
+			default:
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval of a deadline loop
+	}
+	for _, l := range locks {
+		redistest.MustNil(t, l.UnlockContext(redistest.CtxFor(t, 5*time.Second)))
+	}
+}
+
+// ReplicaAckWithoutReplica: WAIT runs on the obtain's connection: with no replica the lock is
+// refused and undone.
+func ReplicaAckWithoutReplica(t *testing.T, a Adapter, addr string) {
+	r := newRegistry(t, a.single(t, addr), prefix(t), registry.WithReplicaAck(1, 50*time.Millisecond))
+	l, err := r.Obtain("k")
+	redistest.MustNil(t, err)
+	err = l.LockContext(redistest.CtxFor(t, 300*time.Millisecond))
+	redistest.MustIs(t, err, registry.ErrReplicaAck)
+	// Undone at once, or, when the deadline cut the reply short, by the
+	// registry's background cleanup.
+	redistest.WaitFor(t, 2*time.Second, "the unacknowledged lock to be undone", func() bool {
+		n, _ := redis.Int(redistest.Do(addr, "EXISTS", l.Key()))
+		return n == 0
+	})
+}
+
+// Contention: many goroutines of several registries on a few keys: never two holders.
+func Contention(t *testing.T, a Adapter, addr string) {
+	rc := a.single(t, addr)
+	pfx := prefix(t)
+	var iv redistest.Intervals
+	var wg sync.WaitGroup
+	for i := range 3 {
+		r := newRegistry(t, rc, pfx, registry.WithLockType(registry.LockType(i%2)), registry.WithIdleBetweenTries(5*time.Millisecond))
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				key := []string{"x", "y"}[g%2]
+				for range 50 {
+					err := r.ExecuteLocked(redistest.CtxFor(t, 10*time.Second), key, func(context.Context) error {
+						from := time.Now()
+						time.Sleep(100 * time.Microsecond) // the critical section's work
+						iv.Add(key, from, time.Now())
+						return nil
+					})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if n := iv.Overlaps(); n != 0 {
+		t.Fatalf("%d overlapping holds", n)
+	}
+}
+
+// SetNX: the adapter's SetNX sets a free key with its TTL and reports false for a taken one,
+// as the registry's plain obtain needs (registry.SetNXClient).
+func SetNX(t *testing.T, a Adapter, addr string) {
+	c, ok := a.single(t, addr).(registry.SetNXClient)
+	if !ok {
+		t.Fatalf("the %s client has no SetNX", a.Name)
+	}
+	k := prefix(t) + ":k"
+	set, err := c.SetNX(redistest.CtxFor(t, 5*time.Second), k, "a", 5*time.Second)
+	redistest.MustNil(t, err)
+	if !set {
+		t.Fatal("SetNX on a free key: false")
+	}
+	set, err = c.SetNX(redistest.CtxFor(t, 5*time.Second), k, "b", 5*time.Second)
+	redistest.MustNil(t, err)
+	if set {
+		t.Fatal("SetNX on a taken key: true")
+	}
+	v, _ := redis.String(redistest.Do(addr, "GET", k))
+	p, _ := redis.Int64(redistest.Do(addr, "PTTL", k))
+	if v != "a" || p <= 4000 || p > 5000 {
+		t.Fatalf("after SetNX: value %q, PTTL %d ms; want a, 5s", v, p)
+	}
+}
