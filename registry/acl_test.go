@@ -98,3 +98,26 @@ func TestLeastPrivilegeACL(t *testing.T) {
 	default:
 	}
 }
+
+// An ACL without +time, as older docs allowed without fencing: registries
+// still exclude each other and hand the lock on. The wait marker is then a
+// bare registry id, as it was before registries took turns.
+func TestACLWithoutTime(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	rules := aclFor(pfx)
+	b.do(t, "ACL", append([]any{"SETUSER", pfx}, rules[:len(rules)-1]...)...) // all but +time
+	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
+	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
+	r1 := newRegPrefix(t, userPool(t, pfx), pfx, opts...)
+	r2 := newRegPrefix(t, userPool(t, pfx), pfx, opts...)
+	l1, l2 := obtain(t, r1, "k"), obtain(t, r2, "k")
+	mustNil(t, l1.LockContext(bg(t)))
+	got := lockInBackground(t, l2)
+	waitFor(t, 5*time.Second, "the wait marker", func() bool {
+		v, _ := redis.String(b.do(t, "GET", "{"+l1.Key()+"}:wait"), nil)
+		return v != "" && !strings.ContainsAny(v, "=~! ")
+	})
+	mustNil(t, l1.UnlockContext(bg(t)))
+	mustNil(t, recvWithin(t, got, 3*time.Second, "the waiter woken by the release"))
+}

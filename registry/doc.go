@@ -37,11 +37,12 @@
 //     for at most 9 holds, and 4 once it has yielded to another registry
 //     (for a poll interval from then). A free key goes to whoever tries
 //     first, unless a PubSubLock registry has been waiting in Lock for more
-//     than 6ms: then it is reserved for the longest waiting such registry,
-//     so that the registry the server happens to notify last does not lose
-//     every race. Pollers (SpinLock) and TryLock queue but reserve nothing;
-//     a registry that stops waiting keeps its turn until its entry lapses,
-//     at most two poll intervals.
+//     than 6ms: then it is reserved for the registry, PubSubLock or
+//     SpinLock, that has waited longest, so that the registry the server
+//     happens to notify last does not lose every race. While only SpinLock
+//     registries wait nothing is reserved; a TryLock queues but reserves
+//     nothing. A registry that stops waiting keeps its turn until its entry
+//     lapses, one to two poll intervals later.
 //
 // # Ownership and reentrancy
 //

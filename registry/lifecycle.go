@@ -127,7 +127,7 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 			// Another registry's turn comes first: let it take the lock
 			// before trying (a try now would only be refused), for about
 			// one round trip of its own and one of this waiter's.
-			if err := r.bg.sleep(ctx, max(2*g.rtt, minBehind), nil); err != nil {
+			if err := r.bg.sleep(ctx, min(max(2*g.rtt, minBehind), maxBehind), nil); err != nil {
 				return waited, l.waitErr(err, lastErr)
 			}
 		}
@@ -234,7 +234,12 @@ func (l *RedisLock) unlock(ctx context.Context, who reentrant.Owner) error {
 func (l *RedisLock) release(ctx context.Context, h *hold, first error) error {
 	l.setPhase(releasing)
 	l.retire(h)
-	done, firstHere, err := l.reg.deleteToken(context.WithoutCancel(ctx), l.key, h.token)
+	done, others, firstHere, err := l.reg.deleteToken(context.WithoutCancel(ctx), l.key, h.token)
+	if others {
+		// Registries wait: the next acquisition starts with the obtain
+		// script, which respects their turns (a plain SET would not).
+		l.turn.taken = true
+	}
 	if first == nil {
 		first = firstHere // the script may have run
 	}
@@ -293,6 +298,9 @@ func (l *RedisLock) abandon(who reentrant.Owner) {
 	}
 }
 
-// minBehind is the least a waiter behind another registry's turn waits
-// after a wake-up before it tries.
-const minBehind = 100 * time.Microsecond
+// minBehind and maxBehind bound how long a waiter behind another
+// registry's turn waits after a wake-up before it tries.
+const (
+	minBehind = 100 * time.Microsecond
+	maxBehind = 5 * time.Millisecond
+)

@@ -120,3 +120,29 @@ func TestObtainResentSET(t *testing.T) {
 		}
 	})
 }
+
+// A release that finds other registries queued in the wait marker makes
+// the releasing lock's next acquisition start with the obtain script,
+// which respects their turns: a plain SET would take a key reserved for
+// them.
+func TestReleaseSeesWaiters(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		cp := &redistest.CountingPool{Pool: b.pool(t)}
+		r := newRegPrefix(t, cp, pfx)
+		w := obtain(t, r, "warm-up") // the eviction-policy check (INFO)
+		mustNil(t, w.LockContext(bg(t)))
+		mustNil(t, w.UnlockContext(bg(t)))
+		l := obtain(t, r, "k")
+		mustNil(t, l.LockContext(bg(t)))
+		other := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
+		mustIs(t, other.TryLockContext(bg(t)), registry.ErrNotObtained) // queued
+		mustNil(t, l.UnlockContext(bg(t)))
+		cp.Commands()
+		mustNil(t, l.LockContext(bg(t)))
+		if cmds := scriptsOnly(cp.Commands()); !slices.Equal(cmds, []string{"EVALSHA"}) {
+			t.Fatalf("after a release that found a waiter, Lock sent %v, want the obtain script", cmds)
+		}
+		mustNil(t, l.UnlockContext(bg(t)))
+	})
+}

@@ -125,7 +125,7 @@ func TestWaitQueueOrder(t *testing.T) {
 			// The waiters left the queue as they got the lock; the tryer
 			// did too if it got it.
 			v, _ := redis.String(redistest.Do(b.addr, "GET", "{"+holder.Key()+"}:wait"))
-			if q := strings.Fields(v); aged && (len(q) != 1 || !strings.Contains(q[0], "~")) || !aged && len(q) != 0 {
+			if q := strings.Fields(v); aged && (len(q) != 1 || !strings.Contains(q[0], "!")) || !aged && len(q) != 0 {
 				t.Fatalf("aged %v: the wait marker is %q after every waiter's turn", aged, v)
 			}
 		}
@@ -133,35 +133,71 @@ func TestWaitQueueOrder(t *testing.T) {
 }
 
 // A waiter that stops waiting loses its turn once its entry lapses (twice
-// the poll interval after its last try); a SpinLock waiter (a poller)
-// queues but reserves nothing.
+// the poll interval after its last try, so between one and two intervals
+// after it stopped).
 func TestWaitQueueLapse(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		idle := 50 * time.Millisecond
+		opts := []registry.Option{registry.WithIdleBetweenTries(idle), registry.WithFairAfter(time.Millisecond),
+			registry.WithLockType(registry.PubSubLock)}
+		holder := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
+		mustNil(t, holder.LockContext(bg(t)))
+		gone := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
+		gone.wait(t, b, 0, 1)
+		gone.cancel()
+		left := time.Now()
+		next := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
+		next.wait(t, b, 1, 2)
+		serverAfter(t, b, 2*time.Millisecond)
+		b.do(t, "DEL", holder.Key()) // no release message: the waiters poll
+		recvWithin(t, next.got, 5*time.Second, "the next waiter's turn")
+		if got := time.Since(left); got < idle-10*time.Millisecond {
+			t.Fatalf("the next waiter got the lock %v after the gone one stopped, before its entry lapsed", got)
+		}
+		next.finish(t)
+		recvWithin(t, gone.done, 5*time.Second, "the gone waiter to return")
+	})
+}
+
+// A SpinLock waiter (a poller) takes its turn among PubSubLock waiters, in
+// the order they came; while only pollers wait, nothing is reserved.
+func TestWaitQueuePollers(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx := prefix(t)
 		idle := 50 * time.Millisecond
 		opts := []registry.Option{registry.WithIdleBetweenTries(idle), registry.WithFairAfter(time.Millisecond)}
 		holder := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
 		mustNil(t, holder.LockContext(bg(t)))
-		spin := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
+		got := make(chan int, 2)
+		spin := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k"), got: got}
 		spin.wait(t, b, 0, 1)
-		opts = append(opts, registry.WithLockType(registry.PubSubLock))
-		gone := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
-		gone.wait(t, b, 1, 2)
-		gone.cancel()
-		left := time.Now()
-		next := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
-		next.wait(t, b, 2, 3)
+		pub := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, append(opts, registry.WithLockType(registry.PubSubLock))...), "k"), got: got}
+		pub.wait(t, b, 1, 2)
 		serverAfter(t, b, 2*time.Millisecond)
-		b.do(t, "DEL", holder.Key()) // no release message: the waiters poll
-		recvWithin(t, next.got, 5*time.Second, "the next PubSubLock waiter's turn")
-		if got := time.Since(left); got < 2*idle-20*time.Millisecond {
-			t.Fatalf("the next waiter got the lock %v after the gone one's last try, before its entry lapsed (%v)", got, 2*idle)
+		mustNil(t, holder.UnlockContext(bg(t))) // wakes the PubSubLock waiter at once; the poller comes later
+		if i := recvWithin(t, got, 5*time.Second, "a turn"); i != 0 {
+			t.Fatal("the PubSubLock waiter took the turn of the poller that came first")
 		}
-		notWithin(t, spin.got, 3*idle, "the poller, while the next waiter holds the lock")
-		next.finish(t)
+		spin.finish(t)
+		if i := recvWithin(t, got, 5*time.Second, "a turn"); i != 1 {
+			t.Fatalf("turn to waiter %d", i)
+		}
+		pub.finish(t)
+
+		// Only pollers: a try by a registry that did not wait gets the
+		// free key.
+		mustNil(t, holder.LockContext(bg(t)))
+		spin = &queued{l: spin.l}
+		spin.wait(t, b, 0, 1)
+		tryer := obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		mustIs(t, tryer.TryLockContext(bg(t)), registry.ErrNotObtained)
+		serverAfter(t, b, 2*time.Millisecond)
+		b.do(t, "DEL", holder.Key()) // no release message
+		mustNil(t, tryer.TryLockContext(bg(t)))
+		mustNil(t, tryer.UnlockContext(bg(t)))
 		recvWithin(t, spin.got, 5*time.Second, "the poller's turn")
 		spin.finish(t)
-		recvWithin(t, gone.done, 5*time.Second, "the gone waiter to return")
 	})
 }
 

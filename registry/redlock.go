@@ -192,8 +192,9 @@ func (q *quorumStore) renew(ctx context.Context, lk, token string, ttl time.Dura
 	return q.majorityDone(ctx, nodeTimeout(q.timeout, ttl), renewScript, q.s.renew(lk, token, ttl))
 }
 
-func (q *quorumStore) release(ctx context.Context, lk, token string) (bool, error) {
-	return q.majorityDone(ctx, q.nodeTimeout, releaseScript, q.s.release(lk, token))
+func (q *quorumStore) release(ctx context.Context, lk, token string) (done, others bool, err error) {
+	done, err = q.majorityDone(ctx, q.nodeTimeout, releaseScript, q.s.release(lk, token))
+	return done, false, err
 }
 
 // majorityDone runs s on every node, each bounded by d, and reports whether

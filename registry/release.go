@@ -21,8 +21,15 @@ const netTries = 10
 //     migrates, LOADING, ...), after a short backoff: the script did not run.
 //
 // Compare-and-delete is idempotent and never deletes another holder's key.
-func (r *Registry) deleteToken(ctx context.Context, lk, token string) (done bool, first, err error) {
-	return r.retried(ctx, func(ctx context.Context) (bool, error) { return r.store.release(ctx, lk, token) })
+//
+// others reports that the release found other registries waiting for lk.
+func (r *Registry) deleteToken(ctx context.Context, lk, token string) (done, others bool, first, err error) {
+	done, first, err = r.retried(ctx, func(ctx context.Context) (bool, error) {
+		var d bool
+		d, others, err = r.store.release(ctx, lk, token)
+		return d, err
+	})
+	return done, others, first, err
 }
 
 // retried runs op, an idempotent command on a key, as deleteToken runs the
@@ -55,6 +62,6 @@ func (r *Registry) cleanup(lk, token string) {
 	r.bg.spawn(func() {
 		// bg.ctx: Close does not wait for a server that is down; the key
 		// then expires by its TTL.
-		_, _, _ = r.deleteToken(r.bg.ctx, lk, token)
+		_, _, _, _ = r.deleteToken(r.bg.ctx, lk, token)
 	})
 }

@@ -27,7 +27,8 @@ func replyPair(v any) (a, b int64, err error) {
 	return 0, 0, fmt.Errorf("lockyard: unexpected reply %v (%T), want two integers", v, v)
 }
 
-// decodeGrant decodes obtain.lua's {1, fence} or {0, pttl}.
+// decodeGrant decodes obtain.lua's {1, fence}, {0, pttl} or {2, ms} (not
+// acquired, and another registry's turn comes first).
 func decodeGrant(v any) (grant, error) {
 	ok, n, err := replyPair(v)
 	switch {
@@ -60,5 +61,15 @@ func decodeDone(v any, err error) (bool, error) {
 		return false, err
 	}
 	n, err := replyInt(v)
-	return n == 1, err
+	return n >= 1, err // release.lua's 2: done, and registries wait
+}
+
+// decodeRelease decodes release.lua's 2 (deleted; registries wait), 1
+// (deleted) or 0 (gone or another holder's).
+func decodeRelease(v any, err error) (done, others bool, _ error) {
+	if err != nil {
+		return false, false, err
+	}
+	n, err := replyInt(v)
+	return n >= 1, n == 2, err
 }

@@ -2,6 +2,7 @@ package registry
 
 import (
 	_ "embed"
+	"strings"
 	"time"
 
 	"github.com/lockyard/lockyard/internal/wire"
@@ -82,11 +83,18 @@ func (s *scripts) lockKeys(lk string) []string {
 	return []string{lk, s.layout.WaitKey(lk)}
 }
 
-// obtain's waits says the caller waits if the attempt fails: a waiter
-// woken by the release message gets its turn reserved (obtain.lua); a
-// poller, or a TryLock, which may not come back soon, does not.
+// obtain's waits says the caller waits if the attempt fails: a waiting
+// registry gets its turn reserved (obtain.lua); a TryLock, which may not
+// come back, does not.
 func (s *scripts) obtain(lk, token string, ttl time.Duration, waits bool) Call {
-	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.ttlOf(ttl), s.markerTTLArg, s.clientIDArg, boolArg(s.pubsub && waits), s.turnArg}}
+	kind := 0 // does not wait
+	switch {
+	case waits && s.pubsub:
+		kind = 2 // woken by the release message
+	case waits:
+		kind = 1 // polls
+	}
+	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.ttlOf(ttl), s.markerTTLArg, s.clientIDArg, kind, s.turnArg}}
 }
 
 func (s *scripts) pass(lk, token string, ttl time.Duration) Call {
@@ -97,19 +105,18 @@ func (s *scripts) renew(lk, token string, ttl time.Duration) Call {
 	return Call{Keys: []string{lk}, Args: []any{token, s.ttlOf(ttl)}}
 }
 
+// release names the wait marker too when it lies in lk's Cluster slot:
+// always with WithHashTag, and in the default form when lk has no braces
+// (a brace in it makes Redis hash only part of it).
 func (s *scripts) release(lk, token string) Call {
-	return Call{Keys: []string{lk}, Args: []any{token, s.layout.Channel(lk)}}
+	keys := []string{lk}
+	if s.layout.HashTag || !strings.ContainsAny(lk, "{}") {
+		keys = append(keys, s.layout.WaitKey(lk))
+	}
+	return Call{Keys: keys, Args: []any{token, s.layout.Channel(lk)}}
 }
 
 // fence raises lk's fence counter to at least n (Redlock).
 func (s *scripts) fence(lk string, n int64) Call {
 	return Call{Keys: []string{s.layout.FenceKey(lk)}, Args: []any{n}}
-}
-
-// boolArg is a script's flag argument: 1 or 0.
-func boolArg(b bool) any {
-	if b {
-		return 1
-	}
-	return 0
 }

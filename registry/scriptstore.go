@@ -104,8 +104,8 @@ func (st *scriptStore) renewBatch(ctx context.Context, calls []renewCall) []rene
 	return out
 }
 
-func (st *scriptStore) release(ctx context.Context, lk, token string) (bool, error) {
-	return decodeDone(st.eval(ctx, releaseScript, st.s.release(lk, token)))
+func (st *scriptStore) release(ctx context.Context, lk, token string) (done, others bool, err error) {
+	return decodeRelease(st.eval(ctx, releaseScript, st.s.release(lk, token)))
 }
 
 func (st *scriptStore) subscribe(ctx context.Context) (Subscription, error) {

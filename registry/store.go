@@ -28,8 +28,9 @@ type store interface {
 	// call, in order.
 	renewBatch(ctx context.Context, calls []renewCall) []renewReply
 	// release deletes lk and publishes the release if token holds it, and
-	// reports whether it did.
-	release(ctx context.Context, lk, token string) (bool, error)
+	// reports whether it did, and whether other registries wait for lk (as
+	// far as the store can tell).
+	release(ctx context.Context, lk, token string) (done, others bool, err error)
 	// subscribe pattern-subscribes to every release channel of the registry.
 	subscribe(ctx context.Context) (Subscription, error)
 	// info returns a section of the server's INFO, or errNoInfo.

@@ -57,7 +57,7 @@ func (l *RedisLock) tryErr(res tryResult, err error) error {
 	case tryLocalOwner:
 		return fmt.Errorf("%w: %q is held by another owner in this registry", ErrNotObtained, l.key)
 	case tryRedisOwner:
-		return fmt.Errorf("%w: %q is held in Redis", ErrNotObtained, l.key)
+		return fmt.Errorf("%w: %q is held in Redis, or it is the turn of a registry that has waited longer", ErrNotObtained, l.key)
 	case tryFailed:
 		return wrapKey("obtaining", l.key, err)
 	}

@@ -35,12 +35,16 @@ if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return {0, 0}
 end
 -- othersWait reports whether the marker holds a live entry of another
--- registry.
+-- registry (see obtain.lua), or, if the script may not call TIME, whether
+-- it names another registry.
 local function othersWait(raw)
-  local t = redis.call('TIME')
+  local t = redis.pcall('TIME')
+  if type(t) ~= 'table' or t.err then
+    return raw ~= ARGV[4]
+  end
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   for e in string.gmatch(raw, '%S+') do
-    local id, expiry = string.match(e, '^(.+)[=~](%d+)/%d+$')
+    local id, expiry = string.match(e, '^(.+)[=~!](%d+)/%d+$')
     if not id then
       id, expiry = e, now + 1
     end
