@@ -10,9 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockyard/lockyard/goredis"
 	"github.com/lockyard/lockyard/internal/redistest"
-	"github.com/lockyard/lockyard/registry"
 )
 
 var prefixSeq atomic.Int64
@@ -24,18 +22,6 @@ func prefix(t *testing.T) string {
 
 // quiet is the registries' logger: errors only.
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// newRegistry returns a registry on rdb, closed at the end of the test.
-func newRegistry(t testing.TB, rdb redis.UniversalClient, prefix string, opts ...registry.Option) *registry.Registry {
-	t.Helper()
-	opts = append([]registry.Option{registry.WithLogger(quiet)}, opts...)
-	r, err := registry.NewWithClient(goredis.NewClient(rdb), prefix, opts...)
-	if err != nil {
-		t.Fatalf("NewWithClient: %v", err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return r
-}
 
 // newSingle returns a go-redis client of the single-node server.
 func newSingle(t testing.TB) *redis.Client {
