@@ -57,4 +57,3 @@ func serverCPU(b *testing.B, addrs []string) float64 {
 	}
 	return sum
 }
-
