@@ -109,11 +109,11 @@ func (s *scripts) renew(lk, token string, ttl time.Duration) Call {
 // always with WithHashTag, and in the default form when lk has no braces
 // (a brace in it makes Redis hash only part of it).
 func (s *scripts) release(lk, token string) Call {
-	keys := []string{lk}
+	args := []any{token, s.layout.Channel(lk)}
 	if s.layout.HashTag || !strings.ContainsAny(lk, "{}") {
-		keys = append(keys, s.layout.WaitKey(lk))
+		return Call{Keys: []string{lk, s.layout.WaitKey(lk)}, Args: args}
 	}
-	return Call{Keys: keys, Args: []any{token, s.layout.Channel(lk)}}
+	return Call{Keys: []string{lk}, Args: args}
 }
 
 // fence raises lk's fence counter to at least n (Redlock).
