@@ -41,8 +41,10 @@
 //     SpinLock, that has waited longest, so that the registry the server
 //     happens to notify last does not lose every race. While only SpinLock
 //     registries wait nothing is reserved; a TryLock queues but reserves
-//     nothing. A registry that stops waiting keeps its turn until its entry
-//     lapses, one to two poll intervals later.
+//     nothing. A registry whose last waiter gives up leaves the queue at
+//     once (leave.lua, in the background); one that vanishes (a killed
+//     process) keeps its turn until its entry lapses, one to two poll
+//     intervals later.
 //
 // # Ownership and reentrancy
 //

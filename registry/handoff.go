@@ -55,6 +55,9 @@ type turn struct {
 	// contested: until when (mono ns) turns are short, a poll interval
 	// after a pass released the key for another registry.
 	contested int64
+	// queued: this registry's entry is in the key's wait marker (a waiting
+	// attempt failed, and no acquisition has succeeded since).
+	queued bool
 }
 
 type handoffResult int

@@ -73,6 +73,7 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration, 
 	l.setPhase(acquiring)
 	waited, err := l.acquire(ctx, retryAll, ttl)
 	if err != nil {
+		l.leaveQueue()
 		l.abandon(who)
 		return err
 	}
@@ -134,6 +135,26 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 	}
 }
 
+// leaveQueue takes this registry out of the key's wait marker, in the
+// background, when its last waiter gives up: a free key would otherwise
+// stay reserved for its turn until the entry lapses. If another goroutine
+// of this registry queues for the key, it carries on waiting in its place.
+// The caller owns local.
+func (l *RedisLock) leaveQueue() {
+	if !l.turn.queued || l.local.Waiters() > 0 {
+		return
+	}
+	l.turn.queued = false
+	r := l.reg
+	r.bg.spawn(func() {
+		// bg.ctx: Close does not wait for a server that is down; the entry
+		// then lapses.
+		if err := r.store.leave(r.bg.ctx, l.key); err != nil {
+			r.log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", l.key, "err", err)
+		}
+	})
+}
+
 // waitErr is the error of a wait ended by end (ctx.Err() or ErrClosed),
 // wrapping the last Redis error seen, if any and if it is not end itself
 // (a client that returns ctx.Err() as it is).
@@ -160,8 +181,12 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 		switch {
 		case !g.ok:
 			l.turn.taken = true
+			l.turn.queued = l.turn.queued || waits
 		case first:
 			l.turn.taken = false
+		}
+		if g.ok {
+			l.turn.queued = false // obtain.lua took it out of the queue
 		}
 	}
 	if err != nil {

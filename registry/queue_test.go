@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,14 +19,8 @@ import (
 // the scripts read it).
 func serverAfter(t *testing.T, b *backend, d time.Duration) {
 	t.Helper()
-	clock := func() time.Duration {
-		v := b.do(t, "TIME").([]any)
-		s, _ := strconv.ParseInt(string(v[0].([]byte)), 10, 64)
-		us, _ := strconv.ParseInt(string(v[1].([]byte)), 10, 64)
-		return time.Duration(s)*time.Second + time.Duration(us)*time.Microsecond
-	}
-	end := clock() + d
-	waitFor(t, 5*time.Second, "the server's clock", func() bool { return clock() >= end })
+	end := serverMillis(t, b) + d.Milliseconds()
+	waitFor(t, 5*time.Second, "the server's clock", func() bool { return serverMillis(t, b) >= end })
 }
 
 // queued is a waiter of its own registry, in LockContext in a goroutine:
@@ -132,31 +127,60 @@ func TestWaitQueueOrder(t *testing.T) {
 	})
 }
 
-// A waiter that stops waiting loses its turn once its entry lapses (twice
-// the poll interval after its last try, so between one and two intervals
-// after it stopped).
-func TestWaitQueueLapse(t *testing.T) {
+// serverMillis returns the server's clock in ms, as the scripts read it.
+func serverMillis(t *testing.T, b *backend) int64 {
+	v := b.do(t, "TIME").([]any)
+	s, _ := strconv.ParseInt(string(v[0].([]byte)), 10, 64)
+	us, _ := strconv.ParseInt(string(v[1].([]byte)), 10, 64)
+	return s*1000 + us/1000
+}
+
+// A waiter that gives up takes its registry out of the queue at once
+// (leave.lua), so a free key is not kept for its turn; the entry of a
+// registry that vanished without leaving lapses when it would have been
+// renewed (here after 300ms).
+func TestWaitQueueLeave(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx := prefix(t)
-		idle := 50 * time.Millisecond
-		opts := []registry.Option{registry.WithIdleBetweenTries(idle), registry.WithFairAfter(time.Millisecond),
+		opts := []registry.Option{registry.WithIdleBetweenTries(2 * time.Second), registry.WithFairAfter(time.Millisecond),
 			registry.WithLockType(registry.PubSubLock)}
 		holder := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
 		mustNil(t, holder.LockContext(bg(t)))
+		marker := "{" + holder.Key() + "}:wait"
 		gone := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
 		gone.wait(t, b, 0, 1)
-		gone.cancel()
-		left := time.Now()
 		next := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
 		next.wait(t, b, 1, 2)
+		gone.cancel()
+		recvWithin(t, gone.done, 5*time.Second, "the gone waiter to return")
+		waitFor(t, 5*time.Second, "the gone waiter's registry to leave the queue", func() bool {
+			v, _ := redis.String(redistest.Do(b.addr, "GET", marker))
+			return len(strings.Fields(v)) == 1
+		})
 		serverAfter(t, b, 2*time.Millisecond)
-		b.do(t, "DEL", holder.Key()) // no release message: the waiters poll
+		released := time.Now()
+		mustNil(t, holder.UnlockContext(bg(t))) // wakes next
 		recvWithin(t, next.got, 5*time.Second, "the next waiter's turn")
-		if got := time.Since(left); got < idle-10*time.Millisecond {
-			t.Fatalf("the next waiter got the lock %v after the gone one stopped, before its entry lapsed", got)
+		if d := time.Since(released); d > time.Second { // the gone entry would have lapsed after 4s
+			t.Fatalf("the next waiter got the lock %v after the release", d)
 		}
 		next.finish(t)
-		recvWithin(t, gone.done, 5*time.Second, "the gone waiter to return")
+
+		// A registry that vanished: its aged entry keeps the key until it
+		// lapses.
+		mustNil(t, holder.LockContext(bg(t)))
+		next = &queued{l: next.l}
+		next.wait(t, b, 1, 1)
+		now := serverMillis(t, b)
+		v, _ := redis.String(redistest.Do(b.addr, "GET", marker))
+		b.do(t, "SET", marker, fmt.Sprintf("vanished=%d/%d %s", now+300, now-1000, v), "PX", 5000)
+		released = time.Now()
+		mustNil(t, holder.UnlockContext(bg(t)))
+		recvWithin(t, next.got, 5*time.Second, "the next waiter's turn")
+		if d := time.Since(released); d < 250*time.Millisecond {
+			t.Fatalf("the next waiter got the lock %v after the release, before the vanished registry's entry lapsed", d)
+		}
+		next.finish(t)
 	})
 }
 

@@ -253,3 +253,17 @@ func (q *quorumStore) subscribe(ctx context.Context) (Subscription, error) {
 
 // info is not read from Redlock nodes.
 func (q *quorumStore) info(context.Context, string) (string, error) { return "", errNoInfo }
+
+// leave runs on every node, best effort: a node that misses it lets the
+// entry lapse.
+func (q *quorumStore) leave(ctx context.Context, lk string) error {
+	ctx, cancel := bound(ctx, q.timeout)
+	defer cancel()
+	var first error
+	for _, r := range q.evalAll(ctx, q.nodeTimeout, leaveScript, q.s.leave(lk)) {
+		if r.Err != nil && first == nil {
+			first = r.Err
+		}
+	}
+	return first
+}

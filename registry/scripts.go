@@ -23,12 +23,15 @@ var (
 	passSrc string
 	//go:embed lua/fence.lua
 	fenceSrc string
+	//go:embed lua/leave.lua
+	leaveSrc string
 
 	obtainScript  = newScript("obtain", obtainSrc)
 	releaseScript = newScript("release", releaseSrc)
 	renewScript   = newScript("renew", renewSrc)
 	passScript    = newScript("pass", passSrc)
 	fenceScript   = newScript("fence", fenceSrc)
+	leaveScript   = newScript("leave", leaveSrc)
 )
 
 // scripts builds the KEYS and ARGV of each script for a registry: its key
@@ -114,6 +117,11 @@ func (s *scripts) release(lk, token string) Call {
 		return Call{Keys: []string{lk, s.layout.WaitKey(lk)}, Args: args}
 	}
 	return Call{Keys: []string{lk}, Args: args}
+}
+
+// leave takes this registry out of lk's wait marker.
+func (s *scripts) leave(lk string) Call {
+	return Call{Keys: []string{s.layout.WaitKey(lk)}, Args: []any{s.clientIDArg}}
 }
 
 // fence raises lk's fence counter to at least n (Redlock).

@@ -108,6 +108,11 @@ func (st *scriptStore) release(ctx context.Context, lk, token string) (done, oth
 	return decodeRelease(st.eval(ctx, releaseScript, st.s.release(lk, token)))
 }
 
+func (st *scriptStore) leave(ctx context.Context, lk string) error {
+	_, err := st.eval(ctx, leaveScript, st.s.leave(lk))
+	return err
+}
+
 func (st *scriptStore) subscribe(ctx context.Context) (Subscription, error) {
 	ctx, cancel := bound(ctx, st.timeout)
 	defer cancel()

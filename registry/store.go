@@ -33,6 +33,9 @@ type store interface {
 	release(ctx context.Context, lk, token string) (done, others bool, err error)
 	// subscribe pattern-subscribes to every release channel of the registry.
 	subscribe(ctx context.Context) (Subscription, error)
+	// leave takes this registry out of lk's queue of waiting registries,
+	// when it stops waiting.
+	leave(ctx context.Context, lk string) error
 	// info returns a section of the server's INFO, or errNoInfo.
 	info(ctx context.Context, section string) (string, error)
 }

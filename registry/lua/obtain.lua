@@ -23,9 +23,9 @@
 -- to whoever tries first, the quickest hand-off, unless a '=' registry has
 -- waited for more than ARGV[6]: then the lock is reserved for the oldest
 -- waiting ('=' or '~') registry that has waited that long, and others are
--- queued and refused until it has taken it, or its entry lapses. So the
--- registry that the server happens to notify last does not lose every
--- race, and a poller among them gets its turn too. While only pollers
+-- queued and refused until it has taken it, or leaves (leave.lua), or its
+-- entry lapses. So the registry that the server happens to notify last
+-- does not lose every race, and a poller among them gets its turn too. While only pollers
 -- wait nothing is reserved (a poller may sleep a whole poll interval). A
 -- bare id, from an older lockyard, counts as a waiter until the marker
 -- expires, and reserves nothing. If the script may not call TIME (an ACL
