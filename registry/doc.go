@@ -41,10 +41,12 @@
 //     SpinLock, that has waited longest, so that the registry the server
 //     happens to notify last does not lose every race. While only SpinLock
 //     registries wait nothing is reserved; a TryLock queues but reserves
-//     nothing. A registry whose last waiter gives up leaves the queue at
-//     once (leave.lua, in the background); one that vanishes (a killed
-//     process) keeps its turn until its entry lapses, one to two poll
-//     intervals later.
+//     nothing. When the waiter of a registry that waits in Redis gives up
+//     (its ctx ends) with no other goroutine queued behind it, the
+//     registry leaves the queue (leave.lua, in the background). Otherwise
+//     (Close, a killed process, or goroutines that share one ctx and give
+//     up together) its entry keeps its turn until it lapses, one to two
+//     poll intervals after its last try.
 //
 // # Ownership and reentrancy
 //

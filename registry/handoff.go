@@ -155,6 +155,7 @@ func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration) (hando
 		return handedOver, nil
 	case passReleased:
 		l.turn.contested = r.now() + int64(r.cfg.idle)
+		l.turn.taken = true // the next obtain respects their turns (no plain SET)
 		return releasedForOthers, nil
 	case passGone:
 		return notHandedOver, errGone(l.key)

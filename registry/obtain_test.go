@@ -146,3 +146,34 @@ func TestReleaseSeesWaiters(t *testing.T) {
 		mustNil(t, l.UnlockContext(bg(t)))
 	})
 }
+
+// A pass that releases the key for a waiting registry also makes the next
+// local goroutine's obtain the script, not a plain SET that would skip the
+// other registry's turn.
+func TestPassSeesWaiters(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		cp := &redistest.CountingPool{Pool: b.pool(t)}
+		r := newRegPrefix(t, cp, pfx)
+		l := obtain(t, r, "k")
+		h0 := mustHold(t, l)
+		other := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
+		mustIs(t, other.TryLockContext(bg(t)), registry.ErrNotObtained) // queued
+		got := make(chan error, 1)
+		go func() { // another TTL: the hand-off runs pass.lua, not a free pass
+			err := l.LockFor(bg(t), 7*time.Second)
+			if err == nil {
+				err = l.UnlockContext(bg(t))
+			}
+			got <- err
+		}()
+		waitFor(t, 5*time.Second, "the goroutine to queue", func() bool { return l.Waiters() == 1 })
+		cp.Commands()
+		mustNil(t, h0.unlock())
+		mustNil(t, recvWithin(t, got, 5*time.Second, "the local goroutine's turn"))
+		cmds := scriptsOnly(cp.Commands())
+		if len(cmds) < 2 || cmds[0] != "EVALSHA" || cmds[1] != "EVALSHA" {
+			t.Fatalf("after a pass that released for a waiter, the next goroutine's commands were %v, want the pass, then the obtain script", cmds)
+		}
+	})
+}
