@@ -7,11 +7,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
+	"github.com/lockyard/lockyard/internal/redistest"
 	"golang.org/x/sys/unix"
 )
 
@@ -95,7 +95,7 @@ func cpuBurst(mc redigo.Conn, lk locker, n int) (metrics, error) {
 	runtime.GC() // a collection owed by the previous contender is not this one's
 	var ms0, ms1 runtime.MemStats
 	calls0 := serverCallsOn(mc)
-	srv0, err := serverCPU(mc)
+	srv0, err := redistest.ServerCPU(mc)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func cpuBurst(mc redigo.Conn, lk locker, n int) (metrics, error) {
 	wall := time.Since(t0)
 	cpu1 := processCPU()
 	runtime.ReadMemStats(&ms1)
-	srv1, err := serverCPU(mc)
+	srv1, err := redistest.ServerCPU(mc)
 	if err != nil {
 		return nil, err
 	}
@@ -178,28 +178,6 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// serverCPU is the redis-server's user + system CPU time so far, from INFO
-// cpu (microsecond resolution).
-func serverCPU(mc redigo.Conn) (time.Duration, error) {
-	s, err := redigo.String(mc.Do("INFO", "cpu"))
-	if err != nil {
-		return 0, err
-	}
-	var total time.Duration
-	for _, line := range strings.Split(s, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
-			continue
-		}
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return 0, fmt.Errorf("INFO cpu %s: %w", k, err)
-		}
-		total += time.Duration(f * 1e9)
-	}
-	return total, nil
 }
 
 // Allocations per cycle before issue 16 (plain SET obtain), measured with

@@ -178,15 +178,12 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 	g, err := r.store.obtain(ctx, l.key, token, ttl, hint{free: first && !l.turn.taken, waits: waits})
 	if err == nil {
 		r.eviction.answered()
-		switch {
-		case !g.ok:
-			l.turn.taken = true
-			l.turn.queued = l.turn.queued || waits
-		case first:
-			l.turn.taken = false
-		}
 		if g.ok {
 			l.turn.queued = false // obtain.lua took it out of the queue
+			l.turn.taken = l.turn.taken && !first
+		} else {
+			l.turn.taken = true
+			l.turn.queued = l.turn.queued || waits
 		}
 	}
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	redigo "github.com/gomodule/redigo/redis"
 	"github.com/redis/rueidis"
 
+	"github.com/lockyard/lockyard/internal/clienttest"
 	"github.com/lockyard/lockyard/internal/redistest"
 	"github.com/lockyard/lockyard/registry"
 	rueidislock "github.com/lockyard/lockyard/rueidis"
@@ -44,7 +45,7 @@ func (r *recorder) Eval(ctx context.Context, s *registry.Script, keys []string, 
 func scripts(t *testing.T, c rueidis.Client) map[string]*registry.Script {
 	t.Helper()
 	rec := &recorder{Client: rueidislock.NewClient(c), scripts: map[string]*registry.Script{}}
-	r, err := registry.NewWithClient(rec, prefix(t), registry.WithLogger(quiet), registry.WithFencing()) // fencing: the obtain is a script
+	r, err := registry.NewWithClient(rec, prefix(t), registry.WithLogger(clienttest.Quiet), registry.WithFencing()) // fencing: the obtain is a script
 	mustNil(t, err)
 	defer r.Close()
 	l, err := r.Obtain("k")

@@ -1,7 +1,6 @@
 package rueidislock_test
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/lockyard/lockyard/internal/clienttest"
 	"github.com/lockyard/lockyard/internal/redistest"
 	"github.com/lockyard/lockyard/registry"
 	rueidislock "github.com/lockyard/lockyard/rueidis"
@@ -30,28 +30,7 @@ func TestServerDownRecommendedOptions(t *testing.T) {
 		t.Errorf("NewClient error %v, want the dial's", err)
 	}
 	t.Cleanup(c.Close)
-	r, err := registry.NewWithClient(rueidislock.NewClient(c), prefix(t), registry.WithLogger(quiet))
-	mustNil(t, err)
-	t.Cleanup(func() { r.Close() })
-	l, err := r.Obtain("k")
-	mustNil(t, err)
-	start := time.Now()
-	if l.TryLock() {
-		t.Fatal("TryLock succeeded with the server down")
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("TryLock took %v with the server down", d)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	err = l.LockContext(ctx)
-	mustIs(t, err, context.DeadlineExceeded)
-	if !strings.Contains(err.Error(), "connection refused") {
-		t.Errorf("LockContext = %v: want the connection error, not only the deadline", err)
-	}
-	if n := r.Stats().RedisErrors; n < 3 {
-		t.Errorf("Stats.RedisErrors = %d after a TryLock and 2s of attempts, want one per failed attempt", n)
-	}
+	clienttest.ServerDown(t, rueidislock.NewClient(c))
 }
 
 // A server that comes back is used again: the client of a server that was

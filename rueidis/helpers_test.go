@@ -2,8 +2,6 @@ package rueidislock_test
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/lockyard/lockyard/internal/clienttest"
 	"github.com/lockyard/lockyard/internal/redistest"
 	"github.com/lockyard/lockyard/registry"
 	rueidislock "github.com/lockyard/lockyard/rueidis"
@@ -23,19 +22,10 @@ func prefix(t *testing.T) string {
 	return fmt.Sprintf("rueidis-test.%d.%d", time.Now().UnixNano()%1e6, prefixSeq.Add(1))
 }
 
-// quiet is the registries' logger: errors only.
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
 // newRegistry returns a registry on c, closed at the end of the test.
 func newRegistry(t testing.TB, c rueidis.Client, prefix string, opts ...registry.Option) *registry.Registry {
 	t.Helper()
-	opts = append([]registry.Option{registry.WithLogger(quiet)}, opts...)
-	r, err := registry.NewWithClient(rueidislock.NewClient(c), prefix, opts...)
-	if err != nil {
-		t.Fatalf("NewWithClient: %v", err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return r
+	return clienttest.NewRegistry(t, rueidislock.NewClient(c), prefix, opts...)
 }
 
 // singleOptions are the options the package doc recommends for one node.

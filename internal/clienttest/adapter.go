@@ -70,13 +70,14 @@ func prefix(t *testing.T) string {
 	return fmt.Sprintf("clienttest.%d.%d", time.Now().UnixNano()%1e6, prefixSeq.Add(1))
 }
 
-// quiet is the registries' logger: nothing.
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+// Quiet is the registries' logger in these tests: nothing.
+var Quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// newRegistry returns a registry on c, closed at the end of the test.
-func newRegistry(t testing.TB, c registry.Client, prefix string, opts ...registry.Option) *registry.Registry {
+// NewRegistry returns a registry on c that logs nothing, closed at the end
+// of the test.
+func NewRegistry(t testing.TB, c registry.Client, prefix string, opts ...registry.Option) *registry.Registry {
 	t.Helper()
-	opts = append([]registry.Option{registry.WithLogger(quiet)}, opts...)
+	opts = append([]registry.Option{registry.WithLogger(Quiet)}, opts...)
 	r, err := registry.NewWithClient(c, prefix, opts...)
 	if err != nil {
 		t.Fatalf("NewWithClient: %v", err)

@@ -2,9 +2,9 @@ package clienttest
 
 import (
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -17,12 +17,12 @@ import (
 // cycle (srv-us/op: user plus system, from INFO cpu), which bounds the
 // cycles per second one server core can take.
 func BenchLockUnlock(b *testing.B, c registry.Client, addrs ...string) {
-	r := newRegistry(b, c, "bench-"+strconv.Itoa(b.N))
+	r := NewRegistry(b, c, "bench-"+strconv.Itoa(b.N))
 	var seq atomic.Int64
 	b.SetParallelism(8)
 	cpu0 := serverCPU(b, addrs)
 	defer func() {
-		b.ReportMetric((serverCPU(b, addrs)-cpu0)*1e6/float64(b.N), "srv-us/op")
+		b.ReportMetric(float64((serverCPU(b, addrs)-cpu0).Microseconds())/float64(b.N), "srv-us/op")
 	}()
 	b.RunParallel(func(pb *testing.PB) {
 		l, err := r.Obtain(strconv.FormatInt(seq.Add(1), 10))
@@ -38,22 +38,20 @@ func BenchLockUnlock(b *testing.B, c registry.Client, addrs ...string) {
 	})
 }
 
-// serverCPU returns the CPU seconds used by the servers at addrs.
-func serverCPU(b *testing.B, addrs []string) float64 {
-	var sum float64
+// serverCPU returns the CPU time used by the servers at addrs.
+func serverCPU(b *testing.B, addrs []string) time.Duration {
+	var sum time.Duration
 	for _, a := range addrs {
-		info, err := redis.String(redistest.Do(a, "INFO", "cpu"))
+		c, err := redis.Dial("tcp", a)
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
-			i := strings.Index(info, f)
-			if i < 0 {
-				b.Fatalf("INFO cpu has no %s", f)
-			}
-			v, _ := strconv.ParseFloat(strings.TrimSpace(strings.SplitN(info[i+len(f):], "\n", 2)[0]), 64)
-			sum += v
+		d, err := redistest.ServerCPU(c)
+		c.Close()
+		if err != nil {
+			b.Fatal(err)
 		}
+		sum += d
 	}
 	return sum
 }

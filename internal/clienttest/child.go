@@ -52,7 +52,7 @@ func contendChild(a Adapter) int {
 	var acq, stale, errs atomic.Int64
 	var wg sync.WaitGroup
 	for range 2 {
-		reg, err := registry.NewWithClient(c, os.Getenv("LY_PREFIX"), registry.WithLogger(quiet),
+		reg, err := registry.NewWithClient(c, os.Getenv("LY_PREFIX"), registry.WithLogger(Quiet),
 			registry.WithHashTag(), registry.WithFencing(), registry.WithLockType(registry.PubSubLock),
 			registry.WithIdleBetweenTries(20*time.Millisecond))
 		if err != nil {

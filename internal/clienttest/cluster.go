@@ -48,7 +48,7 @@ func ClusterWakeups(t *testing.T, a Adapter) {
 	rc := a.cluster(t, c.Addrs)
 	pfx := prefix(t)
 	opts := []registry.Option{registry.WithHashTag(), registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
-	holder, waiter := newRegistry(t, rc, pfx, opts...), newRegistry(t, rc, pfx, opts...)
+	holder, waiter := NewRegistry(t, rc, pfx, opts...), NewRegistry(t, rc, pfx, opts...)
 	var lat []time.Duration
 	for m, ks := range c.KeysPerMaster(t, 1) {
 		h, err := holder.Obtain(ks[0])
@@ -91,7 +91,7 @@ func ClusterWakeups(t *testing.T, a Adapter) {
 func ClusterHashTagFencing(t *testing.T, a Adapter) {
 	c := redistest.SharedCluster(t)
 	rc := a.cluster(t, c.Addrs)
-	plain := newRegistry(t, rc, prefix(t), registry.WithFencing())
+	plain := NewRegistry(t, rc, prefix(t), registry.WithFencing())
 	l, err := plain.Obtain("user:{42}:cart")
 	redistest.MustNil(t, err)
 	err = l.LockContext(redistest.CtxFor(t, 5*time.Second))
@@ -101,12 +101,12 @@ func ClusterHashTagFencing(t *testing.T, a Adapter) {
 	}
 	// Without fencing the uncontended obtain is a plain SET of one key, and
 	// the release leaves out the wait marker, which lies in another slot.
-	unfenced := newRegistry(t, rc, prefix(t))
+	unfenced := NewRegistry(t, rc, prefix(t))
 	u, err := unfenced.Obtain("user:{42}:cart")
 	redistest.MustNil(t, err)
 	redistest.MustNil(t, u.LockContext(redistest.CtxFor(t, 5*time.Second)))
 	redistest.MustNil(t, u.UnlockContext(redistest.CtxFor(t, 5*time.Second)))
-	tagged := newRegistry(t, rc, prefix(t), registry.WithFencing(), registry.WithHashTag())
+	tagged := NewRegistry(t, rc, prefix(t), registry.WithFencing(), registry.WithHashTag())
 	l, err = tagged.Obtain("user:{42}:cart")
 	redistest.MustNil(t, err)
 	var first int64
@@ -133,7 +133,7 @@ func ClusterSlotMigration(t *testing.T, a Adapter) {
 	rc := a.cluster(t, c.Addrs)
 	pfx := prefix(t)
 	// Three keys of one slot: one hash tag, three lock keys.
-	r := newRegistry(t, rc, pfx, registry.WithHashTag(), registry.WithFencing(), registry.WithAutoRenew(),
+	r := NewRegistry(t, rc, pfx, registry.WithHashTag(), registry.WithFencing(), registry.WithAutoRenew(),
 		registry.WithExpireAfter(600*time.Millisecond), registry.WithIdleBetweenTries(5*time.Millisecond))
 	slot := c.KeySlot(t, "mig")
 	src := c.MasterOf(t, slot)
@@ -154,7 +154,7 @@ func ClusterSlotMigration(t *testing.T, a Adapter) {
 	var (
 		iv        redistest.Intervals
 		acq, errs atomic.Int64
-		other     = newRegistry(t, rc, pfx, registry.WithHashTag(), registry.WithFencing(), registry.WithIdleBetweenTries(5*time.Millisecond))
+		other     = NewRegistry(t, rc, pfx, registry.WithHashTag(), registry.WithFencing(), registry.WithIdleBetweenTries(5*time.Millisecond))
 	)
 	work := redistest.StartLoad(t, 4, func(g int) {
 		reg := []*registry.Registry{r, other}[g%2]

@@ -22,13 +22,13 @@ import (
 func failover(t *testing.T, a Adapter, opts ...registry.Option) (taken, doubles int, took time.Duration) {
 	s := redistest.StartSentinelSet(t)
 	pfx := prefix(t)
-	holder := newRegistry(t, a.sentinel(t, s.SentinelAddrs()), pfx, append(opts, registry.WithExpireAfter(30*time.Second))...)
+	holder := NewRegistry(t, a.sentinel(t, s.SentinelAddrs()), pfx, append(opts, registry.WithExpireAfter(30*time.Second))...)
 	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 
 	// Load through the failover: a third registry keeps taking other keys.
 	// Their TTL is short: a release that the failover lost brings a lock
 	// back on the new master until its TTL runs out.
-	loadReg := newRegistry(t, a.sentinel(t, s.SentinelAddrs()), pfx, append(opts, registry.WithExpireAfter(2*time.Second), registry.WithAutoRenew())...)
+	loadReg := NewRegistry(t, a.sentinel(t, s.SentinelAddrs()), pfx, append(opts, registry.WithExpireAfter(2*time.Second), registry.WithAutoRenew())...)
 	var loadAcq, loadErr, lostLoad atomic.Int64
 	work := redistest.StartLoad(t, 2, func(g int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -80,7 +80,7 @@ func failover(t *testing.T, a Adapter, opts ...registry.Option) (taken, doubles 
 	redistest.WaitFor(t, 30*time.Second, "load to resume on the new master", func() bool { return loadAcq.Load() > before+10 })
 	took = time.Since(killed)
 
-	other := newRegistry(t, a.sentinel(t, s.SentinelAddrs()), pfx, opts...)
+	other := NewRegistry(t, a.sentinel(t, s.SentinelAddrs()), pfx, opts...)
 	for _, l := range held {
 		o, err := other.Obtain(l.Key()[len(pfx)+1:])
 		redistest.MustNil(t, err)

@@ -20,7 +20,7 @@ func SingleNode(t *testing.T, a Adapter, addr string) {
 	pfx := prefix(t)
 	opts := []registry.Option{registry.WithFencing(), registry.WithLockType(registry.PubSubLock),
 		registry.WithIdleBetweenTries(10 * time.Second)}
-	r1, r2 := newRegistry(t, rc, pfx, opts...), newRegistry(t, rc, pfx, opts...)
+	r1, r2 := NewRegistry(t, rc, pfx, opts...), NewRegistry(t, rc, pfx, opts...)
 	l1, err := r1.Obtain("k")
 	redistest.MustNil(t, err)
 	l2, err := r2.Obtain("k")
@@ -59,7 +59,7 @@ func SingleNode(t *testing.T, a Adapter, addr string) {
 // RenewalAndScriptFlush: renewals are pipelined through EvalBatch, and survive a script cache
 // flush (NOSCRIPT, then EVAL).
 func RenewalAndScriptFlush(t *testing.T, a Adapter, addr string) {
-	r := newRegistry(t, a.single(t, addr), prefix(t), registry.WithExpireAfter(300*time.Millisecond), registry.WithAutoRenew())
+	r := NewRegistry(t, a.single(t, addr), prefix(t), registry.WithExpireAfter(300*time.Millisecond), registry.WithAutoRenew())
 	var locks []*registry.RedisLock
 	for _, k := range []string{"a", "b", "c"} {
 		l, err := r.Obtain(k)
@@ -89,7 +89,7 @@ func RenewalAndScriptFlush(t *testing.T, a Adapter, addr string) {
 // ReplicaAckWithoutReplica: WAIT runs on the obtain's connection: with no replica the lock is
 // refused and undone.
 func ReplicaAckWithoutReplica(t *testing.T, a Adapter, addr string) {
-	r := newRegistry(t, a.single(t, addr), prefix(t), registry.WithReplicaAck(1, 50*time.Millisecond))
+	r := NewRegistry(t, a.single(t, addr), prefix(t), registry.WithReplicaAck(1, 50*time.Millisecond))
 	l, err := r.Obtain("k")
 	redistest.MustNil(t, err)
 	err = l.LockContext(redistest.CtxFor(t, 300*time.Millisecond))
@@ -109,7 +109,7 @@ func Contention(t *testing.T, a Adapter, addr string) {
 	var iv redistest.Intervals
 	var wg sync.WaitGroup
 	for i := range 3 {
-		r := newRegistry(t, rc, pfx, registry.WithLockType(registry.LockType(i%2)), registry.WithIdleBetweenTries(5*time.Millisecond))
+		r := NewRegistry(t, rc, pfx, registry.WithLockType(registry.LockType(i%2)), registry.WithIdleBetweenTries(5*time.Millisecond))
 		for g := range 4 {
 			wg.Add(1)
 			go func() {
