@@ -1,10 +1,9 @@
 package registry_test
 
 import (
-	"strconv"
-	"sync/atomic"
 	"testing"
 
+	"github.com/lockyard/lockyard/internal/clienttest"
 	"github.com/lockyard/lockyard/internal/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
@@ -70,7 +69,7 @@ func BenchmarkRedlockLockUnlock(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer r.Close()
-	parallelLockUnlock(b, r)
+	clienttest.ParallelLockUnlock(b, r)
 }
 
 // Uncontended Lock+Unlock on the single real server, one key per
@@ -79,25 +78,7 @@ func BenchmarkParallelLockUnlock(b *testing.B) {
 	pool := redistest.NewPool(real.Addr)
 	defer pool.Close()
 	r := newRegPrefix(b, pool, "bench-plu")
-	parallelLockUnlock(b, r)
-}
-
-// parallelLockUnlock runs Lock+Unlock on r in parallel, one key per
-// goroutine.
-func parallelLockUnlock(b *testing.B, r *registry.Registry) {
-	var seq atomic.Int64
-	b.RunParallel(func(pb *testing.PB) {
-		l, err := r.Obtain(strconv.FormatInt(seq.Add(1), 10))
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		for pb.Next() {
-			l.Lock()
-			//lint:ignore SA2001 the acquire and release are what is measured
-			l.Unlock()
-		}
-	})
+	clienttest.ParallelLockUnlock(b, r)
 }
 
 // Lock+Unlock of one key by 8 goroutines of one registry on the real

@@ -18,12 +18,18 @@ import (
 // cycles per second one server core can take.
 func BenchLockUnlock(b *testing.B, c registry.Client, addrs ...string) {
 	r := NewRegistry(b, c, "bench-"+strconv.Itoa(b.N))
-	var seq atomic.Int64
 	b.SetParallelism(8)
 	cpu0 := serverCPU(b, addrs)
 	defer func() {
 		b.ReportMetric(float64((serverCPU(b, addrs)-cpu0).Microseconds())/float64(b.N), "srv-us/op")
 	}()
+	ParallelLockUnlock(b, r)
+}
+
+// ParallelLockUnlock runs Lock+Unlock on r in parallel, one key per
+// goroutine.
+func ParallelLockUnlock(b *testing.B, r *registry.Registry) {
+	var seq atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		l, err := r.Obtain(strconv.FormatInt(seq.Add(1), 10))
 		if err != nil {
