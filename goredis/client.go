@@ -30,9 +30,10 @@
 // shows the behaviour with these options. The module requires go-redis
 // v9.0.0 or later and Go 1.24.
 //
-// In Cluster, use registry.WithHashTag when keys or the registry key may
-// contain braces, or with WithFencing; go-redis follows MOVED and ASK
-// redirections, and a subscription on any node receives every release.
+// In Cluster every key a script touches lies in the lock key's slot, braces
+// or not (see registry.WithHashTag for the other key form); go-redis
+// follows MOVED and ASK redirections, and a subscription on any node
+// receives every release.
 // registry.WithReplicaAck runs WAIT on the connection of the key's master.
 package goredis
 
@@ -52,8 +53,9 @@ type Client struct {
 }
 
 var (
-	_ registry.Client      = (*Client)(nil)
-	_ registry.SetNXClient = (*Client)(nil)
+	_ registry.Client         = (*Client)(nil)
+	_ registry.SetNXClient    = (*Client)(nil)
+	_ registry.SetNXGetClient = (*Client)(nil)
 )
 
 // NewClient returns a registry.Client that runs the registry's commands on
@@ -75,6 +77,17 @@ func (c *Client) Eval(ctx context.Context, s *registry.Script, keys []string, ar
 func (c *Client) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
 	ok, err := c.rdb.SetNX(ctx, key, value, ttl).Result()
 	return ok, replyError(err)
+}
+
+// SetNXGet sends SET key value NX GET PX ttl (registry.SetNXGetClient):
+// a TryLock's obtain when the registry expects the key to be free. It
+// returns the value the key held, and whether it held one.
+func (c *Client) SetNXGet(ctx context.Context, key, value string, ttl time.Duration) (string, bool, error) {
+	old, err := c.rdb.SetArgs(ctx, key, value, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl}).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil // it was absent, and is set
+	}
+	return old, err == nil, replyError(err)
 }
 
 // EvalWait pipelines the script and WAIT on one connection: the master of

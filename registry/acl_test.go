@@ -17,9 +17,10 @@ import (
 // registry key.
 func aclFor(registryKey string) []any {
 	return []any{"on", ">pw-" + registryKey, "resetkeys", "resetchannels",
-		"~" + registryKey + ":*", "~{" + registryKey + ":*", "&" + registryKey + "-channel:*",
+		"~" + registryKey + ":*", "~{" + registryKey + ":*", "~{*}" + registryKey + ":*", "&" + registryKey + "-channel:*",
 		"-@all", "+evalsha", "+eval", "+psubscribe", "+ping", "+info",
-		"+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+publish", "+time"}
+		"+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+publish",
+		"+zadd", "+zrank", "+zrem", "+zrange", "+zcard", "+hget", "+hset", "+hdel", "+time"}
 }
 
 // userPool returns a pool that authenticates as user.
@@ -53,10 +54,7 @@ func TestLeastPrivilegeACL(t *testing.T) {
 		t.Fatalf("token %d", l1.Token())
 	}
 	got := lockInBackground(t, l2)
-	waitFor(t, 5*time.Second, "the wait marker", func() bool {
-		n, _ := redis.Int(b.do(t, "EXISTS", "{"+l1.Key()+"}:wait"), nil)
-		return n == 1
-	})
+	waitQueued(t, b, l1, 1)
 	// Held past its TTL by renewals, then released; the waiter is woken
 	// by the release message (it polls every 10s).
 	until := time.Now().Add(400 * time.Millisecond) // more than the TTL: only the watchdog keeps the lock
@@ -100,8 +98,9 @@ func TestLeastPrivilegeACL(t *testing.T) {
 }
 
 // An ACL without +time, as older docs allowed without fencing: registries
-// still exclude each other and hand the lock on. The wait marker is then a
-// bare registry id, as it was before registries took turns.
+// still exclude each other and hand the lock on, without a wait queue
+// (its entries are dated by the server's clock): a waiter is woken by the
+// release message.
 func TestACLWithoutTime(t *testing.T) {
 	b := realBackend()
 	pfx := prefix(t)
@@ -114,10 +113,10 @@ func TestACLWithoutTime(t *testing.T) {
 	l1, l2 := obtain(t, r1, "k"), obtain(t, r2, "k")
 	mustNil(t, l1.LockContext(bg(t)))
 	got := lockInBackground(t, l2)
-	waitFor(t, 5*time.Second, "the wait marker", func() bool {
-		v, _ := redis.String(b.do(t, "GET", "{"+l1.Key()+"}:wait"), nil)
-		return v != "" && !strings.ContainsAny(v, "=~! ")
-	})
+	notWithin(t, got, 100*time.Millisecond, "the lock held by l1") // time for the waiter's failed attempt
+	if n := queueLen(t, b, l1.Key(), false); n != 0 {
+		t.Fatalf("%d waiters queued without +time", n)
+	}
 	mustNil(t, l1.UnlockContext(bg(t)))
 	mustNil(t, recvWithin(t, got, 3*time.Second, "the waiter woken by the release"))
 }

@@ -114,6 +114,20 @@ type SetNXClient interface {
 	SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error)
 }
 
+// SetNXGetClient is an optional interface of a Client: SET key value NX GET
+// PX ttl as a plain command (Redis 7.0 or later), which sets the key if it
+// is absent and returns the value it held before: ("", false) when it set
+// the key, (old, true) when the key held old and was left alone. A
+// registry without fencing and WithReplicaAck makes a TryLock of a key it
+// expects free with it: one round trip whether it succeeds or fails, and a
+// client that resent it after a lost reply finds its own value and knows
+// it holds the key. A Client without it, or a server that refuses it,
+// makes the attempt with the obtain script instead. The redigo Client and
+// the go-redis and rueidis adapters implement it.
+type SetNXGetClient interface {
+	SetNXGet(ctx context.Context, key, value string, ttl time.Duration) (old string, existed bool, err error)
+}
+
 // infoClient is the optional Info method of a Client.
 type infoClient interface {
 	Info(ctx context.Context, section string) (string, error)

@@ -93,10 +93,7 @@ func TestHashTag(t *testing.T) {
 		// interval is 10s), so the channel of a hash-tag key maps back to
 		// its lock.
 		got := lockInBackground(t, l2)
-		waitFor(t, 5*time.Second, "the waiter's wait marker", func() bool {
-			n, _ := redis.Int(b.do(t, "EXISTS", l1.Key()+":wait"), nil)
-			return n == 1
-		})
+		waitFor(t, 5*time.Second, "the waiter in the wait queue", func() bool { return queueLen(t, b, l1.Key(), true) == 1 })
 		mustNil(t, l1.UnlockContext(bg(t)))
 		mustNil(t, recvWithin(t, got, 3*time.Second, "the woken waiter"))
 		if _, err := r1.Obtain("}x"); !errors.Is(err, registry.ErrInvalidKey) {

@@ -22,31 +22,37 @@
 //   - Release is one compare-and-delete script: it deletes the key only if
 //     it still carries this acquisition's value, and publishes a message on
 //     the Spring-compatible channel registryKey-channel:registryKey:key.
-//   - Local hand-off: when goroutines of the same registry queue on a held
-//     lock, the outermost Unlock passes the Redis hold to the next of them
-//     instead of deleting the key for it to set again. Up to 8 passes in a
-//     row send no command, while the hold has at least three quarters of
-//     expireAfter left (without fencing; the next goroutine inherits the
-//     hold, its value and its validity); then, and on every pass with
-//     fencing, one script resets the TTL (and gives the next goroutine a new
-//     fencing token). A registry whose attempt fails queues in the wait
-//     marker, {registryKey:key}:wait, for two poll intervals from its last
-//     try; the pass script then releases the key instead, and the local
-//     goroutine waits a moment before trying, so that the other registry's
-//     waiter gets it. A busy registry thus keeps a key that others wait for
-//     for at most 9 holds, and 4 once it has yielded to another registry
-//     (for a poll interval from then). A free key goes to whoever tries
-//     first, unless a PubSubLock registry has been waiting in Lock for more
-//     than 6ms: then it is reserved for the registry, PubSubLock or
-//     SpinLock, that has waited longest, so that the registry the server
-//     happens to notify last does not lose every race. While only SpinLock
-//     registries wait nothing is reserved; a TryLock queues but reserves
-//     nothing. When the waiter of a registry that waits in Redis gives up
-//     (its ctx ends) with no other goroutine queued behind it, the
-//     registry leaves the queue (leave.lua, in the background). Otherwise
-//     (Close, a killed process, or goroutines that share one ctx and give
-//     up together) its entry keeps its turn until it lapses, one to two
-//     poll intervals after its last try.
+//   - Local hand-off: when goroutines of the same lock instance queue on a
+//     held lock, the outermost Unlock passes the Redis hold to the next of
+//     them instead of deleting the key for it to set again. Up to 8 passes
+//     in a row send no command, within 5ms of the last command, while the
+//     hold has at least three quarters of its TTL left (without fencing;
+//     the next goroutine inherits the hold, its value and its validity);
+//     then, and on every pass with fencing, one script resets the TTL (and
+//     gives the next goroutine a new fencing token).
+//   - Fair turns: a waiter whose attempt fails is queued in the key's wait
+//     queue (a sorted set by the server time at which it began to wait, one
+//     entry per lock instance, in the lock key's Cluster slot; see
+//     lua/prelude.lua). When the key is freed (a release, a pass, or an
+//     obtain that finds it expired) with waiters in line, it is kept for a
+//     few milliseconds for the first of them that is sure to try soon: a
+//     PubSubLock waiter, told by the release message, or a SpinLock waiter
+//     whose next poll is due within 20ms (one due later is passed over, and
+//     keeps its place). A pass that finds a waiter of another instance in
+//     line releases the key for it, and queues its own goroutines behind
+//     it. A PubSubLock waiter counts the release messages until its turn,
+//     so a release makes one or two waiters try, not all of them. A TryLock
+//     never queues. A run of local holds ends 24ms after the key was
+//     obtained, whatever the queue says: the key is released and the release
+//     published, and the next local goroutine waits about two round trips,
+//     so that clients that write no queue entry (Spring's, an older
+//     lockyard) get the key too. A lease's ReleaseAfter tells the waiters
+//     once its key has expired. A waiter whose context ends, or whose
+//     registry is closed, leaves the queue; one that vanished (a killed
+//     process) loses its turn when it does not take it, and the key goes to
+//     the next waiter by that waiter's next try at the latest. A lock
+//     instance evicted from the cache and kept by its caller waits as a
+//     SpinLock waiter does (it hears no release message).
 //
 // # Ownership and reentrancy
 //
@@ -140,8 +146,8 @@
 // takes any Client, such as the go-redis adapter of the module
 // github.com/lockyard/lockyard/goredis, which covers a single node, a
 // Sentinel-managed master and Redis Cluster. In Cluster every script touches
-// the keys of one slot: WithHashTag puts the lock key, its fence counter and
-// its wait marker under the hash tag {key}. NewRedlock builds a registry on a
+// the keys of one slot, the lock key's, in both key forms (see WithHashTag).
+// NewRedlock builds a registry on a
 // majority of independent masters. Error replies of the server reach the
 // registry as *ReplyError; everything else is treated as a network error,
 // after which a script may or may not have run. docs/SCALING.md compares

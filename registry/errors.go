@@ -113,6 +113,14 @@ func isNoScript(err error) bool {
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSCRIPT")
 }
 
+// isSyntaxError reports whether err is the server's reply to a command it
+// does not accept in this form ("ERR syntax error": SET NX GET before Redis
+// 7.0).
+func isSyntaxError(err error) bool {
+	var re *ReplyError
+	return errors.As(err, &re) && strings.Contains(strings.ToLower(re.Error()), "syntax error")
+}
+
 // isStaleConn reports whether err is a network error other than a timeout:
 // most likely a pooled connection the server had closed (a restart, CLIENT
 // KILL), so an idempotent script is worth retrying at once on another one.

@@ -1,6 +1,10 @@
 package registry
 
-import "time"
+import (
+	"context"
+	_ "embed"
+	"time"
+)
 
 // Test-only views of internals.
 
@@ -19,8 +23,46 @@ func (l *RedisLock) Waiters() int { return l.local.Waiters() }
 // Phase returns the name of l's lifecycle phase.
 func (l *RedisLock) Phase() string { return phase(l.phase.Load()).String() }
 
-// WithFairAfter sets how long a PubSubLock registry waits before its turn
-// is reserved (fairAfter).
-func WithFairAfter(d time.Duration) Option {
-	return func(c *config) error { c.fairAfter = d; return nil }
+// WithTurns sets a listening waiter's turn (turnWindow) and how soon a
+// polling waiter must be due to get one (pollAhead); zero leaves one as it
+// is.
+func WithTurns(window, ahead time.Duration) Option {
+	return func(c *config) error {
+		if window > 0 {
+			c.turnWindow = window
+		}
+		if ahead > 0 {
+			c.pollAhead = ahead
+		}
+		return nil
+	}
+}
+
+// WithRuns sets how long after the last command free passes go on
+// (freePassSpan) and how long a run of local holds lasts at most
+// (chainSpan); zero leaves one as it is.
+func WithRuns(freeSpan, chain time.Duration) Option {
+	return func(c *config) error {
+		if freeSpan > 0 {
+			c.freePassSpan = freeSpan
+		}
+		if chain > 0 {
+			c.chainSpan = chain
+		}
+		return nil
+	}
+}
+
+// WaiterID returns l's id in its key's wait queue.
+func (l *RedisLock) WaiterID() string { return l.waiter }
+
+//go:embed testdata/rules.lua
+var rulesSrc string
+
+var rulesScript = newScript("rules", preludeSrc+rulesSrc)
+
+// RunRule runs one rule of lua/prelude.lua on c with a fixed clock
+// (testdata/rules.lua): keys are the queue's order, info and turn keys.
+func RunRule(ctx context.Context, c Client, keys []string, args ...any) (any, error) {
+	return c.Eval(ctx, rulesScript, keys, args)
 }

@@ -9,54 +9,84 @@ import (
 )
 
 // Local hand-off. When the outermost Unlock finds goroutines of the same
-// registry queued on the lock, the Redis key stays held and the hold passes
-// to the head of the local queue, instead of a delete that the next
+// lock instance queued on the lock, the Redis key stays held and the hold
+// passes to the head of the local queue, instead of a delete that the next
 // goroutine follows with an obtain (two round trips, and a race that other
 // registries win or lose at random).
 //
 //   - Free pass: no command at all, while the next goroutine asked for the
-//     hold's TTL, the hold has at least three quarters of it left, and
-//     fewer than maxFreePasses were made since the last command. Without
-//     fencing only: the next goroutine inherits the hold, its token and its
-//     fencing token.
+//     hold's TTL, the hold has at least three quarters of it left, fewer
+//     than maxFreePasses were made since the last command, and that
+//     command was sent less than freePassSpan ago. Without fencing only:
+//     the next goroutine inherits the hold, its token and its fencing
+//     token.
 //   - Pass (store.pass, pass.lua): one round trip sets the TTL that the next
-//     goroutine asked for (LockFor; else expireAfter) and, with
-//     fencing, gives the next goroutine a new fencing token. If another
-//     registry left a wait marker (obtain.lua writes one on every failed
-//     attempt), the script releases the key instead, and the next local
-//     goroutine yields: it waits before its first attempt (PubSubLock: twice
-//     the pass's round trip plus 1ms; SpinLock: one poll interval), so that
-//     the other registry's waiter, woken by the release, gets the lock. A
-//     store that declines to pass (Redlock) makes the holder release as
-//     usual.
+//     goroutine asked for (LockFor; else expireAfter) and, with fencing,
+//     gives the next goroutine a new fencing token. If a waiter of another
+//     lock instance is in line (lua/prelude.lua, nextTurn), the script
+//     releases the key instead, gives that waiter its turn, and queues this
+//     instance behind the waiters: the next local goroutine waits for its
+//     turn as any waiter does. A store that declines to pass (Redlock)
+//     makes the holder release as usual.
+//   - Bound: a run of local holds ends chainSpan after the key was
+//     obtained, whatever the queue says. The pass then releases the key and
+//     publishes the release message even with nobody in line, and the next
+//     local goroutine waits a moment (about two round trips) before it
+//     tries again: a client that writes no queue entry (Spring's, an older
+//     lockyard) is told or finds the key free, and gets turns too.
 //
-// So a registry keeps a contended key for at most maxFreePasses+1 local
-// holds while another registry waits (contestedFreePasses+1 once it has
-// yielded to one), and the Redis key is touched by one command per
-// maxFreePasses+1 local holds when nobody else waits.
-const maxFreePasses = 8
+// So a waiter of another instance waits at most about maxFreePasses+1
+// local holds or freePassSpan plus one hold, and the Redis key is touched
+// by about one command per maxFreePasses+1 local holds when nobody else
+// waits.
+const (
+	maxFreePasses = 8
+	freePassSpan  = 5 * time.Millisecond
+	// chainSpan bounds a run of local holds: the share of time a busy
+	// instance leaves its key free for others is about grace/chainSpan.
+	chainSpan = 24 * time.Millisecond
+	// maxChainSpan bounds a run that matches the run of a client that took
+	// the key at the end of the last one (see turn.span).
+	maxChainSpan = 250 * time.Millisecond
+)
 
-// contestedFreePasses replaces maxFreePasses for a poll interval after a
-// pass found another registry waiting: registries that take turns on a
-// key then take shorter ones (4 local holds instead of 9), which halves
-// how long each waits for the others' turns.
-const contestedFreePasses = 3
+// graceSlack is added to two round trips for the grace after a run of
+// local holds: room for the told client's scheduling.
+const graceSlack = 500 * time.Microsecond
 
-// turn is the hand-off bookkeeping of one lock, owned by the goroutine that
-// owns its local mutex.
+// turn is the hand-off bookkeeping of one lock instance, owned by the
+// goroutine that owns its local mutex.
 type turn struct {
-	passes int           // free passes since the last command on the key
-	yield  bool          // the next acquisition waits before its first attempt
-	grace  time.Duration // how long a PubSubLock waiter yields
+	passes  int   // free passes since the last command on the key
+	since   int64 // when (mono ns) the key was obtained: the run of local holds began
+	lastCmd int64 // when (mono ns) the last command on the hold was sent
+	// span bounds the current run of local holds: chainSpan, or as long
+	// as this instance waited, after its last run, for a client that took
+	// the key meanwhile and writes no queue entry (up to maxChainSpan):
+	// against a client that takes the key again at once after each of its
+	// releases (a Spring client in a loop), and so wins most races for
+	// it, the two get about equal time.
+	span time.Duration
+	// freed: when (mono ns) the last run ended with a release to nobody
+	// in line (0: it did not).
+	freed int64
+	// yield: the key was released at the end of a run of local holds;
+	// the next acquisition waits grace before its first attempt.
+	yield bool
+	grace time.Duration
+	// waitUntil (mono ns; 0: none) and after: a pass released the key for
+	// another waiter's turn and queued this instance; the next acquisition
+	// waits until then, or for after release messages, before it tries.
+	waitUntil int64
+	mark      int64 // the waker's count of messages when the pass was sent
+	after     int
 	// taken: an obtain found the key held, and no acquisition has since
 	// got it at its first attempt. While it is set, a first attempt runs
 	// the obtain script at once instead of trying a plain SET first.
 	taken bool
-	// contested: until when (mono ns) turns are short, a poll interval
-	// after a pass released the key for another registry.
-	contested int64
-	// queued: this registry's entry is in the key's wait marker (a waiting
-	// attempt failed, and no acquisition has succeeded since).
+	// queued: this instance's entry is in the key's wait queue (a waiting
+	// attempt failed, or a pass queued it, and no acquisition has
+	// succeeded since).
 	queued bool
 }
 
@@ -82,15 +112,13 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold, who reentrant.Owner) (
 	if tag, ok := l.local.NextTag(); ok && tag > 0 {
 		next = time.Duration(tag)
 	}
-	limit := maxFreePasses
-	if now < l.turn.contested {
-		limit = contestedFreePasses
-	}
-	if !r.cfg.fencing && l.turn.passes < limit && h.TTL() == next && h.deadline.Load()-now >= int64(next*3/4) {
+	bounded := now-l.turn.since >= int64(max(l.turn.span, r.cfg.chainSpan))
+	if !r.cfg.fencing && !bounded && l.turn.passes < maxFreePasses && now-l.turn.lastCmd < int64(r.cfg.freePassSpan) &&
+		h.TTL() == next && h.deadline.Load()-now >= int64(next*3/4) {
 		l.turn.passes++
 		return l.giveLocal(who), nil
 	}
-	switch res, err := l.pass(ctx, h, next); {
+	switch res, err := l.pass(ctx, h, next, bounded); {
 	case errors.Is(err, ErrLockLost):
 		return passFailed, err
 	case isStaleConn(err), !isAmbiguous(err) && isTransient(err):
@@ -104,13 +132,11 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold, who reentrant.Owner) (
 		// background rather than wait for a second command now.
 		l.reg.cleanup(l.key, h.token)
 		return passFailed, l.releaseFailed(err)
-	case res == releasedForOthers:
-		l.turn.yield = true
-		return res, nil
 	case res == handedOver:
 		return l.giveLocal(who), nil
+	default:
+		return res, nil
 	}
-	return notHandedOver, nil
 }
 
 // giveLocal hands the local mutex, with the current hold, to the head of
@@ -126,10 +152,11 @@ func (l *RedisLock) giveLocal(who reentrant.Owner) handoffResult {
 	return handedOver
 }
 
-// pass runs the store's pass for h, setting the key's TTL to ttl. When the
-// key is kept it replaces h with a hold of ttl renewed from the pass's send
-// time (and, with fencing, a new token).
-func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration) (handoffResult, error) {
+// pass runs the store's pass for h, setting the key's TTL to ttl; force
+// releases it even with nobody in line (the run of local holds is over).
+// When the key is kept it replaces h with a hold of ttl renewed from the
+// pass's send time (and, with fencing, a new token).
+func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration, force bool) (handoffResult, error) {
 	r := l.reg
 	// h is retired here whatever the outcome: a renewal of h that lands
 	// after the pass (which may delete the key) is not a loss. One that is
@@ -141,21 +168,29 @@ func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration) (hando
 	l.retire(h)
 	h.renewing.Lock()
 	defer h.renewing.Unlock()
+	l.turn.mark = l.wake.mark() // release messages from now on count for the next holder's wait
 	sent := r.now()
-	p, err := r.store.pass(context.WithoutCancel(ctx), l.key, h.token, ttl)
+	p, err := r.store.pass(context.WithoutCancel(ctx), l.key, h.token, ttl, l.hint(false, true), force)
 	if err != nil {
 		return notHandedOver, err
 	}
 	rtt := time.Duration(r.now() - sent)
-	l.turn.grace = min(2*rtt+time.Millisecond, r.cfg.idle)
+	l.turn.lastCmd = sent
 	switch p.outcome {
 	case passKept:
 		l.turn.passes = 0
 		l.install(newHold(h.token, p.fence, ttl, validUntil(sent, ttl)))
 		return handedOver, nil
 	case passReleased:
-		l.turn.contested = r.now() + int64(r.cfg.idle)
-		l.turn.taken = true // the next obtain respects their turns (no plain SET)
+		l.turn.waitUntil, l.turn.after = sent+int64(p.sleep), p.after
+		l.turn.queued, l.turn.taken = true, true
+		r.subscriber.listen(l.wake) // its turn is announced by a release message
+		return releasedForOthers, nil
+	case passFreed:
+		// Long enough for a client told by the release message to take
+		// the key: its wake-up and its obtain.
+		l.turn.yield, l.turn.grace = true, min(2*rtt+graceSlack, r.cfg.idle)
+		l.turn.taken, l.turn.freed = true, sent
 		return releasedForOthers, nil
 	case passGone:
 		return notHandedOver, errGone(l.key)
@@ -192,16 +227,13 @@ func (l *RedisLock) inherit(ctx context.Context, ttl time.Duration) bool {
 	return false
 }
 
-// yieldFirst makes the first acquisition after a release for another
-// registry wait, so that the other registry's waiter gets the lock.
+// yieldFirst makes the first acquisition after the end of a run of local
+// holds wait grace, so that another client, told by the release message or
+// polling, can take the key.
 func (l *RedisLock) yieldFirst(ctx context.Context) error {
 	if !l.turn.yield {
 		return nil
 	}
 	l.turn.yield = false
-	d := l.turn.grace
-	if l.wake == nil {
-		d = pollDelay(l.reg.cfg.idle, -1)
-	}
-	return l.reg.bg.sleep(ctx, d, nil)
+	return l.reg.bg.sleep(ctx, l.turn.grace, nil)
 }

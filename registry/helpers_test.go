@@ -14,6 +14,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -104,6 +105,23 @@ func obtain(t *testing.T, r *registry.Registry, key string) *registry.RedisLock 
 		t.Fatalf("Obtain(%q): %v", key, err)
 	}
 	return l
+}
+
+// queueKey returns the wait queue (sorted set) of the lock key lk, of the
+// hash-tag form if hashTag.
+func queueKey(lk string, hashTag bool) string { return wire.Layout{HashTag: hashTag}.QueueKey(lk) }
+
+// queueLen returns the number of waiters queued for the lock key lk.
+func queueLen(t *testing.T, b *backend, lk string, hashTag bool) int {
+	t.Helper()
+	n, _ := redis.Int(b.do(t, "ZCARD", queueKey(lk, hashTag)), nil)
+	return n
+}
+
+// waitQueued polls until n waiters are queued for l's key.
+func waitQueued(t *testing.T, b *backend, l *registry.RedisLock, n int) {
+	t.Helper()
+	waitFor(t, 5*time.Second, fmt.Sprintf("%d waiters in the wait queue", n), func() bool { return queueLen(t, b, l.Key(), false) == n })
 }
 
 // waitFor is redistest.WaitFor: a deadline poll.

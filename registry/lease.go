@@ -243,6 +243,32 @@ func (l *RedisLock) expire(ctx context.Context, d time.Duration, who reentrant.O
 		err = errGone(l.key)
 	default:
 		err = l.lostAtRelease(h)
+		l.reg.nudgeAfter(l.key, h.token, d)
 	}
 	return l.teardown(h, err, who)
+}
+
+// nudgeMargin is how long after its time to live a nudge checks that the
+// key expired: the key's clock started about half a round trip before the
+// registry's, and Redis counts whole milliseconds.
+const nudgeMargin = 300 * time.Microsecond
+
+// nudgeAfter tells the waiters of lk, in the background, once the key that
+// token left to expire in d has expired (nudge.lua): nothing else would,
+// and they would sleep until their next poll. If the key still lives (the
+// clocks differ), it tries once more when it should not.
+func (r *Registry) nudgeAfter(lk, token string, d time.Duration) {
+	r.bg.spawn(func() {
+		for try := 0; try < 3; try++ {
+			// bg.ctx and bg.sleep: Close stops the wait and the command.
+			if r.bg.sleep(r.bg.ctx, d+nudgeMargin, nil) != nil {
+				return
+			}
+			left, err := r.store.nudge(r.bg.ctx, lk, token)
+			if err != nil || left < 0 {
+				return
+			}
+			d = left
+		}
+	})
 }

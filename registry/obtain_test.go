@@ -18,10 +18,12 @@ func scriptsOnly(cmds []string) []string {
 	return slices.DeleteFunc(cmds, func(c string) bool { return c == "EVAL" })
 }
 
-// An uncontended obtain is a plain SET NX PX. Once an obtain finds the key
-// taken, the obtain script runs instead (wait marker, holder's TTL), until
-// an acquisition gets the key at its first attempt. With fencing the
-// script always runs. The key is the same either way.
+// An uncontended obtain is a plain SET NX PX (a TryLock's SET NX GET PX).
+// Once an obtain finds the key taken, the obtain script runs instead (the
+// wait queue, when to try again), until an acquisition gets the key at its
+// first attempt. A failed TryLock is one command either way, and never
+// queues. With fencing the script always runs. The key is the same either
+// way.
 func TestObtainPlainSetFirst(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx := prefix(t)
@@ -46,21 +48,31 @@ func TestObtainPlainSetFirst(t *testing.T) {
 		}
 		mustNil(t, l.UnlockContext(bg(t)))
 
-		// Another registry holds it: the SET fails, then the script leaves
-		// the wait marker that stops the holder's local hand-offs.
+		// Another registry holds it: a TryLock's SET NX GET fails, and
+		// nothing else is sent; the next attempt runs the script.
 		other := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
 		mustNil(t, other.LockContext(bg(t)))
 		cp.Commands()
 		mustIs(t, l.TryLockContext(bg(t)), registry.ErrNotObtained)
-		if cmds := scriptsOnly(cp.Commands()); !slices.Equal(cmds, []string{"SET", "EVALSHA"}) {
-			t.Fatalf("the first TryLock against a holder sent %v, want [SET EVALSHA]", cmds)
-		}
-		if n, _ := redis.Int(b.do(t, "EXISTS", "{"+l.Key()+"}:wait"), nil); n != 1 {
-			t.Fatal("no wait marker after a failed obtain")
+		if cmds := cp.Commands(); !slices.Equal(cmds, []string{"SET"}) {
+			t.Fatalf("the first TryLock against a holder sent %v, want one SET", cmds)
 		}
 		mustIs(t, l.TryLockContext(bg(t)), registry.ErrNotObtained)
-		if cmds := cp.Commands(); !slices.Equal(cmds, []string{"EVALSHA"}) {
+		if cmds := scriptsOnly(cp.Commands()); !slices.Equal(cmds, []string{"EVALSHA"}) {
 			t.Fatalf("a TryLock after the key was found taken sent %v, want the script alone", cmds)
+		}
+		if n := queueLen(t, b, l.Key(), false); n != 0 {
+			t.Fatalf("%d waiters queued after TryLocks, want none", n)
+		}
+		// A Lock's SET fails, then the script queues it.
+		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+		waiter := obtain(t, r, "k2")
+		mustNil(t, obtain(t, newRegPrefix(t, b.pool(t), pfx), "k2").LockContext(bg(t)))
+		cp.Commands()
+		mustIs(t, waiter.LockContext(ctx), context.DeadlineExceeded)
+		cancel()
+		if cmds := scriptsOnly(cp.Commands()); len(cmds) < 2 || cmds[0] != "SET" || cmds[1] != "EVALSHA" {
+			t.Fatalf("a Lock against a holder sent %v, want SET, then the script", cmds)
 		}
 		mustNil(t, other.UnlockContext(bg(t)))
 		mustNil(t, l.TryLockContext(bg(t)))
@@ -121,10 +133,9 @@ func TestObtainResentSET(t *testing.T) {
 	})
 }
 
-// A release that finds other registries queued in the wait marker makes
-// the releasing lock's next acquisition start with the obtain script,
-// which respects their turns: a plain SET would take a key reserved for
-// them.
+// A release that finds waiters queued makes the releasing lock's next
+// acquisition start with the obtain script, which respects their turns: a
+// plain SET would take a key kept for them.
 func TestReleaseSeesWaiters(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx := prefix(t)
@@ -135,8 +146,11 @@ func TestReleaseSeesWaiters(t *testing.T) {
 		mustNil(t, w.UnlockContext(bg(t)))
 		l := obtain(t, r, "k")
 		mustNil(t, l.LockContext(bg(t)))
-		other := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
-		mustIs(t, other.TryLockContext(bg(t)), registry.ErrNotObtained) // queued
+		// A poller that is not due for a long while: queued, but given no
+		// turn, so the key stays free for l's next try.
+		other := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithIdleBetweenTries(time.Minute)), "k")
+		got := lockInBackground(t, other)
+		waitQueued(t, b, l, 1)
 		mustNil(t, l.UnlockContext(bg(t)))
 		cp.Commands()
 		mustNil(t, l.LockContext(bg(t)))
@@ -144,12 +158,13 @@ func TestReleaseSeesWaiters(t *testing.T) {
 			t.Fatalf("after a release that found a waiter, Lock sent %v, want the obtain script", cmds)
 		}
 		mustNil(t, l.UnlockContext(bg(t)))
+		_ = got // the poller tries again in a minute; the test's end stops it
 	})
 }
 
-// A pass that releases the key for a waiting registry also makes the next
-// local goroutine's obtain the script, not a plain SET that would skip the
-// other registry's turn.
+// A pass that releases the key for a waiting registry queues the next
+// local goroutine behind it: it waits, then obtains with the script, not a
+// plain SET that would skip the other registry's turn.
 func TestPassSeesWaiters(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx := prefix(t)
@@ -157,8 +172,9 @@ func TestPassSeesWaiters(t *testing.T) {
 		r := newRegPrefix(t, cp, pfx)
 		l := obtain(t, r, "k")
 		h0 := mustHold(t, l)
-		other := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
-		mustIs(t, other.TryLockContext(bg(t)), registry.ErrNotObtained) // queued
+		other := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k")
+		otherGot := lockInBackground(t, other)
+		waitQueued(t, b, l, 1)
 		got := make(chan error, 1)
 		go func() { // another TTL: the hand-off runs pass.lua, not a free pass
 			err := l.LockFor(bg(t), 7*time.Second)
@@ -170,6 +186,7 @@ func TestPassSeesWaiters(t *testing.T) {
 		waitFor(t, 5*time.Second, "the goroutine to queue", func() bool { return l.Waiters() == 1 })
 		cp.Commands()
 		mustNil(t, h0.unlock())
+		mustNil(t, recvWithin(t, otherGot, 5*time.Second, "the other registry's turn"))
 		mustNil(t, recvWithin(t, got, 5*time.Second, "the local goroutine's turn"))
 		cmds := scriptsOnly(cp.Commands())
 		if len(cmds) < 2 || cmds[0] != "EVALSHA" || cmds[1] != "EVALSHA" {

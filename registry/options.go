@@ -61,7 +61,9 @@ type config struct {
 	hashTag        bool
 	ackReplicas    int
 	ackTimeout     time.Duration
-	fairAfter      time.Duration // see fairAfter; tests change it
+	// Turns and runs of local holds (scripts.go, handoff.go); tests change
+	// them.
+	turnWindow, pollAhead, pollSlack, freePassSpan, chainSpan time.Duration
 }
 
 // newConfig applies opts to the defaults and checks the result.
@@ -92,7 +94,11 @@ func defaultConfig() config {
 		lockType:       SpinLock,
 		capacity:       DefaultCacheCapacity,
 		commandTimeout: DefaultCommandTimeout,
-		fairAfter:      fairAfter,
+		turnWindow:     turnWindow,
+		pollAhead:      pollAhead,
+		pollSlack:      pollSlack,
+		freePassSpan:   freePassSpan,
+		chainSpan:      chainSpan,
 	}
 }
 
@@ -116,8 +122,9 @@ func WithExpireAfter(d time.Duration) Option {
 
 // WithIdleBetweenTries sets how long a waiter sleeps between attempts
 // (default 100ms; a PubSubLock waiter is woken earlier by releases); it
-// sleeps less when the holder's key expires sooner. A waiting registry's
-// wait marker lasts twice d. d <= 0 or above MaxDuration makes New fail.
+// sleeps less when the holder's key expires sooner. A waiter's entry in the
+// key's wait queue lapses d after the next try it announced. d <= 0 or
+// above MaxDuration makes New fail.
 func WithIdleBetweenTries(d time.Duration) Option {
 	return func(c *config) error {
 		c.idle = d
@@ -194,16 +201,16 @@ func WithCommandTimeout(d time.Duration) Option {
 }
 
 // WithHashTag makes lock keys registryKey:{key}, with the fence counter at
-// registryKey:{key}:fence and the wait marker at registryKey:{key}:wait, so
-// that in Redis Cluster every key a script touches shares the slot of the
-// hash tag {key}, whatever braces key contains. The default,
-// registryKey:key, is Spring RedisLockRegistry's key, and in Cluster it
-// shares a slot with its fence counter ({registryKey:key}:fence) only while
-// neither registryKey nor key contains braces. Every registry and process
-// on one registryKey must use the same form: the two forms are different
-// keys, and would not exclude each other. With WithHashTag, Obtain rejects
-// (ErrInvalidKey) a key whose hash tag would be empty, such as one that
-// begins with '}'.
+// registryKey:{key}:fence and the wait queue at registryKey:{key}:queue
+// (and :polls, :waiters, :turn), so that in Redis Cluster the lock's slot
+// is the slot of the hash tag {key}, whatever braces key contains. The
+// default, registryKey:key, is Spring RedisLockRegistry's key; its fence
+// counter and wait queue lie in its slot too ({registryKey:key}:fence, or,
+// for a key with a hash tag of its own, {TAG}registryKey:key:fence). Every
+// registry and process on one registryKey must use the same form: the two
+// forms are different keys, and would not exclude each other. With
+// WithHashTag, Obtain rejects (ErrInvalidKey) a key whose hash tag would be
+// empty, such as one that begins with '}'.
 func WithHashTag() Option {
 	return func(c *config) error {
 		c.hashTag = true

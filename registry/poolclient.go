@@ -90,6 +90,21 @@ func (p *poolClient) SetNX(ctx context.Context, key, value string, ttl time.Dura
 	return v != nil, nil
 }
 
+// SetNXGet sends SET key value NX GET PX ttl.
+func (p *poolClient) SetNXGet(ctx context.Context, key, value string, ttl time.Duration) (string, bool, error) {
+	c, timeout, err := p.conn(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	defer c.Close()
+	v, err := doTimeout(c, timeout, "SET", []any{key, value, "NX", "GET", "PX", ttl.Milliseconds()})
+	if err = replyError(err); err != nil || v == nil {
+		return "", false, err
+	}
+	old, err := redis.String(v, nil)
+	return old, true, err
+}
+
 func (p *poolClient) EvalWait(ctx context.Context, s *Script, keys []string, args []any, replicas int, timeout time.Duration) (any, int, error) {
 	c, left, err := p.conn(ctx)
 	if err != nil {

@@ -3,25 +3,17 @@ package registry_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/internal/redistest"
-
 	"github.com/lockyard/lockyard/registry"
 )
-
-// serverAfter polls until the server's clock is d past now (its own, as
-// the scripts read it).
-func serverAfter(t *testing.T, b *backend, d time.Duration) {
-	t.Helper()
-	end := serverMillis(t, b) + d.Milliseconds()
-	waitFor(t, 5*time.Second, "the server's clock", func() bool { return serverMillis(t, b) >= end })
-}
 
 // queued is a waiter of its own registry, in LockContext in a goroutine:
 // got (which waiters may share) receives its index once it holds the lock;
@@ -41,8 +33,8 @@ func (w *queued) finish(t *testing.T) {
 	recvWithin(t, w.done, 5*time.Second, "the waiter's unlock")
 }
 
-// wait starts w's LockContext and returns once the wait marker has n
-// entries (w's among them).
+// wait starts w's LockContext and returns once n waiters are queued for
+// the key (w among them).
 func (w *queued) wait(t *testing.T, b *backend, i, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -60,69 +52,364 @@ func (w *queued) wait(t *testing.T, b *backend, i, n int) {
 		<-w.release
 		w.l.Unlock()
 	}()
-	marker := "{" + w.l.Key() + "}:wait"
-	waitFor(t, 5*time.Second, "a waiter to queue", func() bool {
-		v, _ := redis.String(redistest.Do(b.addr, "GET", marker))
-		return len(strings.Fields(v)) == n
+	waitQueued(t, b, w.l, n)
+}
+
+// loopers run Lock; section; Unlock on one lock in n goroutines until
+// stopped, and count their acquisitions.
+type loopers struct {
+	n    atomic.Int64
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+func startLoopers(t *testing.T, l *registry.RedisLock, n int, section time.Duration) *loopers {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	lp := &loopers{stop: cancel}
+	for range n {
+		lp.wg.Add(1)
+		go func() {
+			defer lp.wg.Done()
+			for ctx.Err() == nil {
+				if l.LockContext(ctx) != nil {
+					continue
+				}
+				lp.n.Add(1)
+				time.Sleep(section) // the work of the critical section
+				l.Unlock()
+			}
+		}()
+	}
+	t.Cleanup(lp.halt)
+	waitFor(t, 5*time.Second, "the loopers' first acquisition", func() bool { return lp.n.Load() > 0 })
+	return lp
+}
+
+func (lp *loopers) halt() { lp.stop(); lp.wg.Wait() }
+
+// spring is a client of Spring's RedisLockRegistry on the wire: its obtain
+// script and its unlock (which publishes only for PUB_SUB_LOCK), and no
+// entry in lockyard's wait queue. A SPIN waiter polls; a PUB_SUB waiter
+// waits for a release message naming its key.
+type spring struct {
+	pool          *redis.Pool
+	addr          string // for the subscription's own connection
+	key, clientID string
+	pubsub        bool
+}
+
+const springObtain = `local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1
+elseif not v then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
+return 0`
+
+const springUnlock = `if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], KEYS[1]) end
+end`
+
+// lockWithin takes the key as Spring would, within d, and holds it briefly:
+// it reports whether it got it.
+func (s *spring) lockWithin(t *testing.T, d time.Duration, prefix string) bool {
+	t.Helper()
+	c := s.pool.Get()
+	defer c.Close()
+	var msgs chan struct{}
+	if s.pubsub {
+		sc, err := redis.Dial("tcp", s.addr) // not pooled: closing it ends the receiver
+		mustNil(t, err)
+		psc := redis.PubSubConn{Conn: sc}
+		mustNil(t, psc.PSubscribe(prefix+"-channel:*"))
+		msgs = make(chan struct{}, 1)
+		go func() {
+			for {
+				switch m := psc.Receive().(type) {
+				case redis.Message:
+					if string(m.Data) == s.key {
+						select {
+						case msgs <- struct{}{}:
+						default:
+						}
+					}
+				case error:
+					return
+				}
+			}
+		}()
+		defer sc.Close()
+	}
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		ok, err := redis.Int(c.Do("EVAL", springObtain, 1, s.key, s.clientID, 60000))
+		mustNil(t, err)
+		if ok == 1 {
+			time.Sleep(100 * time.Microsecond)
+			channel := "" // SPIN_LOCK publishes nothing
+			if s.pubsub {
+				channel = prefix + "-channel:" + s.key
+			}
+			_, err := c.Do("EVAL", springUnlock, 1, s.key, s.clientID, channel)
+			mustNil(t, err)
+			return true
+		}
+		if s.pubsub {
+			select {
+			case <-msgs:
+			case <-time.After(time.Until(end)):
+			}
+		} else {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return false
+}
+
+// Finding: a busy registry starved every client that writes no queue
+// entry. A run of local holds now ends after chainSpan whatever the queue
+// says: the key is released and the release published, and the next local
+// goroutine waits a moment. A Spring PUB_SUB client, told by the message,
+// and a Spring SPIN client, polling, both get the key beside a registry
+// whose 3 goroutines lock it in a loop.
+func TestClientsWithoutQueueGetTurns(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		for _, pubsub := range []bool{true, false} {
+			pfx := prefix(t)
+			l := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k")
+			lp := startLoopers(t, l, 3, 200*time.Microsecond)
+			s := &spring{pool: b.pool(t), addr: b.addr, key: l.Key(), clientID: "spring-" + pfx, pubsub: pubsub}
+			for i := range 3 {
+				if !s.lockWithin(t, 5*time.Second, pfx) {
+					t.Fatalf("pubsub %v: the Spring client's acquisition %d did not come within 5s, beside a busy registry", pubsub, i+1)
+				}
+			}
+			lp.halt()
+		}
 	})
 }
 
-// The wait marker queues registries. A free lock goes to whoever tries
-// first, unless a waiting PubSubLock registry has waited longer than
-// fairAfter: then it is reserved for the oldest such, and another
-// registry's try is refused, even though the key is free, until that one
-// has it. So the registry whose subscriber the server notifies last does
-// not lose every race (bench scenario 3). A TryLock queues (the holder's
-// registry then stops passing the lock locally) but reserves nothing.
-func TestWaitQueueOrder(t *testing.T) {
+// Finding: a lock instance kept by its caller after ExpireUnusedOlderThan
+// evicted it shared its registry's id with the instance Obtain returns next,
+// and locked it out. Each instance now waits in the queue under an id of
+// its own, so the fresh one gets turns beside 3 goroutines on the evicted
+// one (which, no longer cached, hears no release message and polls).
+func TestEvictedInstanceTakesTurns(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		for _, aged := range []bool{false, true} {
-			fair := time.Hour // nobody ages
-			if aged {
-				fair = time.Millisecond
+		r := newReg(t, b.pool(t), registry.WithLockType(registry.PubSubLock))
+		old := obtain(t, r, "k")
+		r.ExpireUnusedOlderThan(-1)
+		fresh := obtain(t, r, "k")
+		if fresh == old || fresh.WaiterID() == old.WaiterID() {
+			t.Fatalf("the fresh instance %s is the evicted one %s", fresh.WaiterID(), old.WaiterID())
+		}
+		lp := startLoopers(t, old, 3, 200*time.Microsecond)
+		for i := range 3 {
+			ctx, cancel := context.WithTimeout(bg(t), 5*time.Second)
+			err := fresh.LockContext(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("the fresh instance's acquisition %d beside the evicted one: %v", i+1, err)
 			}
-			pfx := prefix(t)
-			opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second),
-				registry.WithFairAfter(fair)}
-			holder := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
-			mustNil(t, holder.LockContext(bg(t)))
-			tryer := obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
-			mustIs(t, tryer.TryLockContext(bg(t)), registry.ErrNotObtained) // queued first
-			var ws [3]*queued
-			got := make(chan int, len(ws))
-			for i := range ws {
-				ws[i] = &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k"), got: got}
-				ws[i].wait(t, b, i, i+2)
+			mustNil(t, fresh.UnlockContext(bg(t)))
+		}
+		n := lp.n.Load()
+		waitFor(t, 5*time.Second, "the evicted instance to go on", func() bool { return lp.n.Load() > n })
+	})
+}
+
+// Finding: every release woke every waiting registry, and each ran the
+// obtain script (O(n) scripts per release). A waiter now counts the
+// release messages until its own turn (the listeners ahead of it): 12
+// waiting registries, one release: at most a few of them try.
+func TestReleaseWakesFew(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		holder := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
+		mustNil(t, holder.LockContext(bg(t)))
+		const n = 12
+		cp := &redistest.CountingPool{Pool: b.pool(t)}
+		var ws [n]*queued
+		got := make(chan int, n)
+		for i := range ws {
+			r := newRegPrefix(t, cp, pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10*time.Second))
+			ws[i] = &queued{l: obtain(t, r, "k"), got: got}
+			ws[i].wait(t, b, i, i+1)
+		}
+		notWithin(t, got, 100*time.Millisecond, "the lock held") // the waiters settle
+		cp.Commands()
+		mustNil(t, holder.UnlockContext(bg(t)))
+		if i := recvWithin(t, got, 5*time.Second, "the first waiter's turn"); i != 0 {
+			t.Fatalf("the turn went to waiter %d, want the first in line", i)
+		}
+		notWithin(t, got, 100*time.Millisecond, "the first waiter's hold")
+		tries := 0
+		for _, c := range cp.Commands() {
+			if c == "EVALSHA" || c == "EVAL" {
+				tries++
 			}
-			serverAfter(t, b, 2*time.Millisecond)
-			// Free the key without a release message: the waiters sleep on
-			// (10s), and only the test's tries run.
-			b.do(t, "DEL", holder.Key())
-			if aged {
-				mustIs(t, tryer.TryLockContext(bg(t)), registry.ErrNotObtained) // the oldest waiter's turn
-			} else {
-				mustNil(t, tryer.TryLockContext(bg(t))) // nobody's turn: the first to try
-				mustNil(t, tryer.UnlockContext(bg(t)))
-			}
-			b.do(t, "PUBLISH", pfx+"-channel:"+holder.Key(), holder.Key()) // wakes them
-			seen := map[int]bool{}
-			for turn := range ws {
-				i := recvWithin(t, got, 10*time.Second, "a waiter's turn")
-				if aged && i != turn {
-					t.Fatalf("turn %d went to waiter %d, want the waiters in the order they queued", turn, i)
+		}
+		if tries > 3 {
+			t.Fatalf("one release made %d of %d waiting registries try, want at most 3", tries, n)
+		}
+		for i := range ws { // and every one gets its turn, in order
+			if i > 0 {
+				if j := recvWithin(t, got, 5*time.Second, "a turn"); j != i {
+					t.Fatalf("turn %d went to waiter %d", i, j)
 				}
-				seen[i] = true
-				ws[i].finish(t)
 			}
-			if len(seen) != len(ws) {
-				t.Fatalf("turns went to %v", seen)
+			ws[i].finish(t)
+		}
+	})
+}
+
+// Finding: a free key was kept for a waiter that nobody told it was free.
+// A lease's ReleaseAfter now tells the waiters once its key has expired
+// (nudge.lua), so a waiter that polls every 10s gets it at once; and a
+// poller at the head of the queue whose next try is far off is passed over,
+// so the listener behind it gets a released key at once, and the poller
+// gets its turn when it is due.
+func TestFreeKeyNotKeptForTheUntold(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		r := newRegPrefix(t, b.pool(t), pfx)
+		lease, err := r.Acquire(bg(t), "k", 0)
+		mustNil(t, err)
+		w := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock),
+			registry.WithIdleBetweenTries(10*time.Second)), "k")}
+		w.wait(t, b, 0, 1)
+		start := time.Now()
+		mustNil(t, lease.ReleaseAfter(bg(t), 50*time.Millisecond))
+		if b.mr != nil {
+			b.mr.FastForward(50 * time.Millisecond) // miniredis expires keys by its own clock
+		}
+		recvWithin(t, w.got, 5*time.Second, "the waiter's turn after ReleaseAfter")
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("the waiter got the key %v after ReleaseAfter(50ms): it was not told", d)
+		}
+		w.finish(t)
+
+		holder := obtain(t, r, "k")
+		mustNil(t, holder.LockContext(bg(t)))
+		poller := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithIdleBetweenTries(3*time.Second)), "k")}
+		poller.got = make(chan int, 2)
+		poller.wait(t, b, 1, 1)
+		w = &queued{l: w.l, got: poller.got}
+		w.wait(t, b, 2, 2)
+		start = time.Now()
+		mustNil(t, holder.UnlockContext(bg(t)))
+		if i := recvWithin(t, poller.got, 5*time.Second, "a turn"); i != 2 || time.Since(start) > 2*time.Second {
+			t.Fatalf("after the release, waiter %d got the key in %v; want the listener behind the poller, at once", i, time.Since(start))
+		}
+		w.finish(t)
+		recvWithin(t, poller.got, 10*time.Second, "the poller's turn")
+		poller.finish(t)
+	})
+}
+
+// Finding: one failed TryLock idled a busy key for a poll interval: it
+// queued, and the holder's registry released the key for it. A TryLock
+// now never queues: the busy registry goes on passing the key among its
+// goroutines (the value stays the same within a run of holds).
+func TestTryLockDoesNotQueue(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		busy := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithRuns(time.Hour, time.Hour)), "k")
+		h0 := mustHold(t, busy)
+		// A PubSubLock registry: were it queued, it would be given turns.
+		tryer := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k")
+		for range 3 { // the plain SET, then the script
+			mustIs(t, tryer.TryLockContext(bg(t)), registry.ErrNotObtained)
+		}
+		if n := queueLen(t, b, busy.Key(), false); n != 0 {
+			t.Fatalf("%d waiters queued after TryLocks", n)
+		}
+		token := b.do(t, "GET", busy.Key())
+		got := queue(t, busy, 10, func() any { v, _ := redistest.Do(b.addr, "GET", busy.Key()); return v })
+		mustNil(t, h0.unlock())
+		for range 10 {
+			g := recvWithin(t, got, 5*time.Second, "a local hold")
+			if v, _ := redis.String(g[1], nil); v != string(token.([]byte)) {
+				t.Fatalf("the key holds %q within a run of local holds, want %q: the busy registry let it go for a TryLock", v, token)
 			}
-			// The waiters left the queue as they got the lock; the tryer
-			// did too if it got it.
-			v, _ := redis.String(redistest.Do(b.addr, "GET", "{"+holder.Key()+"}:wait"))
-			if q := strings.Fields(v); aged && (len(q) != 1 || !strings.Contains(q[0], "!")) || !aged && len(q) != 0 {
-				t.Fatalf("aged %v: the wait marker is %q after every waiter's turn", aged, v)
+		}
+	})
+}
+
+// Finding: a SpinLock waiter starved among fast PubSubLock registries. A
+// poller now gets the turn when it is due soon: beside two registries of
+// two goroutines each locking in a loop, a SpinLock registry polling
+// every 50ms gets the key within a second, again and again.
+func TestPollerAmongListeners(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		for range 2 {
+			l := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k")
+			startLoopers(t, l, 2, time.Millisecond)
+		}
+		poller := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithIdleBetweenTries(50*time.Millisecond)), "k")
+		for i := range 5 {
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(bg(t), 5*time.Second)
+			err := poller.LockContext(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("the poller's acquisition %d: %v", i+1, err)
 			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("the poller's acquisition %d took %v", i+1, d)
+			}
+			mustNil(t, poller.UnlockContext(bg(t)))
+		}
+	})
+}
+
+// A waiter that gives up leaves the queue at once (leave.lua), and the
+// next one moves up; a waiter that died without leaving loses its turn
+// when it does not take it, and the key goes to the next.
+func TestWaitQueueLeave(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		opts := []registry.Option{registry.WithIdleBetweenTries(time.Second), registry.WithLockType(registry.PubSubLock)}
+		holder := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
+		mustNil(t, holder.LockContext(bg(t)))
+		gone := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
+		gone.wait(t, b, 0, 1)
+		next := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
+		next.wait(t, b, 1, 2)
+		gone.cancel()
+		recvWithin(t, gone.done, 5*time.Second, "the gone waiter to return")
+		waitQueued(t, b, holder, 1)
+		released := time.Now()
+		mustNil(t, holder.UnlockContext(bg(t)))
+		recvWithin(t, next.got, 5*time.Second, "the next waiter's turn")
+		if d := time.Since(released); d > 500*time.Millisecond {
+			t.Fatalf("the next waiter got the lock %v after the release", d)
+		}
+		next.finish(t)
+
+		// A waiter that vanished: its turn lapses untaken, it is dropped,
+		// and the next waiter gets the key by its next try at the latest
+		// (here a second).
+		mustNil(t, holder.LockContext(bg(t)))
+		qk := queueKey(holder.Key(), false)
+		wk := strings.TrimSuffix(qk, ":queue") + ":waiters"
+		now := serverMillis(t, b)
+		b.do(t, "ZADD", qk, now-1000, "vanished/1")
+		b.do(t, "HSET", wk, "vanished/1", fmt.Sprintf("l %d %d", now+60000, now+120000))
+		next = &queued{l: next.l}
+		next.wait(t, b, 1, 2)
+		released = time.Now()
+		mustNil(t, holder.UnlockContext(bg(t)))
+		if b.mr != nil { // miniredis lets keys expire only by FastForward
+			waitFor(t, 5*time.Second, "the vanished waiter's turn", func() bool { return b.mr.Exists(strings.TrimSuffix(qk, ":queue") + ":turn") })
+			b.mr.FastForward(10 * time.Millisecond)
+		}
+		recvWithin(t, next.got, 5*time.Second, "the next waiter's turn")
+		if d := time.Since(released); d > 3*time.Second {
+			t.Fatalf("the next waiter got the lock %v after the release", d)
+		}
+		next.finish(t)
+		if n := queueLen(t, b, holder.Key(), false); n != 0 {
+			t.Fatalf("%d entries left in the queue (the vanished waiter's?)", n)
 		}
 	})
 }
@@ -130,117 +417,43 @@ func TestWaitQueueOrder(t *testing.T) {
 // serverMillis returns the server's clock in ms, as the scripts read it.
 func serverMillis(t *testing.T, b *backend) int64 {
 	v := b.do(t, "TIME").([]any)
-	s, _ := strconv.ParseInt(string(v[0].([]byte)), 10, 64)
-	us, _ := strconv.ParseInt(string(v[1].([]byte)), 10, 64)
+	var s, us int64
+	fmt.Sscan(string(v[0].([]byte)), &s)
+	fmt.Sscan(string(v[1].([]byte)), &us)
 	return s*1000 + us/1000
 }
 
-// A waiter that gives up takes its registry out of the queue at once
-// (leave.lua), so a free key is not kept for its turn; the entry of a
-// registry that vanished without leaving lapses when it would have been
-// renewed (here after 300ms).
-func TestWaitQueueLeave(t *testing.T) {
+// The queue and its keys under faults: deleted, made another type, filled
+// with garbage. Waiters still get the key, in the end, and no error
+// reaches them.
+func TestWaitQueueFaults(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx := prefix(t)
-		opts := []registry.Option{registry.WithIdleBetweenTries(2 * time.Second), registry.WithFairAfter(time.Millisecond),
-			registry.WithLockType(registry.PubSubLock)}
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(100 * time.Millisecond)}
 		holder := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
-		mustNil(t, holder.LockContext(bg(t)))
-		marker := "{" + holder.Key() + "}:wait"
-		gone := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
-		gone.wait(t, b, 0, 1)
-		next := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
-		next.wait(t, b, 1, 2)
-		gone.cancel()
-		recvWithin(t, gone.done, 5*time.Second, "the gone waiter to return")
-		waitFor(t, 5*time.Second, "the gone waiter's registry to leave the queue", func() bool {
-			v, _ := redis.String(redistest.Do(b.addr, "GET", marker))
-			return len(strings.Fields(v)) == 1
-		})
-		serverAfter(t, b, 2*time.Millisecond)
-		released := time.Now()
-		mustNil(t, holder.UnlockContext(bg(t))) // wakes next
-		recvWithin(t, next.got, 5*time.Second, "the next waiter's turn")
-		if d := time.Since(released); d > time.Second { // the gone entry would have lapsed after 4s
-			t.Fatalf("the next waiter got the lock %v after the release", d)
+		qk := queueKey(holder.Key(), false)
+		side := strings.TrimSuffix(qk, ":queue")
+		retype := func(key, cmd string, args ...any) { // atomic: the waiter may write the key meanwhile
+			b.do(t, "EVAL", append([]any{"redis.call('DEL', KEYS[1]) return redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2))", 1, key, cmd}, args...)...)
 		}
-		next.finish(t)
-
-		// A registry that vanished: its aged entry keeps the key until it
-		// lapses.
-		mustNil(t, holder.LockContext(bg(t)))
-		next = &queued{l: next.l}
-		next.wait(t, b, 1, 1)
-		now := serverMillis(t, b)
-		v, _ := redis.String(redistest.Do(b.addr, "GET", marker))
-		b.do(t, "SET", marker, fmt.Sprintf("vanished=%d/%d %s", now+300, now-1000, v), "PX", 5000)
-		released = time.Now()
-		mustNil(t, holder.UnlockContext(bg(t)))
-		recvWithin(t, next.got, 5*time.Second, "the next waiter's turn")
-		if d := time.Since(released); d < 250*time.Millisecond {
-			t.Fatalf("the next waiter got the lock %v after the release, before the vanished registry's entry lapsed", d)
-		}
-		next.finish(t)
-	})
-}
-
-// A SpinLock waiter (a poller) takes its turn among PubSubLock waiters, in
-// the order they came; while only pollers wait, nothing is reserved.
-func TestWaitQueuePollers(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
-		idle := 50 * time.Millisecond
-		opts := []registry.Option{registry.WithIdleBetweenTries(idle), registry.WithFairAfter(time.Millisecond)}
-		holder := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k")
-		mustNil(t, holder.LockContext(bg(t)))
-		got := make(chan int, 2)
-		spin := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k"), got: got}
-		spin.wait(t, b, 0, 1)
-		pub := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, append(opts, registry.WithLockType(registry.PubSubLock))...), "k"), got: got}
-		pub.wait(t, b, 1, 2)
-		serverAfter(t, b, 2*time.Millisecond)
-		mustNil(t, holder.UnlockContext(bg(t))) // wakes the PubSubLock waiter at once; the poller comes later
-		if i := recvWithin(t, got, 5*time.Second, "a turn"); i != 0 {
-			t.Fatal("the PubSubLock waiter took the turn of the poller that came first")
-		}
-		spin.finish(t)
-		if i := recvWithin(t, got, 5*time.Second, "a turn"); i != 1 {
-			t.Fatalf("turn to waiter %d", i)
-		}
-		pub.finish(t)
-
-		// Only pollers: a try by a registry that did not wait gets the
-		// free key.
-		mustNil(t, holder.LockContext(bg(t)))
-		spin = &queued{l: spin.l}
-		spin.wait(t, b, 0, 1)
-		tryer := obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
-		mustIs(t, tryer.TryLockContext(bg(t)), registry.ErrNotObtained)
-		serverAfter(t, b, 2*time.Millisecond)
-		b.do(t, "DEL", holder.Key()) // no release message
-		mustNil(t, tryer.TryLockContext(bg(t)))
-		mustNil(t, tryer.UnlockContext(bg(t)))
-		recvWithin(t, spin.got, 5*time.Second, "the poller's turn")
-		spin.finish(t)
-	})
-}
-
-// A wait marker as lockyard wrote it before the queue, a bare registry id,
-// still counts as another registry waiting: the pass releases the key (the
-// next local goroutine obtains it anew, with a new value), and the bare id
-// reserves nothing.
-func TestWaitMarkerBareID(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		l := obtain(t, newReg(t, b.pool(t), registry.WithFencing()), "k") // every hand-off runs pass.lua
-		h0 := mustHold(t, l)
-		before, err := redis.String(b.do(t, "GET", l.Key()), nil)
-		mustNil(t, err)
-		b.do(t, "SET", "{"+l.Key()+"}:wait", "an-older-registry", "PX", 5000)
-		got := queue(t, l, 1, func() string { v, _ := redis.String(redistest.Do(b.addr, "GET", l.Key())); return v })
-		mustNil(t, h0.unlock())
-		g := recvWithin(t, got, 5*time.Second, "the local goroutine's turn")
-		if g[1] == before {
-			t.Fatalf("the key kept its value %q: the pass kept it for the local goroutine despite the older registry's marker", before)
+		for _, fault := range []func(){
+			func() { b.do(t, "DEL", qk, side+":waiters", side+":turn", side+":polls") },
+			func() { retype(qk, "SET", "a string") },
+			func() { retype(side+":waiters", "LPUSH", "a list") },
+			func() { retype(side+":polls", "SET", "a string") },
+			func() { retype(side+":turn", "HSET", "f", "v") },
+			func() {
+				b.do(t, "ZADD", qk, 0, "garbage", 1, "more")
+				b.do(t, "HSET", side+":waiters", "garbage", "x y z")
+			},
+		} {
+			mustNil(t, holder.LockContext(bg(t)))
+			w := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
+			w.wait(t, b, 0, 1)
+			fault()
+			mustNil(t, holder.UnlockContext(bg(t)))
+			recvWithin(t, w.got, 5*time.Second, "the waiter's turn despite the fault")
+			w.finish(t)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +34,12 @@ type RedisLock struct {
 	guardT   atomic.Pointer[time.Timer] // revoke.go: fires at the hold's deadline while goroutines queue
 	phase    atomic.Int32               // a phase (lifecycle.go), for tests and debugging
 	lastUsed atomic.Int64               // registry clock of the last Obtain, lock or unlock
-	wake     waker                      // wakes the remote waiter (PubSubLock; nil otherwise)
+	wake     *waker                     // wakes the remote waiter (PubSubLock; nil otherwise)
+	// waiter is this instance's id in the key's wait queue: the registry
+	// id, "/", and a number unique to the instance, so that an instance
+	// evicted from the cache and kept by the caller, and the one Obtain
+	// returns next, wait for each other like two registries.
+	waiter string
 	// turn is the hand-off bookkeeping, owned by the goroutine that owns
 	// local (the mutex's hand-over orders the accesses).
 	turn turn
@@ -41,7 +47,7 @@ type RedisLock struct {
 
 func newRedisLock(r *Registry, name string) *RedisLock {
 	key := r.layout.LockKey(name)
-	l := &RedisLock{reg: r, key: key}
+	l := &RedisLock{reg: r, key: key, waiter: r.clientID + "/" + strconv.FormatUint(r.instances.Add(1), 10)}
 	l.name, _ = r.layout.UserKey(key) // name, sharing key's memory
 	l.wake = newWaker(r.cfg.lockType)
 	l.touch()

@@ -93,20 +93,23 @@ type quorumStore struct {
 func (q *quorumStore) obtain(ctx context.Context, lk, token string, ttl time.Duration, h hint) (grant, error) {
 	ctx, cancel := bound(ctx, q.timeout)
 	defer cancel()
-	g, err := q.obtainAll(ctx, lk, token, ttl, h.waits)
+	g, err := q.obtainAll(ctx, lk, token, ttl, h)
 	q.stats.redisError(err)
 	return g, err
 }
 
-func (q *quorumStore) obtainAll(ctx context.Context, lk, token string, ttl time.Duration, waits bool) (grant, error) {
+// A refused obtain sleeps as the node that says the shortest sleep, and
+// takes every release message for a possible turn: each node keeps a
+// queue of its own, and every node publishes.
+func (q *quorumStore) obtainAll(ctx context.Context, lk, token string, ttl time.Duration, h hint) (grant, error) {
 	var (
 		v     = tally{q: q}
 		won   []int
-		out   = grant{pttl: -1}
+		out   = unknown
 		final error
 	)
 	d := nodeTimeout(q.timeout, ttl) // the acquisition's TTL sets it
-	for i, r := range q.evalAll(ctx, d, obtainScript, q.s.obtain(lk, token, ttl, waits)) {
+	for i, r := range q.evalAll(ctx, d, obtainScript, q.s.obtain(lk, token, ttl, h)) {
 		g, err := decodeGrant(r.Reply)
 		if r.Err != nil {
 			err = r.Err
@@ -120,15 +123,15 @@ func (q *quorumStore) obtainAll(ctx context.Context, lk, token string, ttl time.
 		case g.ok:
 			won = append(won, i)
 			out.fence = max(out.fence, g.fence)
-		case g.pttl >= 0 && (out.pttl < 0 || g.pttl < out.pttl):
-			out.pttl = g.pttl
+		case g.sleep >= 0 && (out.sleep < 0 || g.sleep < out.sleep):
+			out.sleep = g.sleep
 		}
 	}
 	v.done = len(won)
 	if v.majority() && q.s.fencing {
 		if err := q.raiseFence(ctx, d, lk, out.fence); err != nil {
 			q.undo(ctx, d, lk, token, won)
-			return grant{pttl: -1}, err
+			return unknown, err
 		}
 	}
 	if v.majority() {
@@ -137,11 +140,11 @@ func (q *quorumStore) obtainAll(ctx context.Context, lk, token string, ttl time.
 	q.undo(ctx, d, lk, token, won)
 	switch {
 	case final != nil:
-		return grant{pttl: -1}, final
+		return unknown, final
 	case v.hopeless():
-		return grant{pttl: -1}, v.err()
+		return unknown, v.err()
 	}
-	return grant{pttl: out.pttl}, nil
+	return out, nil
 }
 
 // raiseFence sets the fence counter of every node to at least fence, so
@@ -184,7 +187,7 @@ func (q *quorumStore) undo(ctx context.Context, d time.Duration, lk, token strin
 }
 
 // pass is declined: a pass needs one node's view of the waiters.
-func (q *quorumStore) pass(context.Context, string, string, time.Duration) (passReply, error) {
+func (q *quorumStore) pass(context.Context, string, string, time.Duration, hint, bool) (passReply, error) {
 	return passReply{outcome: passDeclined}, nil
 }
 
@@ -256,14 +259,27 @@ func (q *quorumStore) info(context.Context, string) (string, error) { return "",
 
 // leave runs on every node, best effort: a node that misses it lets the
 // entry lapse.
-func (q *quorumStore) leave(ctx context.Context, lk string) error {
+func (q *quorumStore) leave(ctx context.Context, lk, waiter string) error {
 	ctx, cancel := bound(ctx, q.timeout)
 	defer cancel()
 	var first error
-	for _, r := range q.evalAll(ctx, q.nodeTimeout, leaveScript, q.s.leave(lk)) {
+	for _, r := range q.evalAll(ctx, q.nodeTimeout, leaveScript, q.s.leave(lk, waiter)) {
 		if r.Err != nil && first == nil {
 			first = r.Err
 		}
 	}
 	return first
+}
+
+// nudge runs on every node, best effort: each keeps a queue of its own. A
+// node whose key still lives lets its waiters poll.
+func (q *quorumStore) nudge(ctx context.Context, lk, token string) (time.Duration, error) {
+	ctx, cancel := bound(ctx, q.timeout)
+	defer cancel()
+	for _, r := range q.evalAll(ctx, q.nodeTimeout, nudgeScript, q.s.nudge(lk, token)) {
+		if r.Err != nil {
+			return -1, r.Err
+		}
+	}
+	return -1, nil
 }

@@ -23,12 +23,13 @@ import (
 // watchdog, the subscriber, and the group of background goroutines that
 // Close stops.
 type Registry struct {
-	layout   wire.Layout
-	cfg      config
-	log      *slog.Logger
-	epoch    time.Time     // origin of now, read on the monotonic clock
-	clientID string        // random UUID, the first part of every token of this registry
-	seq      atomic.Uint64 // acquisitions, the second part of every token
+	layout    wire.Layout
+	cfg       config
+	log       *slog.Logger
+	epoch     time.Time     // origin of now, read on the monotonic clock
+	clientID  string        // random UUID, the first part of every token of this registry
+	seq       atomic.Uint64 // acquisitions, the second part of every token
+	instances atomic.Uint64 // lock instances made, numbering their wait queue ids
 
 	store      store
 	cache      cache
@@ -71,7 +72,7 @@ func build(registryKey string, opts []Option, newStore func(config, scripts, *st
 		bg:       newGroup(),
 		stats:    newStats(),
 	}
-	if r.store, err = newStore(cfg, newScripts(r.layout, cfg, r.clientID), r.stats); err != nil {
+	if r.store, err = newStore(cfg, newScripts(r.layout, cfg), r.stats); err != nil {
 		return nil, err
 	}
 	r.cache.capacity = cfg.capacity

@@ -41,7 +41,7 @@ func (st *scriptStore) obtainAcked(ctx context.Context, lk, token string, c Call
 	}
 	if !g.ok || (err == nil && acked >= st.ack.replicas) {
 		if err != nil {
-			return grant{pttl: -1}, err
+			return unknown, err
 		}
 		return g, nil
 	}
@@ -52,7 +52,7 @@ func (st *scriptStore) obtainAcked(ctx context.Context, lk, token string, c Call
 	if _, _, rerr := st.release(context.WithoutCancel(ctx), lk, token); rerr != nil {
 		ackErr = errors.Join(ackErr, fmt.Errorf("lockyard: releasing %q (it expires by its TTL): %w", lk, rerr))
 	}
-	return grant{pttl: -1}, ackErr
+	return unknown, ackErr
 }
 
 // renewAcked runs renew.lua, then WAIT on the same connection. A renewal

@@ -1,6 +1,10 @@
 package registry
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"time"
+)
 
 // Decoding of the scripts' replies, as a Client returns them (RESP types:
 // an integer is an int64, an array a []any). Stores return decoded values,
@@ -14,42 +18,49 @@ func replyInt(v any) (int64, error) {
 	return 0, fmt.Errorf("lockyard: unexpected reply %v (%T), want an integer", v, v)
 }
 
-// replyPair returns the reply {a, b} of two integers.
-func replyPair(v any) (a, b int64, err error) {
+// replyInts returns the reply v, an array of n integers (n in 1..3).
+func replyInts(v any, n ...int) ([3]int64, error) {
+	var out [3]int64
 	x, ok := v.([]any)
-	if ok && len(x) == 2 {
-		a, ok1 := x[0].(int64)
-		b, ok2 := x[1].(int64)
-		if ok1 && ok2 {
-			return a, b, nil
+	if ok && len(x) >= 1 && len(x) <= 3 && slices.Contains(n, len(x)) {
+		for i, e := range x {
+			if out[i], ok = e.(int64); !ok {
+				break
+			}
+		}
+		if ok {
+			return out, nil
 		}
 	}
-	return 0, 0, fmt.Errorf("lockyard: unexpected reply %v (%T), want two integers", v, v)
+	return out, fmt.Errorf("lockyard: unexpected reply %v (%T), want %v integers", v, v, n)
 }
 
-// decodeGrant decodes obtain.lua's {1, fence}, {0, pttl} or {2, ms} (not
-// acquired, and another registry's turn comes first).
+// decodeGrant decodes obtain.lua's {1, fence}, or {0 or 2, sleep, after}
+// (not acquired: another holder has the key, or it is another waiter's
+// turn).
 func decodeGrant(v any) (grant, error) {
-	ok, n, err := replyPair(v)
+	x, err := replyInts(v, 2, 3)
 	switch {
 	case err != nil:
-		return grant{pttl: -1}, err
-	case ok == 1:
-		return grant{ok: true, fence: n}, nil
+		return unknown, err
+	case x[0] == 1:
+		return grant{ok: true, fence: x[1]}, nil
 	}
-	return grant{pttl: n, behind: ok == 2}, nil
+	return grant{sleep: time.Duration(x[1]) * time.Millisecond, after: int(x[2])}, nil
 }
 
-// decodePass decodes pass.lua's {1, fence}, {2, 0} or {0, 0}.
+// decodePass decodes pass.lua's {1, fence}, {2, sleep, after}, {3} or {0}.
 func decodePass(v any) (passReply, error) {
-	state, fence, err := replyPair(v)
+	x, err := replyInts(v, 1, 2, 3)
 	switch {
 	case err != nil:
 		return passReply{}, err
-	case state == 1:
-		return passReply{outcome: passKept, fence: fence}, nil
-	case state == 2:
-		return passReply{outcome: passReleased}, nil
+	case x[0] == 1:
+		return passReply{outcome: passKept, fence: x[1]}, nil
+	case x[0] == 2:
+		return passReply{outcome: passReleased, sleep: time.Duration(x[1]) * time.Millisecond, after: int(x[2])}, nil
+	case x[0] == 3:
+		return passReply{outcome: passFreed}, nil
 	}
 	return passReply{outcome: passGone}, nil
 }

@@ -2,17 +2,20 @@ package registry
 
 import (
 	_ "embed"
-	"strings"
 	"time"
 
 	"github.com/lockyard/lockyard/internal/wire"
 )
 
 // The Lua scripts, one per operation; each file's header lists its KEYS,
-// ARGV and reply. Clients run them as EVALSHA, falling back to EVAL on
-// NOSCRIPT, so a SCRIPT FLUSH or a restarted server costs one extra command
-// and no error.
+// ARGV and reply. The rules that obtain, pass, release and leave share
+// (the clock, the fence counter, the wait queue) are written once, in
+// lua/prelude.lua, which is prepended to each of them. Clients run them as
+// EVALSHA, falling back to EVAL on NOSCRIPT, so a SCRIPT FLUSH or a
+// restarted server costs one extra command and no error.
 var (
+	//go:embed lua/prelude.lua
+	preludeSrc string
 	//go:embed lua/obtain.lua
 	obtainSrc string
 	//go:embed lua/release.lua
@@ -25,47 +28,72 @@ var (
 	fenceSrc string
 	//go:embed lua/leave.lua
 	leaveSrc string
+	//go:embed lua/nudge.lua
+	nudgeSrc string
 
-	obtainScript  = newScript("obtain", obtainSrc)
-	releaseScript = newScript("release", releaseSrc)
+	obtainScript  = newScript("obtain", preludeSrc+obtainSrc)
+	releaseScript = newScript("release", preludeSrc+releaseSrc)
 	renewScript   = newScript("renew", renewSrc)
-	passScript    = newScript("pass", passSrc)
+	passScript    = newScript("pass", preludeSrc+passSrc)
 	fenceScript   = newScript("fence", fenceSrc)
-	leaveScript   = newScript("leave", leaveSrc)
+	leaveScript   = newScript("leave", preludeSrc+leaveSrc)
+	nudgeScript   = newScript("nudge", preludeSrc+nudgeSrc)
+)
+
+// Turns (lua/prelude.lua): when a lock key is freed while waiters of other
+// lock instances are queued, the script that frees it (release, a pass, or
+// an obtain that finds it free after it expired) keeps it, for a short
+// window, for the first of them that is sure to try soon, and publishes
+// the release message. The defaults below are what the bench's fairness
+// scenarios were measured with (docs/ARCHITECTURE.md).
+const (
+	// turnWindow is a waiter's turn when it is woken by the release
+	// message (PubSubLock): long enough for the message to reach it and
+	// its obtain to come back, with room for a scheduling delay. A turn
+	// that is not taken in time lapses: the key then goes to whoever
+	// tries first.
+	turnWindow = 5 * time.Millisecond
+	// pollAhead: a waiter that polls (SpinLock) gets a turn only if its
+	// next try is due within pollAhead; the key is then kept for it until
+	// then, plus pollSlack. A poller due later is passed over, and keeps
+	// its place: the key would idle until it tries.
+	pollAhead = 20 * time.Millisecond
+	pollSlack = 2 * time.Millisecond
 )
 
 // scripts builds the KEYS and ARGV of each script for a registry: its key
 // layout, its fencing, and the arguments that never change, converted to
-// interfaces once (the registry's TTL, the wait marker's TTL, its id).
+// interfaces once. Every script that touches the queue takes the same six
+// keys (lockKeys); flags travel in ARGV.
 type scripts struct {
 	layout  wire.Layout
 	fencing bool
 
-	pubsub bool // waiters are woken by the release message
-
-	ttl                                        time.Duration
-	ttlArg, markerTTLArg, clientIDArg, turnArg any
+	ttl                                time.Duration
+	ttlArg, idleArg, fenceArg, modeArg any
+	windowArg, aheadArg, slackArg      any
 }
 
-// fairAfter is how long a PubSubLock registry waits for a lock before its
-// turn is reserved: a free lock then waits for it (obtain.lua). Below
-// that, whoever tries first after a release gets the lock, the quickest
-// hand-off; the reservation bounds how long the registry that the server
-// notifies last can keep losing.
-const fairAfter = 6 * time.Millisecond
-
-func newScripts(layout wire.Layout, cfg config, clientID string) scripts {
+func newScripts(layout wire.Layout, cfg config) scripts {
+	mode := 1 // polls
+	if cfg.lockType == PubSubLock {
+		mode = 2 // woken by the release message
+	}
+	fence := 0
+	if cfg.fencing {
+		fence = 1
+	}
 	return scripts{
-		layout:  layout,
-		fencing: cfg.fencing,
-		ttl:     cfg.expireAfter,
-		ttlArg:  cfg.expireAfter.Milliseconds(),
-		// A wait marker lives twice the longest sleep between two attempts
-		// of a waiter, so that it lasts while the waiter waits.
-		markerTTLArg: max(1, 2*cfg.idle.Milliseconds()),
-		clientIDArg:  clientID,
-		pubsub:       cfg.lockType == PubSubLock,
-		turnArg:      cfg.fairAfter.Milliseconds(),
+		layout:    layout,
+		fencing:   cfg.fencing,
+		ttl:       cfg.expireAfter,
+		ttlArg:    cfg.expireAfter.Milliseconds(),
+		idleArg:   max(1, cfg.idle.Milliseconds()),
+		fenceArg:  fence,
+		modeArg:   mode,
+		windowArg: max(1, cfg.turnWindow.Milliseconds()),
+		aheadArg:  cfg.pollAhead.Milliseconds(),
+		slackArg:  cfg.pollSlack.Milliseconds(),
 	}
 }
 
@@ -77,51 +105,58 @@ func (s *scripts) ttlOf(ttl time.Duration) any {
 	return ttl.Milliseconds()
 }
 
-// lockKeys returns the keys of obtain.lua and pass.lua: the lock key, the
-// wait marker and, with fencing, the fence counter.
+// lockKeys returns the keys of obtain, pass, release and leave: the lock
+// key, the fence counter, the wait queue (order and info), the turn and
+// the pollers of the queue.
 func (s *scripts) lockKeys(lk string) []string {
-	if s.fencing {
-		return []string{lk, s.layout.WaitKey(lk), s.layout.FenceKey(lk)}
-	}
-	return []string{lk, s.layout.WaitKey(lk)}
+	l := s.layout
+	return []string{lk, l.FenceKey(lk), l.QueueKey(lk), l.WaitersKey(lk), l.TurnKey(lk), l.PollsKey(lk)}
 }
 
-// obtain's waits says the caller waits if the attempt fails: a waiting
-// registry gets its turn reserved (obtain.lua); a TryLock, which may not
-// come back, does not.
-func (s *scripts) obtain(lk, token string, ttl time.Duration, waits bool) Call {
-	kind := 0 // does not wait
+// mode is how the waiter of h waits, as obtain.lua and pass.lua take it.
+func (s *scripts) mode(h hint) any {
 	switch {
-	case waits && s.pubsub:
-		kind = 2 // woken by the release message
-	case waits:
-		kind = 1 // polls
+	case !h.waits:
+		return 0 // it does not wait: never queued
+	case h.deaf:
+		return 1 // it polls (small integers convert to interfaces without allocating)
 	}
-	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.ttlOf(ttl), s.markerTTLArg, s.clientIDArg, kind, s.turnArg}}
+	return s.modeArg
 }
 
-func (s *scripts) pass(lk, token string, ttl time.Duration) Call {
-	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.ttlOf(ttl), s.layout.Channel(lk), s.clientIDArg}}
+// obtain's hint names the waiter (the lock instance) and how it waits; a
+// TryLock never queues.
+func (s *scripts) obtain(lk, token string, ttl time.Duration, h hint) Call {
+	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
+		s.fenceArg, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg}}
+}
+
+// pass's force releases the key even if nobody is in line.
+func (s *scripts) pass(lk, token string, ttl time.Duration, h hint, force bool) Call {
+	f := 0
+	if force {
+		f = 1
+	}
+	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
+		s.fenceArg, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, f}}
 }
 
 func (s *scripts) renew(lk, token string, ttl time.Duration) Call {
 	return Call{Keys: []string{lk}, Args: []any{token, s.ttlOf(ttl)}}
 }
 
-// release names the wait marker too when it lies in lk's Cluster slot:
-// always with WithHashTag, and in the default form when lk has no braces
-// (a brace in it makes Redis hash only part of it).
 func (s *scripts) release(lk, token string) Call {
-	args := []any{token, s.layout.Channel(lk)}
-	if s.layout.HashTag || !strings.ContainsAny(lk, "{}") {
-		return Call{Keys: []string{lk, s.layout.WaitKey(lk)}, Args: args}
-	}
-	return Call{Keys: []string{lk}, Args: args}
+	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg}}
 }
 
-// leave takes this registry out of lk's wait marker.
-func (s *scripts) leave(lk string) Call {
-	return Call{Keys: []string{s.layout.WaitKey(lk)}, Args: []any{s.clientIDArg}}
+// nudge gives lk, once expired, to the next waiter (a lease's ReleaseAfter).
+func (s *scripts) nudge(lk, token string) Call {
+	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg}}
+}
+
+// leave takes waiter out of lk's wait queue.
+func (s *scripts) leave(lk, waiter string) Call {
+	return Call{Keys: s.lockKeys(lk), Args: []any{waiter, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg}}
 }
 
 // fence raises lk's fence counter to at least n (Redlock).

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -10,20 +11,24 @@ import (
 // master or a Cluster. Each operation is one Lua script; with
 // WithReplicaAck, obtains and renewals wait for replicas (replica.go).
 type scriptStore struct {
-	client  Client
-	setNX   SetNXClient // client's plain SET NX PX, when it has one and fencing is off
-	s       scripts
-	timeout time.Duration // the command timeout
-	stats   *stats
-	ack     ack // replicas to wait for; zero without WithReplicaAck
+	client   Client
+	setNX    SetNXClient    // client's plain SET NX PX, when it has one and fencing is off
+	setNXGet SetNXGetClient // client's SET NX GET PX, under the same conditions
+	noGet    atomic.Bool    // the server refused SET NX GET (before Redis 7.0)
+	s        scripts
+	timeout  time.Duration // the command timeout
+	stats    *stats
+	ack      ack // replicas to wait for; zero without WithReplicaAck
 }
 
 func newScriptStore(c Client, s scripts, cfg config, st *stats) *scriptStore {
 	store := &scriptStore{client: c, s: s, timeout: cfg.commandTimeout, stats: st,
 		ack: ack{replicas: cfg.ackReplicas, timeout: cfg.ackTimeout}}
-	if sc, ok := c.(SetNXClient); ok && !cfg.fencing && cfg.ackReplicas == 0 {
-		store.setNX = sc
+	if cfg.fencing || cfg.ackReplicas > 0 {
+		return store // the obtain script, always
 	}
+	store.setNX, _ = c.(SetNXClient)
+	store.setNXGet, _ = c.(SetNXGetClient)
 	return store
 }
 
@@ -36,25 +41,39 @@ func (st *scriptStore) eval(ctx context.Context, s *Script, c Call) (any, error)
 	return v, err
 }
 
-// obtain runs the obtain script. When the caller expects lk to be free and
-// nothing but the SET is needed (setNX), it first sends a plain SET NX PX,
-// which does what the script's first line does with less work for the
-// server (no script call, two fewer keys and arguments); only if the key
-// is taken does the script run, for the wait marker and the holder's TTL
-// (or to find the key already token's, after a lost reply).
+// obtain runs the obtain script. When the caller expects lk to be free
+// and nothing but the SET is needed, it first sends a plain command, which
+// does what the script's first lines do with less work for the server:
+//   - a waiting caller (Lock) sends SET NX PX; only if the key is taken
+//     does the script run, to queue it and say how long it sleeps;
+//   - a caller that does not wait (TryLock) sends SET NX GET PX, one round
+//     trip whether it succeeds or fails: the value it returns is the
+//     holder's, this token's own after a resend that followed a lost
+//     reply.
+//
+// Either skips the turn of a waiter that the key may be kept for: a lock
+// instance expects its key free only while its acquisitions find it free
+// and its releases find nobody queued.
 func (st *scriptStore) obtain(ctx context.Context, lk, token string, ttl time.Duration, h hint) (grant, error) {
-	if h.free && st.setNX != nil {
+	switch {
+	case h.free && !h.waits && st.setNXGet != nil && !st.noGet.Load():
+		g, err := st.plainSetNXGet(ctx, lk, token, ttl)
+		if !isSyntaxError(err) {
+			return g, err
+		}
+		st.noGet.Store(true) // an older server: the script from now on
+	case h.free && st.setNX != nil:
 		if ok, err := st.plainSetNX(ctx, lk, token, ttl); err != nil || ok {
-			return grant{ok: ok, pttl: -1}, err
+			return grant{ok: ok, sleep: -1, after: -1}, err
 		}
 	}
-	c := st.s.obtain(lk, token, ttl, h.waits)
+	c := st.s.obtain(lk, token, ttl, h)
 	if st.ack.replicas > 0 {
 		return st.obtainAcked(ctx, lk, token, c)
 	}
 	v, err := st.eval(ctx, obtainScript, c)
 	if err != nil {
-		return grant{pttl: -1}, err
+		return unknown, err
 	}
 	return decodeGrant(v)
 }
@@ -68,8 +87,26 @@ func (st *scriptStore) plainSetNX(ctx context.Context, lk, token string, ttl tim
 	return ok, err
 }
 
-func (st *scriptStore) pass(ctx context.Context, lk, token string, ttl time.Duration) (passReply, error) {
-	v, err := st.eval(ctx, passScript, st.s.pass(lk, token, ttl))
+// plainSetNXGet sends SET lk token NX GET PX ttl, bounded by the command
+// timeout: acquired if the key was absent, or held token already.
+func (st *scriptStore) plainSetNXGet(ctx context.Context, lk, token string, ttl time.Duration) (grant, error) {
+	ctx, cancel := bound(ctx, st.timeout)
+	defer cancel()
+	old, existed, err := st.setNXGet.SetNXGet(ctx, lk, token, ttl)
+	if !isSyntaxError(err) {
+		st.stats.redisError(err)
+	}
+	if err != nil {
+		return unknown, err
+	}
+	if !existed || old == token {
+		return grant{ok: true}, nil
+	}
+	return unknown, nil
+}
+
+func (st *scriptStore) pass(ctx context.Context, lk, token string, ttl time.Duration, h hint, force bool) (passReply, error) {
+	v, err := st.eval(ctx, passScript, st.s.pass(lk, token, ttl, h, force))
 	if err != nil {
 		return passReply{}, err
 	}
@@ -108,9 +145,21 @@ func (st *scriptStore) release(ctx context.Context, lk, token string) (done, oth
 	return decodeRelease(st.eval(ctx, releaseScript, st.s.release(lk, token)))
 }
 
-func (st *scriptStore) leave(ctx context.Context, lk string) error {
-	_, err := st.eval(ctx, leaveScript, st.s.leave(lk))
+func (st *scriptStore) leave(ctx context.Context, lk, waiter string) error {
+	_, err := st.eval(ctx, leaveScript, st.s.leave(lk, waiter))
 	return err
+}
+
+func (st *scriptStore) nudge(ctx context.Context, lk, token string) (time.Duration, error) {
+	v, err := st.eval(ctx, nudgeScript, st.s.nudge(lk, token))
+	if err != nil {
+		return 0, err
+	}
+	n, err := replyInt(v)
+	if n < 0 {
+		return -1, err
+	}
+	return time.Duration(n) * time.Millisecond, err
 }
 
 func (st *scriptStore) subscribe(ctx context.Context) (Subscription, error) {

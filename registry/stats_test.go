@@ -35,10 +35,7 @@ func TestStats(t *testing.T) {
 		}
 		l2 := obtain(t, r2, "k")
 		got := lockInBackground(t, l2)
-		waitFor(t, 5*time.Second, "the wait marker", func() bool {
-			v, _ := b.do(t, "EXISTS", "{"+l1.Key()+"}:wait").(int64)
-			return v == 1
-		})
+		waitQueued(t, b, l1, 1)
 		mustNil(t, h.unlock())
 		mustNil(t, recvWithin(t, got, 5*time.Second, "the waiter"))
 		if s := r2.Stats(); s.Acquisitions != 1 || s.Contended != 1 || s.Waits != 1 {

@@ -63,10 +63,16 @@ func scripts(t *testing.T, c rueidis.Client) map[string]*registry.Script {
 
 // obtainArgs are obtain.lua's ARGV for token.
 func obtainArgs(token string) []any {
-	// ARGV of obtain.lua: token, TTL, the wait marker's TTL, the registry's
-	// id, whether it waits woken by messages, and after how long its turn
-	// is reserved.
-	return []any{token, int64(10_000), int64(1_000), "test-registry", int64(0), int64(6)}
+	// ARGV of obtain.lua: token, TTL, the waiter's id, how it waits (0: a
+	// TryLock, never queued), its poll interval and jitter, fencing, the
+	// release channel, and the turn rules (window, ahead, slack).
+	return []any{token, int64(10_000), "test-registry/1", int64(0), int64(100), int64(0), int64(0), "chan", int64(5), int64(20), int64(2)}
+}
+
+// lockKeys are the KEYS of obtain.lua and release.lua for the lock key k
+// (in Cluster, k's hash tag puts them all in its slot).
+func lockKeys(k string) []string {
+	return []string{k, k + ":fence", k + ":queue", k + ":waiters", k + ":turn", k + ":polls"}
 }
 
 // Eval returns RESP types, runs EVAL after a SCRIPT FLUSH, and wraps error
@@ -78,24 +84,24 @@ func TestClientEval(t *testing.T) {
 	ctx := ctxFor(t, 5*time.Second)
 	k := prefix(t) + ":k"
 	mustNil(t, c.Do(ctx, c.B().ScriptFlush().Build()).Error())
-	v, err := cl.Eval(ctx, s["obtain"], []string{k, k + ":wait"}, obtainArgs("tok"))
+	v, err := cl.Eval(ctx, s["obtain"], lockKeys(k), obtainArgs("tok"))
 	mustNil(t, err)
 	if x, ok := v.([]any); !ok || len(x) != 2 || x[0] != int64(1) || x[1] != int64(0) {
 		t.Fatalf("obtain = %#v, want []any{int64(1), int64(0)}", v)
 	}
-	v, err = cl.Eval(ctx, s["obtain"], []string{k, k + ":wait"}, obtainArgs("other"))
+	v, err = cl.Eval(ctx, s["obtain"], lockKeys(k), obtainArgs("other"))
 	mustNil(t, err)
-	if x, ok := v.([]any); !ok || len(x) != 2 || x[0] != int64(0) || x[1].(int64) <= 0 {
-		t.Fatalf("obtain of a held key = %#v, want []any{int64(0), pttl}", v)
+	if x, ok := v.([]any); !ok || len(x) != 3 || x[0] != int64(0) || x[1].(int64) <= 0 {
+		t.Fatalf("obtain of a held key = %#v, want []any{int64(0), sleep, after}", v)
 	}
-	v, err = cl.Eval(ctx, s["release"], []string{k}, []any{"tok", "chan"})
+	v, err = cl.Eval(ctx, s["release"], lockKeys(k), []any{"tok", "chan", int64(5), int64(20), int64(2)})
 	mustNil(t, err)
 	if v != int64(1) {
 		t.Fatalf("release = %#v, want int64(1)", v)
 	}
 	list := prefix(t) + ":list"
 	mustNil(t, c.Do(ctx, c.B().Lpush().Key(list).Element("x").Build()).Error())
-	_, err = cl.Eval(ctx, s["obtain"], []string{list, list + ":wait"}, obtainArgs("tok"))
+	_, err = cl.Eval(ctx, s["obtain"], lockKeys(list), obtainArgs("tok"))
 	var re *registry.ReplyError
 	var rerr *rueidis.RedisError
 	if !errors.As(err, &re) || !errors.As(err, &rerr) || !strings.HasPrefix(err.Error(), "WRONGTYPE") {
@@ -124,9 +130,9 @@ func TestClientEvalBatch(t *testing.T) {
 	mustNil(t, c.Do(ctx, c.B().Lpush().Key(list).Element("x").Build()).Error())
 	mustNil(t, c.Do(ctx, c.B().ScriptFlush().Build()).Error())
 	res := cl.EvalBatch(ctx, s["obtain"], []registry.Call{
-		{Keys: []string{free, free + ":wait"}, Args: obtainArgs("tok")},
-		{Keys: []string{list, list + ":wait"}, Args: obtainArgs("tok")},
-		{Keys: []string{held, held + ":wait"}, Args: obtainArgs("tok")},
+		{Keys: lockKeys(free), Args: obtainArgs("tok")},
+		{Keys: lockKeys(list), Args: obtainArgs("tok")},
+		{Keys: lockKeys(held), Args: obtainArgs("tok")},
 	})
 	if len(res) != 3 {
 		t.Fatalf("%d results for 3 calls", len(res))
@@ -181,7 +187,7 @@ func TestClientEvalWait(t *testing.T) {
 	ctx := ctxFor(t, 10*time.Second)
 	k := prefix(t) + ":k"
 	mustNil(t, c.Do(ctx, c.B().ScriptFlush().Build()).Error())
-	v, acked, err := cl.EvalWait(ctx, s["obtain"], []string{k, k + ":wait"}, obtainArgs("tok"), 1, 2*time.Second)
+	v, acked, err := cl.EvalWait(ctx, s["obtain"], lockKeys(k), obtainArgs("tok"), 1, 2*time.Second)
 	mustNil(t, err)
 	if x, ok := v.([]any); !ok || x[0] != int64(1) || acked != 1 {
 		t.Fatalf("EvalWait = %#v, %d; want a grant acknowledged by 1 replica", v, acked)
@@ -194,7 +200,7 @@ func TestClientEvalWait(t *testing.T) {
 	}
 	list := prefix(t) + ":list"
 	mustNil(t, c.Do(ctx, c.B().Lpush().Key(list).Element("x").Build()).Error())
-	_, acked, err = cl.EvalWait(ctx, s["obtain"], []string{list, list + ":wait"}, obtainArgs("tok"), 1, time.Second)
+	_, acked, err = cl.EvalWait(ctx, s["obtain"], lockKeys(list), obtainArgs("tok"), 1, time.Second)
 	var re *registry.ReplyError
 	if !errors.As(err, &re) || acked != 0 {
 		t.Fatalf("EvalWait of a failing script = %d, %v; want 0 and its ReplyError", acked, err)

@@ -55,11 +55,9 @@
 // is returned instead, as go-redis's adapter does, and the registry tries
 // again once rueidis has refreshed its slots.
 //
-// In Cluster, use registry.WithHashTag when keys or the registry key may
-// contain braces, or with WithFencing: the scripts are routed by their
-// first key, and a script whose keys span two slots gets the server's
-// CROSSSLOT error (rueidis's command builder would panic on them). A
-// subscription on any node receives every release.
+// In Cluster the scripts are routed by their first key, the lock key;
+// every other key they touch lies in its slot, braces or not (see
+// internal/wire). A subscription on any node receives every release.
 package rueidislock
 
 import (
@@ -83,8 +81,9 @@ type Client struct {
 }
 
 var (
-	_ registry.Client      = (*Client)(nil)
-	_ registry.SetNXClient = (*Client)(nil)
+	_ registry.Client         = (*Client)(nil)
+	_ registry.SetNXClient    = (*Client)(nil)
+	_ registry.SetNXGetClient = (*Client)(nil)
 )
 
 // NewClient returns a registry.Client that runs the registry's commands on
@@ -113,6 +112,18 @@ func (c *Client) SetNX(ctx context.Context, key, value string, ttl time.Duration
 		return false, nil // the key exists
 	}
 	return err == nil, replyError(err)
+}
+
+// SetNXGet sends SET key value NX GET PX ttl (registry.SetNXGetClient), a
+// TryLock's obtain when the registry expects the key to be free,
+// auto-pipelined as Eval is. It returns the value the key held, and
+// whether it held one.
+func (c *Client) SetNXGet(ctx context.Context, key, value string, ttl time.Duration) (string, bool, error) {
+	old, err := c.c.Do(ctx, c.c.B().Set().Key(key).Value(value).Nx().Get().PxMilliseconds(ttl.Milliseconds()).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", false, nil // it was absent, and is set
+	}
+	return old, err == nil, replyError(err)
 }
 
 // EvalWait sends the script and WAIT together on one connection: one of

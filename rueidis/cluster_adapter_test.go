@@ -27,7 +27,7 @@ func TestClusterEvalWait(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
 	for m, ks := range c.KeysPerMaster(t, 1) {
 		k := "{" + ks[0] + "}:" + pfx
-		v, acked, err := cl.EvalWait(ctx, s["obtain"], []string{k, k + ":wait"}, obtainArgs("tok"), 1, 2*time.Second)
+		v, acked, err := cl.EvalWait(ctx, s["obtain"], lockKeys(k), obtainArgs("tok"), 1, 2*time.Second)
 		mustNil(t, err)
 		if x, ok := v.([]any); !ok || x[0] != int64(1) || acked != 1 {
 			t.Fatalf("EvalWait on %s = %#v, %d; want a grant acknowledged by its replica", m, v, acked)
@@ -45,7 +45,7 @@ func TestClusterEvalWait(t *testing.T) {
 	}
 	c.Migrate(t, slot, src, dst, func() {})
 	k := "{mv}:" + pfx
-	keys := []string{k, k + ":wait"}
+	keys := lockKeys(k)
 	_, acked, err := cl.EvalWait(ctx, s["obtain"], keys, obtainArgs("tok"), 1, time.Second)
 	var re *registry.ReplyError
 	if !errors.As(err, &re) || !strings.HasPrefix(err.Error(), "MOVED") || acked != 0 {

@@ -2,7 +2,6 @@ package clienttest
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -64,8 +64,8 @@ func ClusterWakeups(t *testing.T, a Adapter) {
 				w.Unlock()
 			}
 		}()
-		redistest.WaitFor(t, 5*time.Second, "the wait marker", func() bool {
-			n, _ := redis.Int(c.DoKey(h.Key(), "EXISTS", h.Key()+":wait"))
+		redistest.WaitFor(t, 5*time.Second, "the waiter in the wait queue", func() bool {
+			n, _ := redis.Int(c.DoKey(h.Key(), "EXISTS", wire.Layout{HashTag: true}.QueueKey(h.Key())))
 			return n == 1
 		})
 		released := time.Now()
@@ -84,44 +84,51 @@ func ClusterWakeups(t *testing.T, a Adapter) {
 	}
 }
 
-// ClusterHashTagFencing: with braces in the key and fencing, the default key form spans two
-// slots and Redis refuses the script (a clear, final error); WithHashTag
-// keeps every key in the slot of {key}. Without fencing such a key works
-// uncontended.
+// ClusterHashTagFencing: a key with braces of its own (user:{42}:cart) works in Cluster in
+// both key forms, with fencing and with waiters: every key a script touches
+// (fence counter, wait queue, turn) lies in the lock key's slot.
 func ClusterHashTagFencing(t *testing.T, a Adapter) {
 	c := redistest.SharedCluster(t)
 	rc := a.cluster(t, c.Addrs)
-	plain := NewRegistry(t, rc, prefix(t), registry.WithFencing())
-	l, err := plain.Obtain("user:{42}:cart")
-	redistest.MustNil(t, err)
-	err = l.LockContext(redistest.CtxFor(t, 5*time.Second))
-	var re *registry.ReplyError
-	if !errors.As(err, &re) || !strings.Contains(err.Error(), "CROSSSLOT") {
-		t.Fatalf("default form with braces: %v, want a CROSSSLOT reply error", err)
-	}
-	// Without fencing the uncontended obtain is a plain SET of one key, and
-	// the release leaves out the wait marker, which lies in another slot.
-	unfenced := NewRegistry(t, rc, prefix(t))
-	u, err := unfenced.Obtain("user:{42}:cart")
-	redistest.MustNil(t, err)
-	redistest.MustNil(t, u.LockContext(redistest.CtxFor(t, 5*time.Second)))
-	redistest.MustNil(t, u.UnlockContext(redistest.CtxFor(t, 5*time.Second)))
-	tagged := NewRegistry(t, rc, prefix(t), registry.WithFencing(), registry.WithHashTag())
-	l, err = tagged.Obtain("user:{42}:cart")
-	redistest.MustNil(t, err)
-	var first int64
-	for i := int64(0); i < 3; i++ {
-		redistest.MustNil(t, l.LockContext(redistest.CtxFor(t, 5*time.Second)))
-		if i == 0 {
-			first = l.Token()
+	for _, opts := range [][]registry.Option{{registry.WithFencing()}, {registry.WithFencing(), registry.WithHashTag()}} {
+		pfx := prefix(t)
+		r := NewRegistry(t, rc, pfx, append(opts, registry.WithLockType(registry.PubSubLock))...)
+		l, err := r.Obtain("user:{42}:cart")
+		redistest.MustNil(t, err)
+		var first int64
+		for i := int64(0); i < 3; i++ {
+			redistest.MustNil(t, l.LockContext(redistest.CtxFor(t, 5*time.Second)))
+			if i == 0 {
+				first = l.Token()
+			}
+			if want := first + i; first <= 0 || l.Token() != want {
+				t.Fatalf("token %d, want %d", l.Token(), want)
+			}
+			if i == 2 { // a waiter in another registry: queued, then woken by the release
+				other := NewRegistry(t, rc, pfx, append(opts, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10*time.Second))...)
+				ol, err := other.Obtain("user:{42}:cart")
+				redistest.MustNil(t, err)
+				got := make(chan error, 1)
+				go func() {
+					err := ol.LockContext(redistest.CtxFor(t, 5*time.Second))
+					if err == nil {
+						err = ol.UnlockContext(redistest.CtxFor(t, 5*time.Second))
+					}
+					got <- err
+				}()
+				redistest.WaitFor(t, 5*time.Second, "the waiter in the queue", func() bool {
+					n, _ := redis.Int(c.DoKey(l.Key(), "EXISTS", wire.Layout{HashTag: len(opts) == 2}.QueueKey(l.Key())))
+					return n == 1
+				})
+				redistest.MustNil(t, l.UnlockContext(redistest.CtxFor(t, 5*time.Second)))
+				redistest.MustNil(t, redistest.Next(t, got, 5*time.Second, "the waiter's turn", func(error) bool { return true }))
+				continue
+			}
+			redistest.MustNil(t, l.UnlockContext(redistest.CtxFor(t, 5*time.Second)))
 		}
-		if want := first + i; first <= 0 || l.Token() != want {
-			t.Fatalf("token %d, want %d", l.Token(), want)
+		if s1, s2 := c.KeySlot(t, l.Key()), c.KeySlot(t, wire.Layout{HashTag: len(opts) == 2}.FenceKey(l.Key())); s1 != s2 {
+			t.Fatalf("lock key in slot %d, fence counter in %d", s1, s2)
 		}
-		redistest.MustNil(t, l.UnlockContext(redistest.CtxFor(t, 5*time.Second)))
-	}
-	if s1, s2 := c.KeySlot(t, l.Key()), c.KeySlot(t, l.Key()+":fence"); s1 != s2 {
-		t.Fatalf("lock key in slot %d, fence counter in %d", s1, s2)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -40,8 +41,8 @@ func SingleNode(t *testing.T, a Adapter, addr string) {
 		}
 		close(got)
 	}()
-	redistest.WaitFor(t, 5*time.Second, "the wait marker", func() bool {
-		n, _ := redis.Int(redistest.Do(addr, "EXISTS", "{"+l1.Key()+"}:wait"))
+	redistest.WaitFor(t, 5*time.Second, "the waiter in the wait queue", func() bool {
+		n, _ := redis.Int(redistest.Do(addr, "EXISTS", wire.Layout{}.QueueKey(l1.Key())))
 		return n == 1
 	})
 	released := time.Now()
@@ -137,7 +138,7 @@ func Contention(t *testing.T, a Adapter, addr string) {
 }
 
 // SetNX: the adapter's SetNX sets a free key with its TTL and reports false for a taken one,
-// as the registry's plain obtain needs (registry.SetNXClient).
+// as the registry's plain obtain needs (registry.SetNXClient); SetNXGet too.
 func SetNX(t *testing.T, a Adapter, addr string) {
 	c, ok := a.single(t, addr).(registry.SetNXClient)
 	if !ok {
@@ -158,5 +159,32 @@ func SetNX(t *testing.T, a Adapter, addr string) {
 	p, _ := redis.Int64(redistest.Do(addr, "PTTL", k))
 	if v != "a" || p <= 4000 || p > 5000 {
 		t.Fatalf("after SetNX: value %q, PTTL %d ms; want a, 5s", v, p)
+	}
+	setNXGet(t, a, addr)
+}
+
+// setNXGet: the adapter's SetNXGet sets a free key with its TTL and says it
+// was absent, and returns the value of a taken one, leaving it alone: a
+// TryLock's obtain (registry.SetNXGetClient).
+func setNXGet(t *testing.T, a Adapter, addr string) {
+	c, ok := a.single(t, addr).(registry.SetNXGetClient)
+	if !ok {
+		t.Fatalf("the %s client has no SetNXGet", a.Name)
+	}
+	k := prefix(t) + ":g"
+	old, existed, err := c.SetNXGet(redistest.CtxFor(t, 5*time.Second), k, "a", 5*time.Second)
+	redistest.MustNil(t, err)
+	if existed || old != "" {
+		t.Fatalf("SetNXGet on a free key: %q, %v; want it set", old, existed)
+	}
+	old, existed, err = c.SetNXGet(redistest.CtxFor(t, 5*time.Second), k, "b", 5*time.Second)
+	redistest.MustNil(t, err)
+	if !existed || old != "a" {
+		t.Fatalf("SetNXGet on a taken key: %q, %v; want a, true", old, existed)
+	}
+	v, _ := redis.String(redistest.Do(addr, "GET", k))
+	p, _ := redis.Int64(redistest.Do(addr, "PTTL", k))
+	if v != "a" || p <= 4000 || p > 5000 {
+		t.Fatalf("after SetNXGet: value %q, PTTL %d ms; want a, 5s", v, p)
 	}
 }

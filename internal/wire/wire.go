@@ -1,5 +1,5 @@
 // Package wire is lockyard's Redis wire format, in one place: the lock key
-// and its hash-tag form, the fence counter, the wait marker, the release
+// and its hash-tag form, the fence counter, the wait queue and turn, the release
 // channel and the subscription pattern, and the lock value (token). The
 // registry and the lockyard command both use it, so they cannot drift
 // apart. The default layout is Spring Integration's RedisLockRegistry's.
@@ -13,16 +13,20 @@ import (
 
 // Layout names the Redis keys of one registry key.
 //
-//	                 default                 HashTag
-//	lock key         R:KEY                   R:{KEY}
-//	fence counter    {R:KEY}:fence           R:{KEY}:fence
-//	wait marker      {R:KEY}:wait            R:{KEY}:wait
-//	release channel  R-channel:LOCKKEY       R-channel:LOCKKEY
+//	                 default                     HashTag
+//	lock key         R:KEY                       R:{KEY}
+//	fence counter    {R:KEY}:fence               R:{KEY}:fence
+//	wait queue       {R:KEY}:queue, :polls,      R:{KEY}:queue, :polls,
+//	                 :waiters                    :waiters
+//	turn             {R:KEY}:turn                R:{KEY}:turn
+//	release channel  R-channel:LOCKKEY           R-channel:LOCKKEY
 //
-// The braces put every key of one lock in one Redis Cluster slot: in the
-// default layout while R and KEY have no braces of their own, always with
-// HashTag. No lock key begins with '{' (registry keys may not), so a fence
-// counter or wait marker never equals a lock key.
+// Every key of one lock lies in the lock key's Redis Cluster slot, braces
+// or not. In the default layout a lock key with a hash tag of its own
+// (user:{42}) names its side keys {TAG}R:KEY:fence and so on, and one with
+// a '}' but no hash tag {N}R:KEY:fence, N a number that hashes to its slot
+// (slotTag). No lock key begins with '{' (registry keys may not), so no
+// side key equals a lock key.
 type Layout struct {
 	Registry string // the registry key, R
 	HashTag  bool   // the R:{KEY} form (registry.WithHashTag)
@@ -54,21 +58,37 @@ func (w Layout) UserKey(lk string) (string, bool) {
 }
 
 // FenceKey returns the fencing counter key of the lock key lk.
-func (w Layout) FenceKey(lk string) string {
-	if w.HashTag {
-		return lk + ":fence"
-	}
-	return "{" + lk + "}:fence"
-}
+func (w Layout) FenceKey(lk string) string { return w.sideKey(lk, "fence") }
 
-// WaitKey returns the wait marker key of the lock key lk: a registry whose
-// attempt fails writes its id there, so that the holder's registry stops
-// passing the lock among its own goroutines.
-func (w Layout) WaitKey(lk string) string {
+// QueueKey returns the wait queue of the lock key lk: a sorted set of the
+// waiters (one per lock instance: registry id "/" instance number), scored
+// by the server time in ms at which each began to wait.
+func (w Layout) QueueKey(lk string) string { return w.sideKey(lk, "queue") }
+
+// PollsKey returns the waiters of QueueKey that poll (SpinLock), by the
+// same score: a waiter that is woken by the release message counts those
+// ahead of it that are not pollers.
+func (w Layout) PollsKey(lk string) string { return w.sideKey(lk, "polls") }
+
+// WaitersKey returns the hash that describes each waiter of QueueKey: how
+// it waits, when it will try next and when its entry lapses.
+func (w Layout) WaitersKey(lk string) string { return w.sideKey(lk, "waiters") }
+
+// TurnKey returns the turn of the lock key lk: the waiter that a free key
+// is kept for, for a few milliseconds.
+func (w Layout) TurnKey(lk string) string { return w.sideKey(lk, "turn") }
+
+// sideKey names a key that belongs to the lock key lk, in lk's Cluster
+// slot (see Layout).
+func (w Layout) sideKey(lk, name string) string {
 	if w.HashTag {
-		return lk + ":wait"
+		return lk + ":" + name
 	}
-	return "{" + lk + "}:wait"
+	tag := slotTag(lk)
+	if tag == lk {
+		return "{" + lk + "}:" + name
+	}
+	return "{" + tag + "}" + lk + ":" + name
 }
 
 // Channel returns the release channel of the lock key lk, on which every

@@ -25,18 +25,25 @@ func TestChannelPatternEscapesGlobs(t *testing.T) {
 
 func TestNamesOfKeys(t *testing.T) {
 	for _, c := range []struct {
-		hashTag                 bool
-		lock, fence, wait, user string
+		hashTag                       bool
+		key, lock, fence, queue, user string
 	}{
-		{false, "orders:42", "{orders:42}:fence", "{orders:42}:wait", "42"},
-		{true, "orders:{42}", "orders:{42}:fence", "orders:{42}:wait", "42"},
+		{false, "42", "orders:42", "{orders:42}:fence", "{orders:42}:queue", "42"},
+		{true, "42", "orders:{42}", "orders:{42}:fence", "orders:{42}:queue", "42"},
+		{false, "user:{42}", "orders:user:{42}", "{42}orders:user:{42}:fence", "{42}orders:user:{42}:queue", "user:{42}"},
+		{false, "a}b", "orders:a}b", "{9278}orders:a}b:fence", "{9278}orders:a}b:queue", "a}b"},
 	} {
 		w := Layout{Registry: "orders", HashTag: c.hashTag}
-		lk := w.LockKey("42")
+		lk := w.LockKey(c.key)
 		user, ok := w.UserKey(lk)
-		if lk != c.lock || w.FenceKey(lk) != c.fence || w.WaitKey(lk) != c.wait || user != c.user || !ok {
+		if lk != c.lock || w.FenceKey(lk) != c.fence || w.QueueKey(lk) != c.queue || user != c.user || !ok {
 			t.Errorf("hashTag=%v: keys %q %q %q, user key %q %v; want %q %q %q, %q", c.hashTag,
-				lk, w.FenceKey(lk), w.WaitKey(lk), user, ok, c.lock, c.fence, c.wait, c.user)
+				lk, w.FenceKey(lk), w.QueueKey(lk), user, ok, c.lock, c.fence, c.queue, c.user)
+		}
+		for _, k := range []string{w.FenceKey(lk), w.QueueKey(lk), w.WaitersKey(lk), w.TurnKey(lk), w.PollsKey(lk)} {
+			if Slot(k) != Slot(lk) {
+				t.Errorf("%q: slot %d, lock key %q: %d", k, Slot(k), lk, Slot(lk))
+			}
 		}
 		if ch := w.Channel(lk); ch != "orders-channel:"+lk {
 			t.Errorf("Channel = %q", ch)
@@ -45,7 +52,7 @@ func TestNamesOfKeys(t *testing.T) {
 		}
 	}
 	tagged := Layout{Registry: "orders", HashTag: true}
-	for _, notLock := range []string{"orders:{42}:fence", "orders:{42}:wait", "other:{42}", "orders:42", "orders:{}"} {
+	for _, notLock := range []string{"orders:{42}:fence", "orders:{42}:queue", "orders:{42}:turn", "other:{42}", "orders:42", "orders:{}"} {
 		if k, ok := tagged.UserKey(notLock); ok {
 			t.Errorf("UserKey(%q) = %q, true; want false (not a lock key of the hash-tag form)", notLock, k)
 		}
@@ -67,41 +74,21 @@ func TestNamesOfKeys(t *testing.T) {
 	}
 }
 
-// slot is Redis Cluster's key slot: CRC16 (XMODEM) of the hash tag, or of
-// the whole key when it has none, modulo 16384.
-func slot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
-}
-
 func TestSlot(t *testing.T) {
 	// Values from CLUSTER KEYSLOT on Redis 7.
 	for key, want := range map[string]uint16{"foo": 12182, "{user1000}.following": 3443, "{}x": 10595, "a{}b{c}": 7353} {
-		if got := slot(key); got != want {
+		if got := Slot(key); got != want {
 			t.Errorf("slot(%q) = %d, want %d", key, got, want)
 		}
 	}
 }
 
 // FuzzLayout: in both forms the user key comes back from the lock key and
-// from its release channel; with HashTag, whenever the first braces of the
-// lock key hold a non-empty tag, the lock key, fence counter and wait
-// marker share one Cluster slot; glob escaping keeps the pattern literal.
+// from its release channel; the lock key and its side keys (fence counter,
+// wait queue, turn) share one Cluster slot: always in the default form,
+// and with HashTag whenever the first braces of the lock key hold a
+// non-empty tag (WithHashTag refuses the other keys); no side key is a
+// lock key; glob escaping keeps the pattern literal.
 func FuzzLayout(f *testing.F) {
 	for _, k := range []string{"42", "}x", "a}b", "{x}", "{", "}", "{}", "x{y}z", "\x00", "*?[]\\"} {
 		f.Add("orders", k)
@@ -122,12 +109,16 @@ func FuzzLayout(f *testing.F) {
 			if got, ok := w.LockKeyOfChannel(w.Channel(lk)); !ok || got != lk {
 				t.Fatalf("LockKeyOfChannel(Channel(%q)) = %q, %v", lk, got, ok)
 			}
-			i := strings.IndexByte(lk, '{')
-			if !tag || lk[i+1] == '}' {
-				continue
-			}
-			if s := slot(lk); slot(w.FenceKey(lk)) != s || slot(w.WaitKey(lk)) != s {
-				t.Fatalf("prefix %q key %q: slots %d %d %d", prefix, key, s, slot(w.FenceKey(lk)), slot(w.WaitKey(lk)))
+			for _, k := range []string{w.FenceKey(lk), w.QueueKey(lk), w.WaitersKey(lk), w.TurnKey(lk), w.PollsKey(lk)} {
+				if _, isLock := w.UserKey(k); isLock && prefix[0] != '{' {
+					t.Fatalf("hashTag=%v: side key %q of %q is a lock key", tag, k, lk)
+				}
+				if i := strings.IndexByte(lk, '{'); tag && lk[i+1] == '}' {
+					continue
+				}
+				if Slot(k) != Slot(lk) {
+					t.Fatalf("hashTag=%v prefix %q key %q: %q in slot %d, the lock key in %d", tag, prefix, key, k, Slot(k), Slot(lk))
+				}
 			}
 		}
 		if un := unescape(GlobEscape(prefix)); un != prefix {

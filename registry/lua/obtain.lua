@@ -1,172 +1,113 @@
--- obtain: take the lock if it is free and it is not another registry's
--- turn; if not, queue this registry in the wait marker, which also makes
--- the holder's registry stop passing the lock among its own goroutines.
+-- obtain: take the lock if it is free and not another waiter's turn;
+-- otherwise queue the caller (unless it does not wait) and say how long it
+-- sleeps before it tries again by itself. Runs after prelude.lua.
 --
 -- KEYS[1]  lock key (registryKey:key)
--- KEYS[2]  wait marker key ({registryKey:key}:wait)
--- KEYS[3]  fence counter key; present only when fencing is on
+-- KEYS[2]  fence counter
+-- KEYS[3]  wait queue (sorted set; see prelude.lua)
+-- KEYS[4]  wait queue info (hash)
+-- KEYS[5]  turn
+-- KEYS[6]  wait queue of the pollers (sorted set)
 -- ARGV[1]  token, unique to this acquisition
--- ARGV[2]  time to live in milliseconds
--- ARGV[3]  time in milliseconds that a registry's wait counts after its
---          last attempt
--- ARGV[4]  id of the obtaining registry
--- ARGV[5]  2 if the registry waits and is woken by the release message
---          (a PubSubLock's Lock), 1 if it waits and polls (a SpinLock's
---          Lock), 0 if it does not wait (TryLock)
--- ARGV[6]  ms after which a waiting registry counts as long-waiting
+-- ARGV[2]  time to live in ms
+-- ARGV[3]  waiter id: registryId/n, one per lock instance
+-- ARGV[4]  how the caller waits if it fails: 0 it does not (TryLock: it
+--          never queues), 1 it polls (SpinLock), 2 it is woken by the
+--          release message (PubSubLock)
+-- ARGV[5]  the caller's poll interval in ms
+-- ARGV[6]  jitter in ms, taken off a full poll interval
+-- ARGV[7]  1 to take a fencing token, 0 not to
+-- ARGV[8]  release channel (registryKey-channel:lockKey)
+-- ARGV[9]  a listening waiter's turn, in ms
+-- ARGV[10] how soon (ms) a polling waiter must be due to get a turn
+-- ARGV[11] ms added to a polling waiter's turn
 --
--- The wait marker is the queue of registries waiting for the lock, oldest
--- first: "id=until/since id~until/since id!until/since ...", in server
--- time in ms: since when the registry waits, and until when its entry
--- counts unless it tries again. '=' marks a registry woken by the release
--- message, '~' one that polls, '!' one that does not wait. A free lock goes
--- to whoever tries first, the quickest hand-off, unless a '=' registry has
--- waited for more than ARGV[6]: then the lock is reserved for the oldest
--- waiting ('=' or '~') registry that has waited that long, and others are
--- queued and refused until it has taken it, or leaves (leave.lua), or its
--- entry lapses. So the registry that the server happens to notify last
--- does not lose every race, and a poller among them gets its turn too. While only pollers
--- wait nothing is reserved (a poller may sleep a whole poll interval). A
--- bare id, from an older lockyard, counts as a waiter until the marker
--- expires, and reserves nothing. If the script may not call TIME (an ACL
--- without +time), the marker is a bare id, as it was before the queue.
+-- A free key with no live turn goes to the first waiter in line that is
+-- sure to try soon (prelude.lua, nextTurn). If that is another waiter, it
+-- gets its turn and is told (a release message on ARGV[8], which a Spring
+-- waiter takes for a release: it tries, harmlessly), and the caller is
+-- refused. With no such waiter the key goes to the caller.
 --
--- Reply: {1, fence} when acquired; fence is the new value of the counter
---        (strictly increasing per key), or 0 without fencing. The registry
---        leaves the queue.
---        The same when the key already holds ARGV[1]: a client that resent
---        this script (or a plain SET NX PX) after a lost reply gets the
---        lock it took, with the current value of the counter.
---        {0, pttl} when another holder has it; pttl is its remaining time
---        to live in ms, or -1 if the key has no expiry.
---        {2, pttl} the same, when another registry's turn comes before
---        this one's.
---        {2, ms} when the lock is free but reserved for another registry:
---        ms is the time until that registry's entry lapses.
---        In each of these cases the registry is queued (or its entry
---        renewed).
+-- Reply: {1, fence} acquired; fence is the new fencing token (strictly
+--        increasing per key), or 0 without fencing. The caller leaves the
+--        queue. The same, with the current token, when the key already
+--        holds ARGV[1]: a client that resent this script (or a SET) after
+--        a lost reply gets the lock it took.
+--        {0, sleep, after} another holder has the key; {2, sleep, after}
+--        the key is free but it is another waiter's turn. sleep: ms until
+--        the caller tries again by itself (pause). after: the number of
+--        release messages after which the caller's turn may have come, or
+--        -1 when it is not queued (ARGV[4] 0, or no TIME). Every turn is
+--        announced by one message, and goes to a waiter ahead of the
+--        caller until its own: after is the number of listeners ahead of
+--        it + 1 (see enqueue; a message this script sent announces the
+--        turn of the first in line, who is counted), less one when a turn
+--        announced before this script runs (its message is past).
 -- Error: WRONGTYPE when KEYS[1] holds something other than a string.
--- nextFence increments the fence counter key. A missing counter (a new
--- key, or one Redis lost: a restart without persistence, a failover to a
--- replica that lacked it, FLUSHALL) is first seeded with the server's clock
--- in microseconds, so that tokens keep increasing across such a loss while
--- the clock does not go back and the key sees fewer than a million
--- acquisitions a second on average.
-local function nextFence(key)
-  if not redis.call('GET', key) then
-    local t = redis.call('TIME')
-    redis.call('SET', key, t[1] .. string.format('%06d', tonumber(t[2])))
-  end
-  return redis.call('INCR', key)
-end
--- clock returns the server's time in ms, or nil if TIME is not allowed.
-local function clock()
-  local t = redis.pcall('TIME')
-  if type(t) ~= 'table' or t.err then
-    return nil
-  end
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
--- queue parses the wait marker: its live entries {id, until, kind,
--- since}, oldest first; the index of this registry's entry (or nil); and
--- the index of the entry the lock is reserved for (or nil). No entry
--- counts for longer than the marker lives (a clock that went back).
-local function queue(raw, now)
-  local q, mine, first, pub = {}, nil, nil, false
-  local aged = now - tonumber(ARGV[6])
-  local limit = now + math.max(redis.call('PTTL', KEYS[2]), 0)
-  for e in string.gmatch(raw, '%S+') do
-    local id, kind, t, since = string.match(e, '^(.+)([=~!])(%d+)/(%d+)$')
-    if id then
-      t, since = math.min(tonumber(t), limit), tonumber(since)
-    else
-      id, kind, t, since = e, '!', limit, now
-    end
-    if t > now then
-      q[#q + 1] = {id, t, kind, since}
-      if id == ARGV[4] then
-        mine = #q
-      end
-      if since <= aged and kind ~= '!' then
-        first = first or #q
-        pub = pub or kind == '='
-      end
-    end
-  end
-  if not pub then
-    first = nil
-  end
-  return q, mine, first
-end
--- save writes the queue back, living as long as its last entry, or deletes
--- the marker if it is empty.
-local function save(q, now)
-  if #q == 0 then
-    redis.call('DEL', KEYS[2])
-    return
-  end
-  local parts, last = {}, now + 1
-  for i, e in ipairs(q) do
-    parts[i] = e[1] .. e[3] .. string.format('%d/%d', e[2], e[4])
-    last = math.max(last, e[2])
-  end
-  redis.call('SET', KEYS[2], table.concat(parts, ' '), 'PX', string.format('%d', last - now))
-end
+local q = {order = KEYS[3], info = KEYS[4], turn = KEYS[5], polls = KEYS[6]}
+local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11]), look = 4}
+local token, id, mode = ARGV[1], ARGV[3], tonumber(ARGV[4])
+local idle, spread = tonumber(ARGV[5]), tonumber(ARGV[6])
+
 local value = redis.pcall('GET', KEYS[1])
 if type(value) == 'table' and value.err then
   return redis.error_reply('WRONGTYPE lock key holds a value that is not a string')
 end
-if value == ARGV[1] then
+if value == token then
   local fence = 0
-  if KEYS[3] then
-    fence = tonumber(redis.call('GET', KEYS[3]) or '0')
+  if ARGV[7] == '1' then
+    fence = tonumber(redis.call('GET', KEYS[2]) or '0')
   end
   return {1, fence}
 end
-local now = clock()
-local raw = redis.pcall('GET', KEYS[2])
-if type(raw) ~= 'string' or not now then
-  raw = nil -- no marker, or one this script cannot read (overwritten below)
-end
-local q, mine, first = {}, nil, nil
-if raw then
-  q, mine, first = queue(raw, now)
-end
-if not value and (not first or first == mine) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  if raw then
-    if mine then
-      table.remove(q, mine)
-    end
-    save(q, now)
-  end
-  local fence = 0
-  if KEYS[3] then
-    fence = nextFence(KEYS[3])
-  end
-  return {1, fence}
-end
-if not now then -- no TIME: the marker names this registry, as before the queue
-  redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[3])
-  return {0, redis.call('PTTL', KEYS[1])}
-end
-local kind = '!'
-if ARGV[5] == '2' then
-  kind = '='
-elseif ARGV[5] == '1' then
-  kind = '~'
-end
-local expiry = now + tonumber(ARGV[3])
-if mine then
-  q[mine][2], q[mine][3] = expiry, kind
-else
-  q[#q + 1] = {ARGV[4], expiry, kind, now}
-end
-save(q, now)
+
+local now = nil
+local turn = turnOf(q)
+local past = turn and turn ~= id -- a turn announced before this script
 if not value then
-  return {2, math.max(1, q[first][2] - now)}
+  if not turn then
+    local next, n, moved
+    next, n, now, moved = nextTurn(q, nil, rules)
+    if next and next ~= id then
+      grant(q, next, n)
+      moved = moved + 1
+      turn = next
+    end
+    announce(ARGV[8], KEYS[1], moved)
+  end
+  if not turn or turn == id then
+    redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+    if turn then
+      redis.call('DEL', q.turn)
+    end
+    drop(q, id)
+    local fence = 0
+    if ARGV[7] == '1' then
+      fence = nextFence(KEYS[2])
+    end
+    return {1, fence}
+  end
 end
-if first and first ~= mine then
-  return {2, redis.call('PTTL', KEYS[1])}
+
+-- Not acquired: the key is held (0), or free for another's turn (2).
+local status, pttl, turnLeft = 0, -2, nil
+if value then
+  pttl = redis.call('PTTL', KEYS[1])
+else
+  status, turnLeft = 2, math.max(redis.call('PTTL', q.turn), 0)
 end
-return {0, redis.call('PTTL', KEYS[1])}
+now = now or clock()
+if mode == 0 or not now then
+  return {status, pause(pttl, 2, turnLeft, idle, spread), -1}
+end
+local kind = 'p'
+if mode == 2 then
+  kind = 'l'
+end
+local ahead = enqueue(q, id, kind, now)
+local sleep = pause(pttl, ahead, turnLeft, idle, spread)
+describe(q, id, kind, now, now + sleep, now + sleep + idle)
+if past then
+  ahead = ahead - 1 -- the message of that turn is past: one fewer to count
+end
+return {status, sleep, math.max(ahead, 0) + 1}

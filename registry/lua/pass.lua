@@ -1,68 +1,70 @@
--- pass: the holder's registry has goroutines waiting for the lock. Keep the
--- lock for them (resetting its time to live) unless another registry waits,
--- as the wait marker shows (see obtain.lua: a live entry of another
--- registry, or a bare id); then release it (as release.lua does), leaving
--- the marker, the queue of the registries that wait.
+-- pass: the holder's lock instance has goroutines waiting for the lock.
+-- Keep the key for them (resetting its time to live), unless a waiter of
+-- another instance is in line for a turn (prelude.lua, nextTurn) or the
+-- holder's run of local holds has reached its bound (ARGV[12]): then
+-- release the key as release.lua does, and, when another waiter gets the
+-- turn, queue the holder's instance behind it. Runs after prelude.lua.
 --
--- KEYS[1]  lock key (registryKey:key)
--- KEYS[2]  wait marker key ({registryKey:key}:wait)
--- KEYS[3]  fence counter key; present only when fencing is on
+-- KEYS     as obtain.lua: lock key, fence counter, wait queue, queue info,
+--          turn, pollers
 -- ARGV[1]  token of the hold being passed
--- ARGV[2]  time to live in milliseconds
--- ARGV[3]  channel: registryKey-channel:registryKey:key
--- ARGV[4]  id of the holder's registry
+-- ARGV[2]  time to live in ms, for the next holder
+-- ARGV[3]  waiter id of the holder's lock instance
+-- ARGV[4]  how that instance waits: 1 it polls, 2 it is woken by the
+--          release message
+-- ARGV[5]  its poll interval in ms
+-- ARGV[6]  jitter in ms, taken off a full poll interval
+-- ARGV[7]  1 to take a fencing token for the next holder, 0 not to
+-- ARGV[8]  release channel
+-- ARGV[9]  a listening waiter's turn, in ms
+-- ARGV[10] how soon (ms) a polling waiter must be due to get a turn
+-- ARGV[11] ms added to a polling waiter's turn
+-- ARGV[12] 1 to release even if nobody is in line (the run of local
+--          holds is over: a client that writes no queue entry, such as
+--          Spring's, may take the key), 0 not to
 --
--- Reply: {1, fence} when kept: the time to live is reset; fence is the new
---        value of the counter (0 without fencing), for the next holder.
---        {2, 0} when released because another registry waits: the key is
---        deleted and a message carrying KEYS[1] is published on ARGV[3].
---        {0, 0} when the key is gone or held by another token, in which
---        case nothing is changed.
--- nextFence increments the fence counter key. A missing counter (a new
--- key, or one Redis lost: a restart without persistence, a failover to a
--- replica that lacked it, FLUSHALL) is first seeded with the server's clock
--- in microseconds, so that tokens keep increasing across such a loss while
--- the clock does not go back and the key sees fewer than a million
--- acquisitions a second on average.
-local function nextFence(key)
-  if not redis.call('GET', key) then
-    local t = redis.call('TIME')
-    redis.call('SET', key, t[1] .. string.format('%06d', tonumber(t[2])))
-  end
-  return redis.call('INCR', key)
-end
+-- Reply: {1, fence} kept: the time to live is reset; fence is the next
+--        holder's fencing token (0 without fencing).
+--        {2, sleep, after} released for another waiter's turn (a message
+--        carrying KEYS[1] is published on ARGV[8]); the holder's instance
+--        is queued: sleep and after as in obtain.lua.
+--        {3} released, with nobody in line.
+--        {0} the key is gone or held by another token: nothing changed.
+local q = {order = KEYS[3], info = KEYS[4], turn = KEYS[5], polls = KEYS[6]}
+local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11]), look = 4}
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
-  return {0, 0}
+  return {0}
 end
--- othersWait reports whether the marker holds a live entry of another
--- registry (see obtain.lua), or, if the script may not call TIME, whether
--- it names another registry.
-local function othersWait(raw)
-  local t = redis.pcall('TIME')
-  if type(t) ~= 'table' or t.err then
-    return raw ~= ARGV[4]
-  end
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  for e in string.gmatch(raw, '%S+') do
-    local id, expiry = string.match(e, '^(.+)[=~!](%d+)/%d+$')
-    if not id then
-      id, expiry = e, now + 1
-    end
-    if id ~= ARGV[4] and tonumber(expiry) > now then
-      return true
-    end
-  end
-  return false
+local next, n, now, moved = nextTurn(q, nil, rules)
+if next == ARGV[3] then -- a stale entry of the holder's own instance
+  drop(q, next)
+  local more
+  next, n, now, more = nextTurn(q, now, rules)
+  moved = moved + more
 end
-local raw = redis.pcall('GET', KEYS[2])
-if type(raw) == 'string' and othersWait(raw) then
+if next or ARGV[12] == '1' then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[3], KEYS[1])
-  return {2, 0}
+  if next then
+    grant(q, next, n)
+  end
+  announce(ARGV[8], KEYS[1], math.max(1, moved + (next and 1 or 0)))
+  if not next then
+    return {3}
+  end
+  local idle = tonumber(ARGV[5])
+  local kind = 'p'
+  if ARGV[4] == '2' then
+    kind = 'l'
+  end
+  local ahead = enqueue(q, ARGV[3], kind, now)
+  local sleep = pause(-1, ahead, nil, idle, tonumber(ARGV[6]))
+  describe(q, ARGV[3], kind, now, now + sleep, now + sleep + idle)
+  return {2, sleep, ahead + 1}
 end
+announce(ARGV[8], KEYS[1], moved)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local fence = 0
-if KEYS[3] then
-  fence = nextFence(KEYS[3])
+if ARGV[7] == '1' then
+  fence = nextFence(KEYS[2])
 end
 return {1, fence}

@@ -1,25 +1,32 @@
--- release: delete the lock only if this holder still owns it, and tell
--- waiters (Spring RedisLockRegistry compatible channel and payload).
+-- release: delete the lock only if this holder still owns it, give the
+-- turn to the next waiter in line (prelude.lua, nextTurn), and tell
+-- waiters (Spring RedisLockRegistry compatible channel and payload). Runs
+-- after prelude.lua.
 --
--- KEYS[1]  lock key (registryKey:key)
--- KEYS[2]  wait marker key ({registryKey:key}:wait); absent when it would
---          lie in another Cluster slot (a key with braces, without
---          WithHashTag)
+-- KEYS     as obtain.lua: lock key, fence counter (unused), wait queue,
+--          queue info, turn, pollers
 -- ARGV[1]  token of the hold being released
--- ARGV[2]  channel: registryKey-channel:registryKey:key
+-- ARGV[2]  release channel (registryKey-channel:lockKey)
+-- ARGV[3]  a listening waiter's turn, in ms
+-- ARGV[4]  how soon (ms) a polling waiter must be due to get a turn
+-- ARGV[5]  ms added to a polling waiter's turn
 --
--- Reply: 1 when the key was ours and is deleted (a message carrying KEYS[1]
---        was published on ARGV[2]); 2 the same, and a wait marker shows
---        that registries wait (the releasing registry's next acquisition
---        then starts with obtain.lua, which respects their turns); 0 when
---        the key is gone or held by another token, in which case nothing
---        is changed.
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], KEYS[1])
-  if KEYS[2] and redis.pcall('GET', KEYS[2]) then
-    return 2
-  end
-  return 1
+-- Reply: 1 when the key was ours and is deleted (a message carrying
+--        KEYS[1] was published on ARGV[2]); 2 the same, and waiters are
+--        queued (the releasing instance's next acquisition then starts
+--        with obtain.lua, which respects their turns); 0 when the key is
+--        gone or held by another token, in which case nothing is changed.
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
 end
-return 0
+redis.call('DEL', KEYS[1])
+local q = {order = KEYS[3], info = KEYS[4], turn = KEYS[5], polls = KEYS[6]}
+local next, n, _, moved = nextTurn(q, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5]), look = 4})
+if next then
+  grant(q, next, n)
+end
+announce(ARGV[2], KEYS[1], moved + 1)
+if next or (qcall('ZCARD', q.order) or 0) > 0 then
+  return 2
+end
+return 1

@@ -1,0 +1,217 @@
+-- prelude: the rules that the lock scripts share, prepended to each script
+-- that needs them (scripts.go). Nothing here reads KEYS or ARGV: every
+-- function takes its keys and settings as arguments, so that the rules can
+-- be run alone with a fixed clock (prelude_test.go).
+--
+-- The wait queue of a lock key is kept in four keys of its Cluster slot
+-- (wire.Layout), named by a table q:
+--   q.order  sorted set: waiter id -> server time (ms) at which it began
+--            to wait. Oldest first: the order of turns.
+--   q.polls  sorted set: the same, for the waiters that poll only: a
+--            waiter that listens counts the listeners ahead of it.
+--   q.info   hash: waiter id -> 'KIND DUE LAPSE [END]'. KIND is 'l' for a
+--            waiter woken by the release message (PubSubLock), 'p' for one
+--            that polls (SpinLock); DUE is when it will next try by itself;
+--            LAPSE is when its entry stops counting unless it tries again;
+--            END, when the turn it was last given ended (until it tries).
+--   q.turn   string: the waiter that a free lock key is kept for, while
+--            this key lives (a few ms; set by grant).
+-- A waiter is one lock instance ('registryId/n'): the head of that
+-- instance's local queue, the only goroutine of it that talks to Redis. A
+-- queue key of another type, or an entry that cannot be read, is dropped:
+-- the queue only orders waiters, and losing it loses nothing but order.
+
+-- clock returns the server's time in ms, or nil if the script may not call
+-- TIME (an ACL without +time); the scripts then keep no queue.
+local function clock()
+  local t = redis.pcall('TIME')
+  if type(t) ~= 'table' or t.err then
+    return nil
+  end
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- nextFence increments the fence counter key. A missing counter (a new
+-- key, or one Redis lost: a restart without persistence, a failover to a
+-- replica that lacked it, FLUSHALL) is first seeded with the server's clock
+-- in microseconds, so that tokens keep increasing across such a loss while
+-- the clock does not go back and the key sees fewer than a million
+-- acquisitions a second on average.
+local function nextFence(key)
+  if not redis.call('GET', key) then
+    local t = redis.call('TIME')
+    redis.call('SET', key, t[1] .. string.format('%06d', tonumber(t[2])))
+  end
+  return redis.call('INCR', key)
+end
+
+-- ms formats a time or duration in ms as an integer argument.
+local function ms(n)
+  return string.format('%d', n)
+end
+
+-- qcall runs a command on a queue key. An error reply (the key holds
+-- another type) deletes the key and gives nil.
+local function qcall(cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r.err then
+    redis.call('DEL', key)
+    return nil
+  end
+  return r
+end
+
+-- waiter returns the kind, due, lapse and the end of the last turn (0:
+-- none) of waiter id, or nil.
+local function waiter(q, id)
+  local v = qcall('HGET', q.info, id)
+  if type(v) ~= 'string' then
+    return nil
+  end
+  local kind, due, lapse, ended = string.match(v, '^([lp]) (%d+) (%d+) ?(%d*)$')
+  if not kind then
+    return nil
+  end
+  return kind, tonumber(due), tonumber(lapse), tonumber(ended) or 0
+end
+
+-- drop takes waiter id out of the queue.
+local function drop(q, id)
+  if qcall('ZREM', q.order, id) == 1 then
+    qcall('HDEL', q.info, id)
+    qcall('ZREM', q.polls, id)
+  end
+end
+
+-- enqueue puts waiter id, which polls if kind is 'p', at the end of the
+-- queue unless it is in it already (it keeps its place), and returns how
+-- many waiters are ahead of it: all of them for a poller; for a listener,
+-- those that listen too (each turn is announced by a release message, and
+-- a listener counts the messages until its own; a poller ahead gets a turn
+-- only now and then, when it is due: counting it would make the listener
+-- miss its turn, not counting it only makes it try a turn early).
+local function enqueue(q, id, kind, now)
+  local since = qcall('ZSCORE', q.order, id)
+  if not since then
+    since = ms(now)
+    qcall('ZADD', q.order, since, id)
+    if kind == 'p' then
+      qcall('ZADD', q.polls, since, id)
+    end
+  end
+  local rank = qcall('ZRANK', q.order, id) or 0
+  if kind == 'p' then
+    return rank
+  end
+  return math.max(0, rank - (qcall('ZCOUNT', q.polls, '-inf', since) or 0))
+end
+
+-- describe records how waiter id waits, and keeps the queue alive until
+-- its entry lapses. The keys live up to twice as long as the last entry
+-- (they are extended in steps, not on every write).
+local function describe(q, id, kind, now, due, lapse)
+  qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse))
+  local left = redis.call('PTTL', q.order)
+  if left < 0 or left < lapse - now then
+    local n = ms(2 * (lapse - now))
+    redis.call('PEXPIRE', q.order, n)
+    redis.call('PEXPIRE', q.info, n)
+    redis.call('PEXPIRE', q.polls, n)
+  end
+end
+
+-- nextTurn returns the waiter whose turn a free lock key is now, and for
+-- how many ms the key is kept for it; or nil: the key goes to whoever tries
+-- first. The turn is the oldest live waiter's that is sure to try soon: one
+-- that is woken by the release message gets r.window ms; one that polls,
+-- only if it is due within r.ahead ms, and then until then plus r.slack (a
+-- poller due later is passed over this time, and keeps its place: the key
+-- would idle until it tries). Entries met on the way are dropped if they
+-- lapsed, cannot be read, or were given a turn that ended more than
+-- r.window ago without their trying since (a waiter that died, or missed
+-- its turn: it queues again when it tries); at most 64 per call. At most
+-- r.look live entries are examined. now may be nil: the clock is then read
+-- if the queue is not empty, and returned as the third result. The fourth
+-- is how many listeners were dropped: each is one place that the waiters
+-- behind them move up without a turn, to be announced (announce).
+local function nextTurn(q, now, r)
+  local seen, dropped, deaf = 0, 0, 0
+  while seen < r.look and dropped < 64 do
+    local ids = qcall('ZRANGE', q.order, seen, seen + r.look - 1)
+    if not ids or #ids == 0 then
+      return nil, 0, now, dropped - deaf
+    end
+    now = now or clock()
+    if not now then
+      return nil, 0, nil, 0
+    end
+    for _, id in ipairs(ids) do
+      local kind, due, lapse, ended = waiter(q, id)
+      if not kind or lapse <= now or (ended > 0 and ended + r.window < now) then
+        drop(q, id)
+        dropped = dropped + 1
+        if kind == 'p' then
+          deaf = deaf + 1
+        end
+      else
+        seen = seen + 1
+        local n = nil
+        if kind == 'l' then
+          n = r.window
+        elseif due - now <= r.ahead then
+          n = math.max(due - now, 0) + r.slack
+        end
+        if n then
+          if ended == 0 then -- marks the turn's end, until the waiter tries again
+            qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse) .. ' ' .. ms(now + n))
+          end
+          return id, n, now, dropped - deaf
+        end
+      end
+      if seen >= r.look then
+        break
+      end
+    end
+  end
+  return nil, 0, now, dropped - deaf
+end
+
+-- announce publishes the release message on channel for lock key lk n
+-- times (at most 16): a turn given, and places moved up (nextTurn). A
+-- Spring waiter takes each for a release, and tries: harmlessly.
+local function announce(channel, lk, n)
+  for _ = 1, math.min(n, 16) do
+    redis.call('PUBLISH', channel, lk)
+  end
+end
+
+-- turnOf returns the waiter whose turn it is, or nil.
+local function turnOf(q)
+  local v = redis.pcall('GET', q.turn)
+  if type(v) == 'table' and v.err then
+    redis.call('DEL', q.turn)
+    return nil
+  end
+  return v or nil
+end
+
+-- grant makes it waiter id's turn for n ms.
+local function grant(q, id, n)
+  redis.call('SET', q.turn, id, 'PX', ms(math.max(1, n)))
+end
+
+-- pause returns how long (ms) a waiter that failed to take the key sleeps
+-- before it tries again by itself: a waiter at most second in line to a
+-- turn until the turn ends (turnLeft: its ms left, or nil); else until the
+-- holder's key expires (pttl: ms left, -1 without expiry, -2 none), if
+-- sooner than its poll interval idle; else idle shortened by spread (a
+-- jitter, so that the waiters of many processes do not poll in step).
+local function pause(pttl, rank, turnLeft, idle, spread)
+  if turnLeft and rank <= 1 then
+    return turnLeft + 1
+  end
+  if pttl >= 0 and pttl < idle then
+    return pttl + 1
+  end
+  return math.max(1, idle - spread)
+end

@@ -1,0 +1,173 @@
+package registry_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/registry"
+)
+
+// entry is one waiter of a queue as a test sets it up: its id, when it
+// began to wait, and its info as the scripts write it ('KIND DUE LAPSE'),
+// or "" for none.
+type entry struct {
+	id    string
+	since int
+	info  string
+}
+
+// ruleKeys returns the queue keys of a rules test: order, info, turn,
+// pollers.
+func ruleKeys(name string) []string {
+	return []string{"{" + name + "}:queue", "{" + name + "}:waiters", "{" + name + "}:turn", "{" + name + "}:polls"}
+}
+
+// setQueue writes the queue keys of a rules test.
+func setQueue(t *testing.T, b *backend, keys []string, es []entry) {
+	t.Helper()
+	for _, e := range es {
+		b.do(t, "ZADD", keys[0], e.since, e.id)
+		if e.info != "" {
+			b.do(t, "HSET", keys[1], e.id, e.info)
+		}
+	}
+}
+
+// The turn rule (lua/prelude.lua, nextTurn), table-driven with a fixed
+// clock, on both tiers: the first live waiter that is sure to try soon gets
+// the turn, a listener for the window, a poller due within ahead until it
+// is due (plus slack), and its entry says when the turn ends; a poller due
+// later keeps its place; lapsed, unreadable and described-less entries,
+// and those whose last turn ended more than a window ago, are dropped on
+// the way (at most 64 per call); at most 4 live entries are looked at; a
+// queue key of another type is reset.
+func TestTurnRule(t *testing.T) {
+	const now, window, ahead, slack = 1_000_000, 5, 20, 2
+	many := func(n int, info string) []entry {
+		var es []entry
+		for i := range n {
+			es = append(es, entry{fmt.Sprintf("x%02d", i), i, info})
+		}
+		return es
+	}
+	cases := []struct {
+		name  string
+		queue []entry
+		want  string // the grantee, "" for none
+		ms    int64
+		left  []string // the queue afterwards
+	}{
+		{name: "empty"},
+		{"listener", []entry{{"a", 1, "l 1000050 1000200"}, {"b", 2, "l 1000050 1000200"}}, "a", window, []string{"a", "b"}},
+		{"lapsed listener dropped", []entry{{"a", 1, "l 999000 1000000"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"b"}},
+		{"poller due soon", []entry{{"p", 1, "p 1000015 1000200"}, {"b", 2, "l 1000050 1000200"}}, "p", 15 + slack, []string{"p", "b"}},
+		{"poller due later passed over", []entry{{"p", 1, "p 1000500 1001000"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"p", "b"}},
+		{"overdue poller", []entry{{"p", 1, "p 999990 1000100"}}, "p", slack, []string{"p"}},
+		{"only pollers due later", []entry{{"p", 1, "p 1000500 1001000"}, {"q", 2, "p 1000900 1002000"}}, "", 0, []string{"p", "q"}},
+		{"missed turn dropped", []entry{{"a", 1, "l 1000050 1000200 999990"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"b"}},
+		{"turn just ended kept", []entry{{"a", 1, "l 1000050 1000200 999998"}, {"b", 2, "l 1000050 1000200"}}, "a", window, []string{"a", "b"}},
+		{"unreadable and bare entries dropped", []entry{{"g", 1, "garbage"}, {"n", 2, ""}, {"b", 3, "l 1000050 1000200"}}, "b", window, []string{"b"}},
+		{"four live entries at most", append(many(4, "p 1000500 1001000"), entry{"b", 9, "l 1000050 1000200"}), "", 0,
+			[]string{"x00", "x01", "x02", "x03", "b"}},
+		{"64 drops at most", append(many(70, "l 1 2"), entry{"z", 99, "l 1000050 1000200"}), "", 0,
+			[]string{"x64", "x65", "x66", "x67", "x68", "x69", "z"}},
+	}
+	forBackends(t, func(t *testing.T, b *backend) {
+		c := registry.NewPoolClient(b.pool(t))
+		for i, tc := range cases {
+			pfx := prefix(t)
+			keys := ruleKeys(fmt.Sprint(pfx, i))
+			setQueue(t, b, keys, tc.queue)
+			v, err := registry.RunRule(bg(t), c, keys, "nextTurn", now, window, ahead, slack)
+			mustNil(t, err)
+			r := v.([]any)
+			id, _ := redis.String(r[0], nil)
+			left, _ := redis.Strings(r[2], nil)
+			if id != tc.want || r[1].(int64) != tc.ms || !slices.Equal(left, tc.left) && len(left)+len(tc.left) > 0 {
+				t.Errorf("%s: turn %q for %d ms, queue %v; want %q for %d ms, queue %v", tc.name, id, r[1], left, tc.want, tc.ms, tc.left)
+			}
+			if info, _ := redis.String(b.do(t, "HGET", keys[1], id), nil); id != "" && !strings.HasSuffix(info, " "+fmt.Sprint(now+tc.ms)) &&
+				!strings.HasSuffix(info, " 999998") {
+				t.Errorf("%s: the grantee's info %q does not say when its turn ends (%d)", tc.name, info, now+tc.ms)
+			}
+		}
+
+		// A queue key of another type is reset: nobody is in line.
+		pfx := prefix(t)
+		keys := ruleKeys(pfx)
+		b.do(t, "SET", keys[0], "not a sorted set")
+		v, err := registry.RunRule(bg(t), c, keys, "nextTurn", now, window, ahead, slack)
+		mustNil(t, err)
+		if id, _ := redis.String(v.([]any)[0], nil); id != "" || b.do(t, "EXISTS", keys[0]).(int64) != 0 {
+			t.Errorf("a queue of another type: turn %q, key still there", id)
+		}
+	})
+}
+
+// How long a waiter sleeps (lua/prelude.lua, pause), table-driven: a
+// waiter at most second in line to a running turn, until the turn ends;
+// else until the holder's key expires if that is sooner than its poll
+// interval; else the poll interval less the jitter, at least 1ms.
+func TestPauseRule(t *testing.T) {
+	cases := []struct {
+		pttl, rank, turnLeft, idle, spread, want int64
+	}{
+		{pttl: -2, rank: 0, turnLeft: 4, idle: 100, spread: 10, want: 5},
+		{pttl: -2, rank: 1, turnLeft: 4, idle: 100, spread: 10, want: 5},
+		{pttl: -2, rank: 2, turnLeft: 4, idle: 100, spread: 10, want: 90},
+		{pttl: 30, rank: 0, turnLeft: -1, idle: 100, spread: 10, want: 31},
+		{pttl: 300, rank: 0, turnLeft: -1, idle: 100, spread: 10, want: 90},
+		{pttl: -1, rank: 5, turnLeft: -1, idle: 100, spread: 25, want: 75},
+		{pttl: -1, rank: 0, turnLeft: -1, idle: 1, spread: 1, want: 1},
+	}
+	forBackends(t, func(t *testing.T, b *backend) {
+		c := registry.NewPoolClient(b.pool(t))
+		keys := ruleKeys("x")
+		for _, tc := range cases {
+			v, err := registry.RunRule(bg(t), c, keys, "pause", tc.pttl, tc.rank, tc.turnLeft, tc.idle, tc.spread)
+			mustNil(t, err)
+			if v.(int64) != tc.want {
+				t.Errorf("pause%+v = %d", tc, v)
+			}
+		}
+	})
+}
+
+// Joining the queue (enqueue, describe): a waiter keeps its place when it
+// tries again; a listener counts the listeners ahead of it, not the
+// pollers; the queue keys live at least until the newest entry lapses.
+func TestJoinRule(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		c := registry.NewPoolClient(b.pool(t))
+		pfx := prefix(t)
+		keys := ruleKeys(pfx)
+		join := func(id, kind string, now, lapse int) (ahead, pttl int64) {
+			v, err := registry.RunRule(bg(t), c, keys, "join", id, now, kind, now+10, lapse)
+			mustNil(t, err)
+			r := v.([]any)
+			return r[0].(int64), r[1].(int64)
+		}
+		if ahead, pttl := join("a", "l", 1000, 1300); ahead != 0 || pttl < 590 || pttl > 600 {
+			t.Fatalf("first join: %d ahead, PTTL %d; want 0, twice the 300ms to its lapse", ahead, pttl)
+		}
+		if ahead, _ := join("p", "p", 1005, 1300); ahead != 1 {
+			t.Fatalf("a poller behind a listener: %d ahead, want 1", ahead)
+		}
+		if ahead, _ := join("b", "l", 1010, 1300); ahead != 1 {
+			t.Fatalf("a listener behind a listener and a poller: %d ahead, want 1 (pollers do not count)", ahead)
+		}
+		if ahead, _ := join("a", "l", 1020, 1400); ahead != 0 {
+			t.Fatalf("the first waiter trying again: %d ahead, want its place (0)", ahead)
+		}
+		if v, _ := redis.String(b.do(t, "HGET", keys[1], "a"), nil); v != "l 1030 1400" {
+			t.Fatalf("a's info %q", v)
+		}
+		if ps, _ := redis.Strings(b.do(t, "ZRANGE", keys[3], 0, -1), nil); !slices.Equal(ps, []string{"p"}) {
+			t.Fatalf("pollers %v", ps)
+		}
+	})
+}
