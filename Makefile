@@ -22,11 +22,14 @@ test: redis-server ## gofmt, vet, and every test with -race (miniredis, a real r
 demo: ## the oversell story on an embedded Redis (or REDIS_ADDR)
 	$(GO) run ./examples/oversell
 
-bench: redis-server ## micro-benchmarks (one node, Redlock, go-redis, Cluster), then lockyard vs redsync and bsm/redislock (bench/, about 6 min)
+FAIRFLAGS ?= -reps 1
+
+bench: redis-server ## micro-benchmarks, lockyard vs redsync and bsm/redislock (bench/, about 6 min), then the fairness scenarios (bench/fair, about 2.5 min; FAIRFLAGS='-base REV' runs them against REV too, interleaved)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./internal/reentrant/ ./registry/
 	cd goredis && $(GO) test -run '^$$' -bench . -count 1 .
 	cd rueidis && $(GO) test -run '^$$' -bench . -count 1 .
 	cd bench && $(GO) run . $(BENCHFLAGS)
+	cd bench && $(GO) run ./fair $(FAIRFLAGS)
 
 CHAOS_REPORT ?= $(CURDIR)/chaos/figures.txt
 

@@ -22,16 +22,12 @@ func main() {
 	var (
 		reps   = flag.Int("reps", 5, "repetitions of every scenario (medians are printed)")
 		dur    = flag.Duration("dur", 2*time.Second, "length of a contended run (uncontended runs take half)")
-		only   = flag.String("scenarios", "u,1,2,3,4,5", "scenarios to run (u: uncontended CPU, interleaved; fair: every fairness scenario, or their names)")
+		only   = flag.String("scenarios", "u,1,2,3,4,5", "scenarios to run (u: uncontended CPU, interleaved)")
 		rounds = flag.Int("cpu-rounds", 40, "scenario u: rounds, each a shuffled burst of every contender")
 		burst  = flag.Int("cpu-burst", 400, "scenario u: lock+unlock cycles per burst")
 		worker = flag.Bool("worker", false, "internal: run one process of a cross-process scenario (spec on stdin)")
 		prof   = flag.String("cpuprofile", "", "write a CPU profile of this process to the file")
 		pick   = flag.String("impls", "", "run only the contenders whose names contain one of these, comma-separated")
-		base   = flag.String("base", "", "fairness scenarios: also run them on this program built against lockyard at this git revision, interleaved")
-		freps  = flag.Int("fair-reps", 3, "repetitions of every fairness scenario (per build)")
-		fair   = flag.String("fair", "", "internal: run one fairness scenario in this process (-fair-addr: the server)")
-		faddr  = flag.String("fair-addr", "", "internal: the server of -fair")
 	)
 	flag.Parse()
 	if *pick != "" {
@@ -50,13 +46,6 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if *fair != "" {
-		if err := fairWorker(*fair, *faddr); err != nil {
-			fmt.Fprintln(os.Stderr, "fair worker:", err)
-			os.Exit(1)
-		}
-		return
-	}
 	if *worker {
 		if err := runWorker(); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
@@ -64,39 +53,11 @@ func main() {
 		}
 		return
 	}
-	names, fairNames := splitFair(strings.Split(*only, ","))
-	if len(fairNames) > 0 {
-		if err := fairAll(fairNames, *freps, *base); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
-		}
-	}
-	if len(names) == 0 {
-		return
-	}
-	if err := run(*reps, *dur, *rounds, *burst, names); err != nil {
+	if err := run(*reps, *dur, *rounds, *burst, strings.Split(*only, ",")); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-}
-
-// splitFair separates the fairness scenarios (fair.go) from the others;
-// "fair" names them all.
-func splitFair(only []string) (names, fair []string) {
-	for _, n := range only {
-		switch _, ok := fairByName(n); {
-		case n == "fair":
-			for _, sc := range fairScenarios {
-				fair = append(fair, sc.name)
-			}
-		case ok:
-			fair = append(fair, n)
-		default:
-			names = append(names, n)
-		}
-	}
-	return names, fair
 }
 
 func runWorker() error {

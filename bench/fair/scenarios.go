@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,18 +21,17 @@ import (
 // The fairness scenarios: one key shared by clients that wait in different
 // ways (Spring clients that write no queue entry, many registries, pollers
 // among listeners, leases that end by expiry, TryLock, brace keys). Each
-// run is a child process of this binary (-fair NAME), or of the same
+// run is a child process of this binary (-worker NAME), or of the same
 // program built against another lockyard revision (-base REV, ab.go), so
-// that the two are measured interleaved. They use only lockyard's public
-// API, so that the program builds against older revisions too.
+// that the two are measured interleaved.
 
-type fairScenario struct {
+type scenario struct {
 	name, title string
 	cols        []string
 	run         func(f *fairRun) (metrics, error)
 }
 
-var fairScenarios = []fairScenario{
+var scenarios = []scenario{
 	{"spring-pubsub", "Spring PUB_SUB client beside a PubSubLock registry with 3 goroutines (200us sections), 10s",
 		springCols, func(f *fairRun) (metrics, error) { return f.spring(true, registry.PubSubLock) }},
 	{"spring-pubsub-s", "Spring PUB_SUB client beside a SpinLock registry with 3 goroutines (200us sections), 10s",
@@ -66,13 +67,13 @@ var (
 	manyCols   = []string{"acq", "acq/s", "Redis CPU ms/acq", "max wait ms"}
 )
 
-func fairByName(name string) (fairScenario, bool) {
-	for _, sc := range fairScenarios {
+func byName(name string) (scenario, bool) {
+	for _, sc := range scenarios {
 		if sc.name == name {
 			return sc, true
 		}
 	}
-	return fairScenario{}, false
+	return scenario{}, false
 }
 
 // fairRun is one run of a scenario in this process: the registries it
@@ -89,7 +90,7 @@ type fairRun struct {
 // runFair runs the scenario name against the server at addr and returns
 // its figures.
 func runFair(name, addr string) (metrics, error) {
-	sc, ok := fairByName(name)
+	sc, ok := byName(name)
 	if !ok {
 		return nil, fmt.Errorf("unknown fairness scenario %q", name)
 	}
@@ -372,7 +373,7 @@ func (f *fairRun) many(n int) (metrics, error) {
 		return nil, err
 	}
 	defer c.Close()
-	cpu0, err := redistest.ServerCPU(c)
+	cpu0, err := serverCPU(c)
 	if err != nil {
 		return nil, err
 	}
@@ -385,7 +386,7 @@ func (f *fairRun) many(n int) (metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	cpu1, err := redistest.ServerCPU(c)
+	cpu1, err := serverCPU(c)
 	if err != nil {
 		return nil, err
 	}
@@ -613,3 +614,33 @@ func (f *fairRun) pubsub4x2() (metrics, error) {
 	}
 	return metrics{"acq/s": perSecond(f.log.count(-1), from, to), "max wait ms": maxOf(f.log.waits(-1)), "jain": jain(counts)}, nil
 }
+
+// serverCPU returns used_cpu_sys + used_cpu_user of INFO cpu.
+func serverCPU(c redigo.Conn) (time.Duration, error) {
+	s, err := redigo.String(c.Do("INFO", "cpu"))
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, line := range strings.Split(s, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, err
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
+// mono returns a monotonic clock reading in ns.
+func mono() int64 { return int64(time.Since(epoch)) }
+
+var epoch = time.Now()
+
+const ms = 1e6 // ns per ms
+
+// metrics are one run's figures by name.
+type metrics map[string]float64

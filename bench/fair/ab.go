@@ -22,12 +22,12 @@ type build struct {
 	exe  string
 }
 
-// fairAll runs the fairness scenarios in names reps times each, on a
+// runAll runs the scenarios in names reps times each, on a
 // private redis-server, once per build per repetition in a shuffled order
 // (this binary, and with base the same program built against lockyard at
 // that revision), each run in a child process; then prints medians and the
 // ratio of this build to the base.
-func fairAll(names []string, reps int, base string) error {
+func runAll(names []string, reps int, base string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -53,7 +53,7 @@ func fairAll(names []string, reps int, base string) error {
 			rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 			for _, b := range order {
 				fmt.Fprintf(os.Stderr, "fair %d/%d: %s, %s\n", rep+1, reps, name, b.name)
-				m, err := fairChild(b.exe, name, srv.Addr)
+				m, err := child(b.exe, name, srv.Addr)
 				if err != nil {
 					return fmt.Errorf("%s (%s): %w", name, b.name, err)
 				}
@@ -71,9 +71,9 @@ func fairAll(names []string, reps int, base string) error {
 	return nil
 }
 
-// fairChild runs one scenario in a child process of exe.
-func fairChild(exe, name, addr string) (metrics, error) {
-	cmd := exec.Command(exe, "-fair", name, "-fair-addr", addr)
+// child runs one scenario in a child process of exe.
+func child(exe, name, addr string) (metrics, error) {
+	cmd := exec.Command(exe, "-worker", name, "-addr", addr)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -83,8 +83,8 @@ func fairChild(exe, name, addr string) (metrics, error) {
 	return m, json.Unmarshal(out, &m)
 }
 
-// fairWorker runs one scenario in this process and prints its figures.
-func fairWorker(name, addr string) error {
+// runWorker runs one scenario in this process and prints its figures.
+func runWorker(name, addr string) error {
 	m, err := runFair(name, addr)
 	if err != nil {
 		return err
@@ -99,7 +99,7 @@ func fairWorker(name, addr string) error {
 
 func printFair(names []string, builds []build, res map[string]map[string][]metrics) {
 	for _, name := range names {
-		sc, _ := fairByName(name)
+		sc, _ := byName(name)
 		fmt.Printf("### %s: %s (medians of %d runs)\n\n", sc.name, sc.title, len(res[name]["this"]))
 		fmt.Printf("| build | %s |\n|---|%s\n", strings.Join(sc.cols, " | "), strings.Repeat("---:|", len(sc.cols)))
 		for _, b := range builds {
@@ -137,9 +137,11 @@ func medianOf(ms []metrics, col string) float64 {
 	return median(xs)
 }
 
-// buildAt builds this program against lockyard at revision rev (the root
-// module and the adapters it uses, from git archive, in a workspace with
-// this program's own source), and returns the binary and a cleanup.
+// buildAt builds this program against lockyard at revision rev (its root
+// module from git archive, in a workspace with the bench module of this
+// checkout; the adapters, which the bench module requires but this
+// program does not import, from rev where it has them), and returns the
+// binary and a cleanup.
 func buildAt(rev string) (string, func(), error) {
 	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
@@ -175,13 +177,13 @@ replace (
 	github.com/lockyard/lockyard/goredis v0.1.0 => %[3]q
 	github.com/lockyard/lockyard/rueidis v0.1.0 => %[4]q
 )
-`, filepath.Join(root, "bench"), src, filepath.Join(src, "goredis"), filepath.Join(src, "rueidis"))
+`, filepath.Join(root, "bench"), src, adapterDir(root, src, "goredis"), adapterDir(root, src, "rueidis"))
 	if err := os.WriteFile(filepath.Join(dir, "go.work"), []byte(work), 0o644); err != nil {
 		cleanup()
 		return "", nil, err
 	}
 	exe := filepath.Join(dir, "bench")
-	cmd := exec.Command("go", "build", "-o", exe, ".")
+	cmd := exec.Command("go", "build", "-o", exe, "./fair")
 	cmd.Dir = filepath.Join(root, "bench")
 	cmd.Env = append(os.Environ(), "GOWORK="+filepath.Join(dir, "go.work"))
 	var out bytes.Buffer
@@ -191,6 +193,15 @@ replace (
 		return "", nil, fmt.Errorf("go build: %w: %s", err, out.String())
 	}
 	return exe, cleanup, nil
+}
+
+// adapterDir returns the adapter module's directory at rev, or in this
+// checkout if rev has none.
+func adapterDir(root, src, name string) string {
+	if _, err := os.Stat(filepath.Join(src, name, "go.mod")); err == nil {
+		return filepath.Join(src, name)
+	}
+	return filepath.Join(root, name)
 }
 
 // quietLogger drops the registries' logs (a bench run's errors are counted,
