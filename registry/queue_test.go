@@ -109,41 +109,47 @@ const springUnlock = `if redis.call('GET', KEYS[1]) == ARGV[1] then
   if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], KEYS[1]) end
 end`
 
-// lockWithin takes the key as Spring would, within d, and holds it briefly:
-// it reports whether it got it.
-func (s *spring) lockWithin(t *testing.T, d time.Duration, prefix string) bool {
+// listen subscribes as a Spring PUB_SUB registry does, on a connection of
+// its own, until the test ends; the channel receives a notice for each
+// release message naming the key.
+func (s *spring) listen(t *testing.T, prefix string) <-chan struct{} {
+	t.Helper()
+	sc, err := redis.Dial("tcp", s.addr) // not pooled: closing it ends the receiver
+	mustNil(t, err)
+	t.Cleanup(func() { sc.Close() })
+	psc := redis.PubSubConn{Conn: sc}
+	mustNil(t, psc.PSubscribe(prefix+"-channel:*"))
+	msgs := make(chan struct{}, 1)
+	go func() {
+		for {
+			switch m := psc.Receive().(type) {
+			case redis.Message:
+				if string(m.Data) == s.key {
+					select {
+					case msgs <- struct{}{}:
+					default:
+					}
+				}
+			case error:
+				return
+			}
+		}
+	}()
+	return msgs
+}
+
+// lockWithin takes the key as Spring would, within d, holds it briefly and
+// lets it go: it reports whether it got it. msgs are the release messages
+// (listen) of a PUB_SUB client; a SPIN client polls every 20ms.
+func (s *spring) lockWithin(t *testing.T, d time.Duration, prefix string, msgs <-chan struct{}) bool {
 	t.Helper()
 	c := s.pool.Get()
 	defer c.Close()
-	var msgs chan struct{}
-	if s.pubsub {
-		sc, err := redis.Dial("tcp", s.addr) // not pooled: closing it ends the receiver
-		mustNil(t, err)
-		psc := redis.PubSubConn{Conn: sc}
-		mustNil(t, psc.PSubscribe(prefix+"-channel:*"))
-		msgs = make(chan struct{}, 1)
-		go func() {
-			for {
-				switch m := psc.Receive().(type) {
-				case redis.Message:
-					if string(m.Data) == s.key {
-						select {
-						case msgs <- struct{}{}:
-						default:
-						}
-					}
-				case error:
-					return
-				}
-			}
-		}()
-		defer sc.Close()
-	}
 	for end := time.Now().Add(d); time.Now().Before(end); {
 		ok, err := redis.Int(c.Do("EVAL", springObtain, 1, s.key, s.clientID, 60000))
 		mustNil(t, err)
 		if ok == 1 {
-			time.Sleep(100 * time.Microsecond)
+			time.Sleep(200 * time.Microsecond) // the work of the critical section
 			channel := "" // SPIN_LOCK publishes nothing
 			if s.pubsub {
 				channel = prefix + "-channel:" + s.key
@@ -177,8 +183,12 @@ func TestClientsWithoutQueueGetTurns(t *testing.T) {
 			l := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k")
 			lp := startLoopers(t, l, 3, 200*time.Microsecond)
 			s := &spring{pool: b.pool(t), addr: b.addr, key: l.Key(), clientID: "spring-" + pfx, pubsub: pubsub}
+			var msgs <-chan struct{}
+			if pubsub {
+				msgs = s.listen(t, pfx)
+			}
 			for i := range 3 {
-				if !s.lockWithin(t, 5*time.Second, pfx) {
+				if !s.lockWithin(t, 5*time.Second, pfx, msgs) {
 					t.Fatalf("pubsub %v: the Spring client's acquisition %d did not come within 5s, beside a busy registry", pubsub, i+1)
 				}
 			}
@@ -191,10 +201,11 @@ func TestClientsWithoutQueueGetTurns(t *testing.T) {
 // evicted it shared its registry's id with the instance Obtain returns next,
 // and locked it out. Each instance now waits in the queue under an id of
 // its own, so the fresh one gets turns beside 3 goroutines on the evicted
-// one (which, no longer cached, hears no release message and polls).
+// one (which, no longer cached, hears no release message and polls). Runs
+// of local holds are not bounded here: the queue alone gives the turns.
 func TestEvictedInstanceTakesTurns(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		r := newReg(t, b.pool(t), registry.WithLockType(registry.PubSubLock))
+		r := newReg(t, b.pool(t), registry.WithLockType(registry.PubSubLock), registry.WithRuns(0, time.Hour))
 		old := obtain(t, r, "k")
 		r.ExpireUnusedOlderThan(-1)
 		fresh := obtain(t, r, "k")
@@ -454,6 +465,30 @@ func TestWaitQueueFaults(t *testing.T) {
 			mustNil(t, holder.UnlockContext(bg(t)))
 			recvWithin(t, w.got, 5*time.Second, "the waiter's turn despite the fault")
 			w.finish(t)
+		}
+	})
+}
+
+// A pass that releases the key for another registry's turn queues the
+// holder's next local goroutine; it is woken by the release that ends that
+// turn, even if its registry never failed an attempt before (its pub/sub
+// subscriber starts then), not by its poll (here 10s).
+func TestQueuedByPassIsWoken(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
+		l := obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		h0 := mustHold(t, l) // a TryLock that succeeds: no failed attempt, no subscriber yet
+		other := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")}
+		other.wait(t, b, 0, 1)
+		got := queue(t, l, 1, func() any { return nil })
+		mustNil(t, h0.unlock()) // the pass releases for other's turn
+		recvWithin(t, other.got, 5*time.Second, "the other registry's turn")
+		released := time.Now()
+		other.finish(t)
+		recvWithin(t, got, 5*time.Second, "the local goroutine's turn")
+		if d := time.Since(released); d > 2*time.Second {
+			t.Fatalf("the local goroutine got the key %v after the other registry's release: not woken", d)
 		}
 	})
 }
