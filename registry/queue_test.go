@@ -150,7 +150,7 @@ func (s *spring) lockWithin(t *testing.T, d time.Duration, prefix string, msgs <
 		mustNil(t, err)
 		if ok == 1 {
 			time.Sleep(200 * time.Microsecond) // the work of the critical section
-			channel := "" // SPIN_LOCK publishes nothing
+			channel := ""                      // SPIN_LOCK publishes nothing
 			if s.pubsub {
 				channel = prefix + "-channel:" + s.key
 			}
