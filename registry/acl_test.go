@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func aclFor(registryKey string) []any {
 		"~" + registryKey + ":*", "~{" + registryKey + ":*", "~{*}" + registryKey + ":*", "&" + registryKey + "-channel:*",
 		"-@all", "+evalsha", "+eval", "+psubscribe", "+ping", "+info",
 		"+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+publish",
-		"+zadd", "+zrank", "+zrem", "+zrange", "+zcard", "+hget", "+hset", "+hdel", "+time"}
+		"+zadd", "+zrank", "+zrem", "+zrange", "+zcard", "+zscore", "+zcount", "+hget", "+hset", "+hdel", "+time"}
 }
 
 // userPool returns a pool that authenticates as user.
@@ -68,6 +69,23 @@ func TestLeastPrivilegeACL(t *testing.T) {
 	})
 	mustNil(t, l1.UnlockContext(bg(t)))
 	mustNil(t, recvWithin(t, got, 3*time.Second, "the waiter woken by the release"))
+
+	// Three waiters queue behind a holder and take their turns in order:
+	// every command of the wait queue is allowed.
+	mustNil(t, l1.LockContext(bg(t)))
+	turns := make(chan int, 3)
+	var ws [3]*queued
+	for i := range ws {
+		ws[i] = &queued{l: obtain(t, newRegPrefix(t, userPool(t, pfx), pfx, opts...), "k"), got: turns}
+		ws[i].wait(t, b, i, i+1)
+	}
+	mustNil(t, l1.UnlockContext(bg(t)))
+	for i := range ws {
+		if j := recvWithin(t, turns, 5*time.Second, "a waiter's turn"); j != i {
+			t.Fatalf("under the ACL, turn %d went to waiter %d", i, j)
+		}
+		ws[i].finish(t)
+	}
 
 	// Another prefix's user: no access to our keys, by lockyard or by hand.
 	mustNil(t, l1.LockContext(bg(t)))
@@ -119,4 +137,26 @@ func TestACLWithoutTime(t *testing.T) {
 	}
 	mustNil(t, l1.UnlockContext(bg(t)))
 	mustNil(t, recvWithin(t, got, 3*time.Second, "the waiter woken by the release"))
+}
+
+// An ACL that lacks a command of the wait queue (here +zscore, as the docs
+// left out before the queue was complete) makes a waiter's LockContext
+// fail at once with the server's refusal (Redis 7.0: "ERR The user
+// executing the script can't run this command"), rather than wipe the
+// queue at every try and lose the order of turns.
+func TestACLWithoutQueueCommand(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	rules := slices.DeleteFunc(aclFor(pfx), func(r any) bool { return r == "+zscore" })
+	b.do(t, "ACL", append([]any{"SETUSER", pfx}, rules...)...)
+	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
+	holder := obtain(t, newRegPrefix(t, userPool(t, pfx), pfx), "k")
+	mustNil(t, holder.LockContext(bg(t)))
+	defer holder.Unlock()
+	waiter := obtain(t, newRegPrefix(t, userPool(t, pfx), pfx, registry.WithLogger(discardLogger)), "k")
+	err := waiter.LockContext(bg(t))
+	var re *registry.ReplyError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "NOPERM") && !strings.Contains(err.Error(), "can't run this command") {
+		t.Fatalf("a waiter under an ACL without +zscore: %v, want the server's refusal", err)
+	}
 }

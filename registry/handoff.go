@@ -70,6 +70,10 @@ type turn struct {
 	// freed: when (mono ns) the last run ended with a release to nobody
 	// in line (0: it did not).
 	freed int64
+	// rtt: the last round trip of an obtain or a pass that was not
+	// granted the key (a poller's next try reaches the server that long
+	// after its sleep).
+	rtt time.Duration
 	// yield: the key was released at the end of a run of local holds;
 	// the next acquisition waits grace before its first attempt.
 	yield bool
@@ -175,7 +179,7 @@ func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration, force 
 		return notHandedOver, err
 	}
 	rtt := time.Duration(r.now() - sent)
-	l.turn.lastCmd = sent
+	l.turn.lastCmd, l.turn.rtt = sent, rtt
 	switch p.outcome {
 	case passKept:
 		l.turn.passes = 0

@@ -253,22 +253,30 @@ func (l *RedisLock) expire(ctx context.Context, d time.Duration, who reentrant.O
 // registry's, and Redis counts whole milliseconds.
 const nudgeMargin = 300 * time.Microsecond
 
-// nudgeAfter tells the waiters of lk, in the background, once the key that
-// token left to expire in d has expired (nudge.lua): nothing else would,
-// and they would sleep until their next poll. If the key still lives (the
-// clocks differ), it tries once more when it should not.
+// maxNudge bounds the ReleaseAfter whose expiry is announced: a waiter
+// polls at least every idleBetweenTries anyway, which costs it little
+// against a longer d, and a registry keeps no timer for long.
+const maxNudge = time.Minute
+
+// nudgeAfter tells the waiters of lk, once the key that token left to
+// expire in d has expired (nudge.lua): nothing else would, and they would
+// sleep until their next poll. No goroutine waits meanwhile (a timer does);
+// the nudge runs in the registry's background group, so Close stops it,
+// and a timer that fires after Close does nothing. If the key still lives
+// (the clocks differ), it tries again when it should not, at most twice.
 func (r *Registry) nudgeAfter(lk, token string, d time.Duration) {
-	r.bg.spawn(func() {
-		for try := 0; try < 3; try++ {
-			// bg.ctx and bg.sleep: Close stops the wait and the command.
-			if r.bg.sleep(r.bg.ctx, d+nudgeMargin, nil) != nil {
-				return
-			}
+	if d <= maxNudge {
+		r.nudgeIn(lk, token, d, 3)
+	}
+}
+
+func (r *Registry) nudgeIn(lk, token string, d time.Duration, tries int) {
+	time.AfterFunc(d+nudgeMargin, func() {
+		r.bg.spawn(func() {
 			left, err := r.store.nudge(r.bg.ctx, lk, token)
-			if err != nil || left < 0 {
-				return
+			if err == nil && left >= 0 && tries > 1 {
+				r.nudgeIn(lk, token, left, tries-1)
 			}
-			d = left
-		}
+		})
 	})
 }

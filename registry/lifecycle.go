@@ -253,6 +253,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 		return unknown, err
 	}
 	if !g.ok {
+		l.turn.rtt = time.Duration(r.now() - sent)
 		return g, nil
 	}
 	deadline := validUntil(sent, ttl)
@@ -282,7 +283,7 @@ func (l *RedisLock) hint(free, waits bool) hint {
 		cached, ok := r.cache.peek(l.name)
 		deaf = !ok || cached != l
 	}
-	return hint{free: free, waits: waits, waiter: l.waiter, deaf: deaf, spread: rand.N(r.cfg.idle/4 + 1)}
+	return hint{free: free, waits: waits, waiter: l.waiter, deaf: deaf, spread: rand.N(r.cfg.idle/4 + 1), rtt: l.turn.rtt}
 }
 
 // begin makes h the lock's hold, held: the watchdog renews it from now on,

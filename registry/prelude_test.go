@@ -60,21 +60,24 @@ func TestTurnRule(t *testing.T) {
 		want  string // the grantee, "" for none
 		ms    int64
 		left  []string // the queue afterwards
+		self  string   // the waiter that runs the script, if any
+		moved int64    // listeners dropped
 	}{
 		{name: "empty"},
-		{"listener", []entry{{"a", 1, "l 1000050 1000200"}, {"b", 2, "l 1000050 1000200"}}, "a", window, []string{"a", "b"}},
-		{"lapsed listener dropped", []entry{{"a", 1, "l 999000 1000000"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"b"}},
-		{"poller due soon", []entry{{"p", 1, "p 1000015 1000200"}, {"b", 2, "l 1000050 1000200"}}, "p", 15 + slack, []string{"p", "b"}},
-		{"poller due later passed over", []entry{{"p", 1, "p 1000500 1001000"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"p", "b"}},
-		{"overdue poller", []entry{{"p", 1, "p 999990 1000100"}}, "p", slack, []string{"p"}},
-		{"only pollers due later", []entry{{"p", 1, "p 1000500 1001000"}, {"q", 2, "p 1000900 1002000"}}, "", 0, []string{"p", "q"}},
-		{"missed turn dropped", []entry{{"a", 1, "l 1000050 1000200 999990"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"b"}},
-		{"turn just ended kept", []entry{{"a", 1, "l 1000050 1000200 999998"}, {"b", 2, "l 1000050 1000200"}}, "a", window, []string{"a", "b"}},
-		{"unreadable and bare entries dropped", []entry{{"g", 1, "garbage"}, {"n", 2, ""}, {"b", 3, "l 1000050 1000200"}}, "b", window, []string{"b"}},
+		{"listener", []entry{{"a", 1, "l 1000050 1000200"}, {"b", 2, "l 1000050 1000200"}}, "a", window, []string{"a", "b"}, "", 0},
+		{"lapsed listener dropped", []entry{{"a", 1, "l 999000 1000000"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"b"}, "", 1},
+		{"poller due soon", []entry{{"p", 1, "p 1000015 1000200"}, {"b", 2, "l 1000050 1000200"}}, "p", 15 + slack, []string{"p", "b"}, "", 0},
+		{"poller due later passed over", []entry{{"p", 1, "p 1000500 1001000"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"p", "b"}, "", 0},
+		{"overdue poller", []entry{{"p", 1, "p 999990 1000100"}}, "p", slack, []string{"p"}, "", 0},
+		{"only pollers due later", []entry{{"p", 1, "p 1000500 1001000"}, {"q", 2, "p 1000900 1002000"}}, "", 0, []string{"p", "q"}, "", 0},
+		{"missed turn dropped", []entry{{"a", 1, "l 1000050 1000200 999990"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"b"}, "", 1},
+		{"the caller is never dropped", []entry{{"a", 1, "p 999000 999500 999990"}, {"b", 2, "l 1000050 1000200"}}, "a", 0, []string{"a", "b"}, "a", 0},
+		{"turn just ended kept", []entry{{"a", 1, "l 1000050 1000200 999998"}, {"b", 2, "l 1000050 1000200"}}, "a", window, []string{"a", "b"}, "", 0},
+		{"unreadable and bare entries dropped", []entry{{"g", 1, "garbage"}, {"n", 2, ""}, {"b", 3, "l 1000050 1000200"}}, "b", window, []string{"b"}, "", 2},
 		{"four live entries at most", append(many(4, "p 1000500 1001000"), entry{"b", 9, "l 1000050 1000200"}), "", 0,
-			[]string{"x00", "x01", "x02", "x03", "b"}},
+			[]string{"x00", "x01", "x02", "x03", "b"}, "", 0},
 		{"64 drops at most", append(many(70, "l 1 2"), entry{"z", 99, "l 1000050 1000200"}), "", 0,
-			[]string{"x64", "x65", "x66", "x67", "x68", "x69", "z"}},
+			[]string{"x64", "x65", "x66", "x67", "x68", "x69", "z"}, "", 64},
 	}
 	forBackends(t, func(t *testing.T, b *backend) {
 		c := registry.NewPoolClient(b.pool(t))
@@ -82,15 +85,16 @@ func TestTurnRule(t *testing.T) {
 			pfx := prefix(t)
 			keys := ruleKeys(fmt.Sprint(pfx, i))
 			setQueue(t, b, keys, tc.queue)
-			v, err := registry.RunRule(bg(t), c, keys, "nextTurn", now, window, ahead, slack)
+			v, err := registry.RunRule(bg(t), c, keys, "nextTurn", now, window, ahead, slack, tc.self)
 			mustNil(t, err)
 			r := v.([]any)
 			id, _ := redis.String(r[0], nil)
 			left, _ := redis.Strings(r[2], nil)
-			if id != tc.want || r[1].(int64) != tc.ms || !slices.Equal(left, tc.left) && len(left)+len(tc.left) > 0 {
-				t.Errorf("%s: turn %q for %d ms, queue %v; want %q for %d ms, queue %v", tc.name, id, r[1], left, tc.want, tc.ms, tc.left)
+			if id != tc.want || r[1].(int64) != tc.ms || !slices.Equal(left, tc.left) && len(left)+len(tc.left) > 0 || r[3].(int64) != tc.moved {
+				t.Errorf("%s: turn %q for %d ms, queue %v, %d listeners dropped; want %q for %d ms, queue %v, %d dropped",
+					tc.name, id, r[1], left, r[3], tc.want, tc.ms, tc.left, tc.moved)
 			}
-			if info, _ := redis.String(b.do(t, "HGET", keys[1], id), nil); id != "" && !strings.HasSuffix(info, " "+fmt.Sprint(now+tc.ms)) &&
+			if info, _ := redis.String(b.do(t, "HGET", keys[1], id), nil); id != "" && id != tc.self && !strings.HasSuffix(info, " "+fmt.Sprint(now+tc.ms)) &&
 				!strings.HasSuffix(info, " 999998") {
 				t.Errorf("%s: the grantee's info %q does not say when its turn ends (%d)", tc.name, info, now+tc.ms)
 			}
@@ -100,7 +104,7 @@ func TestTurnRule(t *testing.T) {
 		pfx := prefix(t)
 		keys := ruleKeys(pfx)
 		b.do(t, "SET", keys[0], "not a sorted set")
-		v, err := registry.RunRule(bg(t), c, keys, "nextTurn", now, window, ahead, slack)
+		v, err := registry.RunRule(bg(t), c, keys, "nextTurn", now, window, ahead, slack, "")
 		mustNil(t, err)
 		if id, _ := redis.String(v.([]any)[0], nil); id != "" || b.do(t, "EXISTS", keys[0]).(int64) != 0 {
 			t.Errorf("a queue of another type: turn %q, key still there", id)
@@ -168,6 +172,14 @@ func TestJoinRule(t *testing.T) {
 		}
 		if ps, _ := redis.Strings(b.do(t, "ZRANGE", keys[3], 0, -1), nil); !slices.Equal(ps, []string{"p"}) {
 			t.Fatalf("pollers %v", ps)
+		}
+		for _, k := range keys[:4] {
+			if k == keys[2] {
+				continue // no turn was given
+			}
+			if p, _ := redis.Int64(b.do(t, "PTTL", k), nil); p <= 0 {
+				t.Fatalf("%s has PTTL %d: a queue key without a time to live", k, p)
+			}
 		}
 	})
 }

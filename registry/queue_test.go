@@ -492,3 +492,77 @@ func TestQueuedByPassIsWoken(t *testing.T) {
 		}
 	})
 }
+
+// A key freed without a release message (a Spring SPIN_LOCK unlock, or a
+// DEL) and taken by the first waiter in line by its poll: the waiters
+// behind it are told that they moved up, so the next one gets its turn at
+// the first waiter's release, not at its own poll (here 3s).
+func TestSilentReleaseMovesUp(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		holder := obtain(t, newRegPrefix(t, b.pool(t), pfx), "k") // only for the key's name
+		b.do(t, "SET", holder.Key(), "spring-holder", "PX", 60000)
+		got := make(chan int, 2)
+		first := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock),
+			registry.WithIdleBetweenTries(200*time.Millisecond)), "k"), got: got}
+		first.wait(t, b, 0, 1)
+		second := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock),
+			registry.WithIdleBetweenTries(3*time.Second)), "k"), got: got}
+		second.wait(t, b, 1, 2)
+		b.do(t, "DEL", holder.Key()) // no message: the first waiter finds it free by its poll
+		if i := recvWithin(t, got, 5*time.Second, "the first waiter's poll"); i != 0 {
+			t.Fatalf("waiter %d got the key first", i)
+		}
+		released := time.Now()
+		first.finish(t)
+		recvWithin(t, got, 5*time.Second, "the second waiter's turn")
+		if d := time.Since(released); d > time.Second {
+			t.Fatalf("the second waiter got the key %v after the first's release: it counted one turn too many", d)
+		}
+		second.finish(t)
+	})
+}
+
+// A waiter that vanished at the head of the queue does not stall a busy
+// registry: its pass gives the vanished waiter the turn, and the local
+// goroutine it queues behind tries again when that turn ends (not at its
+// poll, here 2s). Real server only: miniredis ends a turn only by
+// FastForward.
+func TestVanishedHeadDoesNotStallPass(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	l := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(2*time.Second)), "k")
+	qk := queueKey(l.Key(), false)
+	wk := strings.TrimSuffix(qk, ":queue") + ":waiters"
+	for round := range 3 {
+		h0 := mustHold(t, l)
+		now := serverMillis(t, b)
+		id := fmt.Sprintf("vanished/%d", round)
+		b.do(t, "ZADD", qk, now-1000, id)
+		b.do(t, "HSET", wk, id, fmt.Sprintf("l %d %d", now+60000, now+120000))
+		got := queue(t, l, 1, func() any { return nil })
+		start := time.Now()
+		mustNil(t, h0.unlock()) // the pass releases for the vanished waiter's turn
+		recvWithin(t, got, 5*time.Second, "the local goroutine")
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("round %d: the local goroutine got the key %v after the unlock", round, d)
+		}
+		waitFor(t, 5*time.Second, "the local goroutine's unlock", func() bool { return l.Phase() == "idle" })
+	}
+}
+
+// A turn that lives for ever (PERSIST, a restore, a hand-written value)
+// keeps the key for nobody: it is deleted, and the waiter gets the free
+// key.
+func TestTurnWithoutTTL(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		l := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithFencing()), "k") // the script, not a plain SET
+		turn := strings.TrimSuffix(queueKey(l.Key(), false), ":queue") + ":turn"
+		b.do(t, "SET", turn, "ghost/1")
+		ctx, cancel := context.WithTimeout(bg(t), 2*time.Second)
+		defer cancel()
+		mustNil(t, l.LockContext(ctx))
+		mustNil(t, l.UnlockContext(bg(t)))
+	})
+}

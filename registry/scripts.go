@@ -128,8 +128,11 @@ func (s *scripts) mode(h hint) any {
 // TryLock never queues.
 func (s *scripts) obtain(lk, token string, ttl time.Duration, h hint) Call {
 	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
-		s.fenceArg, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg}}
+		s.fenceArg, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt)}}
 }
+
+// ceilMillis returns d in whole milliseconds, rounded up.
+func ceilMillis(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
 // pass's force releases the key even if nobody is in line.
 func (s *scripts) pass(lk, token string, ttl time.Duration, h hint, force bool) Call {
@@ -138,7 +141,7 @@ func (s *scripts) pass(lk, token string, ttl time.Duration, h hint, force bool) 
 		f = 1
 	}
 	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
-		s.fenceArg, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, f}}
+		s.fenceArg, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, f, ceilMillis(h.rtt)}}
 }
 
 func (s *scripts) renew(lk, token string, ttl time.Duration) Call {

@@ -64,6 +64,9 @@ type hint struct {
 	// spread is the jitter taken off a full poll interval when the
 	// caller sleeps one (lua/prelude.lua, pause).
 	spread time.Duration
+	// rtt is the instance's last round trip to the server: a poller's next
+	// try reaches it that long after its sleep.
+	rtt time.Duration
 }
 
 // grant is the outcome of an obtain: acquired with a fencing token (0

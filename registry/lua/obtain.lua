@@ -21,12 +21,16 @@
 -- ARGV[9]  a listening waiter's turn, in ms
 -- ARGV[10] how soon (ms) a polling waiter must be due to get a turn
 -- ARGV[11] ms added to a polling waiter's turn
+-- ARGV[12] the caller's round trip in ms (when its next try will reach the
+--          server, after its sleep)
 --
 -- A free key with no live turn goes to the first waiter in line that is
--- sure to try soon (prelude.lua, nextTurn). If that is another waiter, it
--- gets its turn and is told (a release message on ARGV[8], which a Spring
--- waiter takes for a release: it tries, harmlessly), and the caller is
--- refused. With no such waiter the key goes to the caller.
+-- sure to try soon (prelude.lua, nextTurn; the caller's own entry counts as
+-- such). If that is another waiter, it gets its turn and is told (a release
+-- message on ARGV[8], which a Spring waiter takes for a release: it tries,
+-- harmlessly), and the caller is refused. With no such waiter the key goes
+-- to the caller; if the caller was queued, a message tells the waiters
+-- behind it that they moved up.
 --
 -- Reply: {1, fence} acquired; fence is the new fencing token (strictly
 --        increasing per key), or 0 without fencing. The caller leaves the
@@ -42,7 +46,9 @@
 --        caller until its own: after is the number of listeners ahead of
 --        it + 1 (see enqueue; a message this script sent announces the
 --        turn of the first in line, who is counted), less one when a turn
---        announced before this script runs (its message is past).
+--        announced before this script runs (its message is past), plus the
+--        messages this script sent for waiters it dropped (they are no
+--        longer counted).
 -- Error: WRONGTYPE when KEYS[1] holds something other than a string.
 local q = {order = KEYS[3], info = KEYS[4], turn = KEYS[5], polls = KEYS[6]}
 local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11]), look = 4}
@@ -61,13 +67,14 @@ if value == token then
   return {1, fence}
 end
 
-local now = nil
-local turn = turnOf(q)
+local now, turn = nil, turnOf(q)
 local past = turn and turn ~= id -- a turn announced before this script
+local extra = 0 -- messages this script sends that announce no turn of a waiter ahead
 if not value then
   if not turn then
     local next, n, moved
-    next, n, now, moved = nextTurn(q, nil, rules)
+    next, n, now, moved = nextTurn(q, nil, rules, id)
+    extra = moved
     if next and next ~= id then
       grant(q, next, n)
       moved = moved + 1
@@ -77,10 +84,12 @@ if not value then
   end
   if not turn or turn == id then
     redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-    if turn then
+    if turn then -- its turn, announced when it was given
       redis.call('DEL', q.turn)
+      drop(q, id)
+    elseif drop(q, id) then -- a queued waiter took a free key unannounced: those behind move up
+      announce(ARGV[8], KEYS[1], 1)
     end
-    drop(q, id)
     local fence = 0
     if ARGV[7] == '1' then
       fence = nextFence(KEYS[2])
@@ -106,8 +115,9 @@ if mode == 2 then
 end
 local ahead = enqueue(q, id, kind, now)
 local sleep = pause(pttl, ahead, turnLeft, idle, spread)
-describe(q, id, kind, now, now + sleep, now + sleep + idle)
+local due = now + sleep + tonumber(ARGV[12]) -- when its next try reaches the server
+describe(q, id, kind, now, due, due + idle)
 if past then
   ahead = ahead - 1 -- the message of that turn is past: one fewer to count
 end
-return {status, sleep, math.max(ahead, 0) + 1}
+return {status, sleep, math.max(ahead, 0) + 1 + extra}

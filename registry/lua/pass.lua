@@ -22,12 +22,15 @@
 -- ARGV[12] 1 to release even if nobody is in line (the run of local
 --          holds is over: a client that writes no queue entry, such as
 --          Spring's, may take the key), 0 not to
+-- ARGV[13] the holder's round trip in ms (when a poller's next try will
+--          reach the server, after its sleep)
 --
 -- Reply: {1, fence} kept: the time to live is reset; fence is the next
 --        holder's fencing token (0 without fencing).
 --        {2, sleep, after} released for another waiter's turn (a message
 --        carrying KEYS[1] is published on ARGV[8]); the holder's instance
---        is queued: sleep and after as in obtain.lua.
+--        is queued: sleep and after as in obtain.lua (after counts the
+--        messages sent for waiters dropped on the way).
 --        {3} released, with nobody in line.
 --        {0} the key is gone or held by another token: nothing changed.
 local q = {order = KEYS[3], info = KEYS[4], turn = KEYS[5], polls = KEYS[6]}
@@ -57,9 +60,12 @@ if next or ARGV[12] == '1' then
     kind = 'l'
   end
   local ahead = enqueue(q, ARGV[3], kind, now)
-  local sleep = pause(-1, ahead, nil, idle, tonumber(ARGV[6]))
-  describe(q, ARGV[3], kind, now, now + sleep, now + sleep + idle)
-  return {2, sleep, ahead + 1}
+  -- Next in line: try again when the turn just given ends, in case its
+  -- waiter does not take it.
+  local sleep = pause(-1, ahead, n, idle, tonumber(ARGV[6]))
+  local due = now + sleep + tonumber(ARGV[13])
+  describe(q, ARGV[3], kind, now, due, due + idle)
+  return {2, sleep, ahead + 1 + moved}
 end
 announce(ARGV[8], KEYS[1], moved)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -21,14 +21,16 @@
 -- queue key of another type, or an entry that cannot be read, is dropped:
 -- the queue only orders waiters, and losing it loses nothing but order.
 
--- clock returns the server's time in ms, or nil if the script may not call
--- TIME (an ACL without +time); the scripts then keep no queue.
+-- clock returns the server's time in ms (with its microseconds as the
+-- fraction, so that waiters who queue in one ms keep their order), or nil
+-- if the script may not call TIME (an ACL without +time); the scripts then
+-- keep no queue.
 local function clock()
   local t = redis.pcall('TIME')
   if type(t) ~= 'table' or t.err then
     return nil
   end
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 end
 
 -- nextFence increments the fence counter key. A missing counter (a new
@@ -50,11 +52,15 @@ local function ms(n)
   return string.format('%d', n)
 end
 
--- qcall runs a command on a queue key. An error reply (the key holds
--- another type) deletes the key and gives nil.
+-- qcall runs a command on a queue key. A WRONGTYPE reply (the key holds
+-- another type) deletes the key and gives nil; any other error (NOPERM,
+-- OOM) is raised, as redis.call would.
 local function qcall(cmd, key, ...)
   local r = redis.pcall(cmd, key, ...)
   if type(r) == 'table' and r.err then
+    if string.sub(r.err, 1, 9) ~= 'WRONGTYPE' then
+      return redis.call(cmd, key, ...) -- raises it
+    end
     redis.call('DEL', key)
     return nil
   end
@@ -75,12 +81,14 @@ local function waiter(q, id)
   return kind, tonumber(due), tonumber(lapse), tonumber(ended) or 0
 end
 
--- drop takes waiter id out of the queue.
+-- drop takes waiter id out of the queue, and reports whether it was in it.
 local function drop(q, id)
-  if qcall('ZREM', q.order, id) == 1 then
-    qcall('HDEL', q.info, id)
-    qcall('ZREM', q.polls, id)
+  if qcall('ZREM', q.order, id) ~= 1 then
+    return false
   end
+  qcall('HDEL', q.info, id)
+  qcall('ZREM', q.polls, id)
+  return true
 end
 
 -- enqueue puts waiter id, which polls if kind is 'p', at the end of the
@@ -93,11 +101,11 @@ end
 local function enqueue(q, id, kind, now)
   local since = qcall('ZSCORE', q.order, id)
   if not since then
-    since = ms(now)
+    since = string.format('%.3f', now)
     qcall('ZADD', q.order, since, id)
-    if kind == 'p' then
-      qcall('ZADD', q.polls, since, id)
-    end
+  end
+  if kind == 'p' then -- NX: a listener that became a poller (an evicted instance) is counted as one from now on
+    qcall('ZADD', q.polls, 'NX', since, id)
   end
   local rank = qcall('ZRANK', q.order, id) or 0
   if kind == 'p' then
@@ -106,17 +114,21 @@ local function enqueue(q, id, kind, now)
   return math.max(0, rank - (qcall('ZCOUNT', q.polls, '-inf', since) or 0))
 end
 
--- describe records how waiter id waits, and keeps the queue alive until
--- its entry lapses. The keys live up to twice as long as the last entry
--- (they are extended in steps, not on every write).
+-- describe records how waiter id waits, and keeps the keys it wrote alive
+-- until its entry lapses: each key lives up to twice as long as the last
+-- entry (they are extended in steps, not on every write), and none is left
+-- without a time to live.
 local function describe(q, id, kind, now, due, lapse)
   qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse))
-  local left = redis.call('PTTL', q.order)
-  if left < 0 or left < lapse - now then
-    local n = ms(2 * (lapse - now))
-    redis.call('PEXPIRE', q.order, n)
-    redis.call('PEXPIRE', q.info, n)
-    redis.call('PEXPIRE', q.polls, n)
+  local keys = {q.order, q.info}
+  if kind == 'p' then
+    keys[3] = q.polls
+  end
+  for _, k in ipairs(keys) do
+    local left = redis.call('PTTL', k)
+    if left < 0 or left < lapse - now then
+      redis.call('PEXPIRE', k, ms(2 * (lapse - now)))
+    end
   end
 end
 
@@ -130,11 +142,13 @@ end
 -- lapsed, cannot be read, or were given a turn that ended more than
 -- r.window ago without their trying since (a waiter that died, or missed
 -- its turn: it queues again when it tries); at most 64 per call. At most
--- r.look live entries are examined. now may be nil: the clock is then read
--- if the queue is not empty, and returned as the third result. The fourth
--- is how many listeners were dropped: each is one place that the waiters
--- behind them move up without a turn, to be announced (announce).
-local function nextTurn(q, now, r)
+-- r.look live entries are examined. The entry of self, the waiter that
+-- runs the script, is never dropped: it is trying now; if it is the first
+-- in line, it is the turn. now may be nil: the clock is then read if the
+-- queue is not empty, and returned as the third result. The fourth is how
+-- many listeners were dropped: each is one place that the waiters behind
+-- them move up without a turn, to be announced (announce).
+local function nextTurn(q, now, r, self)
   local seen, dropped, deaf = 0, 0, 0
   while seen < r.look and dropped < 64 do
     local ids = qcall('ZRANGE', q.order, seen, seen + r.look - 1)
@@ -147,7 +161,9 @@ local function nextTurn(q, now, r)
     end
     for _, id in ipairs(ids) do
       local kind, due, lapse, ended = waiter(q, id)
-      if not kind or lapse <= now or (ended > 0 and ended + r.window < now) then
+      if id == self then
+        return id, 0, now, dropped - deaf
+      elseif not kind or lapse <= now or (ended > 0 and ended + r.window < now) then
         drop(q, id)
         dropped = dropped + 1
         if kind == 'p' then
@@ -177,22 +193,34 @@ local function nextTurn(q, now, r)
 end
 
 -- announce publishes the release message on channel for lock key lk n
--- times (at most 16): a turn given, and places moved up (nextTurn). A
--- Spring waiter takes each for a release, and tries: harmlessly.
+-- times (at most 65: a turn and 64 drops): a turn given, and places moved
+-- up (nextTurn). A Spring waiter takes each for a release, and tries:
+-- harmlessly.
 local function announce(channel, lk, n)
-  for _ = 1, math.min(n, 16) do
+  for _ = 1, math.min(n, 65) do
     redis.call('PUBLISH', channel, lk)
   end
 end
 
--- turnOf returns the waiter whose turn it is, or nil.
+-- turnOf returns the waiter whose turn it is, or nil. A turn that is not
+-- a string, or that lives for ever or far longer than any turn (PERSIST,
+-- a restore, a hand-written value), is deleted: it would keep the key for
+-- nobody.
 local function turnOf(q)
   local v = redis.pcall('GET', q.turn)
   if type(v) == 'table' and v.err then
     redis.call('DEL', q.turn)
     return nil
   end
-  return v or nil
+  if not v then
+    return nil
+  end
+  local left = redis.call('PTTL', q.turn)
+  if left < 0 or left > 60000 then
+    redis.call('DEL', q.turn)
+    return nil
+  end
+  return v
 end
 
 -- grant makes it waiter id's turn for n ms.

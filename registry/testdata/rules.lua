@@ -3,7 +3,7 @@
 --
 -- KEYS[1..4]  the queue: order, info, turn, pollers
 -- ARGV[1]     the rule: nextTurn, pause or join
--- nextTurn: ARGV[2] now, [3] window, [4] ahead, [5] slack
+-- nextTurn: ARGV[2] now, [3] window, [4] ahead, [5] slack, [6] self (or '')
 --   Reply: {grantee or '', ms, the queue's ids in order, listeners dropped}
 -- pause: ARGV[2] pttl, [3] rank, [4] turn's ms left or -1 (none), [5] idle, [6] spread
 --   Reply: ms
@@ -18,7 +18,7 @@ local function ids()
   return r
 end
 if ARGV[1] == 'nextTurn' then
-  local id, n, _, moved = nextTurn(q, tonumber(ARGV[2]), {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5]), look = 4})
+  local id, n, _, moved = nextTurn(q, tonumber(ARGV[2]), {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5]), look = 4}, ARGV[6])
   return {id or '', n or 0, ids(), moved}
 elseif ARGV[1] == 'pause' then
   local left = tonumber(ARGV[4])
