@@ -116,6 +116,11 @@ func (e *Election) Leading() *registry.Lease {
 // return when its context ends. Run returns ctx's error once ctx ends;
 // lead's error, unless the leadership was lost or resigned meanwhile
 // (which explains it); or the campaign's (registry.ErrClosed after Close).
+//
+// Before each write that only the leader may make, lead should check
+// lease.Lost(), not its context: the context ends when the loss has been
+// seen, which after a pause (GC, SIGSTOP) can come about a millisecond
+// after Lost() closes. Fence the write with lease.Token() as well.
 func (e *Election) Run(ctx context.Context, lead func(ctx context.Context, lease *registry.Lease) error) error {
 	for {
 		le, err := e.Campaign(ctx)

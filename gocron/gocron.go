@@ -10,10 +10,21 @@
 //
 //	s, _ := gocron.NewScheduler(gocron.WithDistributedLocker(gocronlock.NewLocker(reg)))
 //
-// Elector: only the leader, the replica that holds an auto-renewed lease on
-// one key, runs jobs; if it dies, another takes over once its key expires.
+// Elector: only the leader, the replica that holds a lease on one key
+// (renewed by the Elector), runs jobs; if it dies, another takes over once
+// its key expires (DefaultElectorTTL, 10s). A graceful shutdown resigns
+// at once:
 //
-//	s, _ := gocron.NewScheduler(gocron.WithDistributedElector(gocronlock.NewElector(ctx, reg, "scheduler")))
+//	el := gocronlock.NewElector(ctx, reg, "scheduler")
+//	s, _ := gocron.NewScheduler(gocron.WithDistributedElector(el))
+//	...
+//	_ = s.Shutdown()          // waits for the running jobs
+//	_ = el.Close(ctx)         // resigns: another replica leads at once
+//
+// Jobs are named by gocron.WithName; jobs of one function and no name
+// share one name, and so one Locker key. A job longer than its interval
+// overlaps itself on the leader unless gocron.WithSingletonMode says
+// otherwise.
 //
 // # Time splay
 //
@@ -37,7 +48,6 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 
-	"github.com/lockyard/lockyard/election"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -57,9 +67,10 @@ type config struct {
 // Option configures a Locker or an Elector.
 type Option func(*config)
 
-// WithTTL sets the TTL of the leases (0, the default: the registry's
-// expireAfter). A job that runs longer than its TTL needs a registry made
-// WithAutoRenew, or it loses its key while it runs.
+// WithTTL sets the TTL of the leases. For the Locker, 0 (the default) is
+// the registry's expireAfter, and a job that runs longer than its TTL
+// needs a registry made WithAutoRenew, or it loses its key while it runs.
+// For the Elector, 0 is DefaultElectorTTL; it renews its lease itself.
 func WithTTL(ttl time.Duration) Option {
 	return func(c *config) {
 		if ttl < 0 || (ttl > 0 && ttl < registry.MinExpireAfter) {
@@ -132,57 +143,87 @@ func (k *lock) Unlock(ctx context.Context) error {
 	return k.le.ReleaseAfter(ctx, time.Until(k.until))
 }
 
-// elector is a gocron.Elector on an election.
-type elector struct {
-	e   *election.Election
-	err error // a configuration error, returned by every IsLeader
+// DefaultElectorTTL is the TTL of the Elector's lease unless WithTTL sets
+// another: a leader that crashes holds its key at most this long.
+const DefaultElectorTTL = 10 * time.Second
+
+// resignTimeout bounds the release of the leader's key when the Elector
+// stops.
+const resignTimeout = 5 * time.Second
+
+// Elector is a gocron.Elector on a registry: IsLeader is nil while this
+// replica leads, that is, holds a lease on its key, which the Elector
+// renews itself every third of its TTL (the registry needs no
+// WithAutoRenew). A replica that loses its lease (a renewal that finds the
+// key gone, or a pause past the TTL) campaigns again at once.
+type Elector struct {
+	reg  *registry.Registry
+	key  string
+	ttl  time.Duration
+	err  error // a configuration error, returned by every IsLeader
+	stop context.CancelFunc
+	done chan struct{} // closed when the campaign has ended and the key is released
 
 	// mu guards the following.
-	mu   sync.Mutex
-	last error // the error that last ended a campaign, nil if none
+	mu     sync.Mutex
+	lease  *registry.Lease // the lease of the current term; nil when not leading
+	last   error           // the error that last ended a campaign, nil if none
+	resign error           // the release's error when the campaign ended
 }
 
-// NewElector returns a gocron.Elector whose IsLeader returns nil while this
-// replica leads the election of key: it holds the lease of key, which reg
-// renews (reg must be made WithAutoRenew). It campaigns in a goroutine
-// until ctx ends or reg is closed; after a Redis error that ends a
-// campaign (other than a transient one, which is retried), it campaigns
-// again a second later. A bad option or registry makes every IsLeader
-// return an error matching registry.ErrInvalidConfig.
+var _ gocron.Elector = (*Elector)(nil)
+
+// NewElector returns an Elector that campaigns for key in a goroutine until
+// ctx ends, Close is called, or reg is closed; a Redis error other than a
+// transient one (which is retried) ends a campaign, and it campaigns again
+// a second later. Its lease lives WithTTL (DefaultElectorTTL, 10s), so
+// that a leader that crashes costs that long at most. A bad option,
+// registry or key makes every IsLeader return an error matching
+// registry.ErrInvalidConfig (or ErrInvalidKey).
 //
-// When ctx ends the leader resigns at once and another replica leads: end
-// it after the scheduler's Shutdown has waited for the running jobs, or
-// their runs may overlap the next leader's.
-func NewElector(ctx context.Context, reg *registry.Registry, key string, opts ...Option) gocron.Elector {
+// When it stops, the leader resigns: its key is released, and another
+// replica leads at once. Stop it with Close after the scheduler's Shutdown
+// (which waits for the running jobs), and before the process exits: Close
+// returns once the key is released.
+func NewElector(ctx context.Context, reg *registry.Registry, key string, opts ...Option) *Elector {
 	cfg := newConfig(opts)
-	if cfg.err != nil {
-		return &elector{err: cfg.err}
+	e := &Elector{reg: reg, key: key, ttl: cfg.ttl, err: cfg.err, done: make(chan struct{})}
+	if e.ttl == 0 {
+		e.ttl = DefaultElectorTTL
 	}
-	e, err := election.New(reg, key, cfg.ttl)
-	if err != nil {
-		return &elector{err: err}
+	if e.err == nil && reg == nil {
+		e.err = fmt.Errorf("%w: gocron: nil registry", registry.ErrInvalidConfig)
 	}
-	el := &elector{e: e}
-	go el.campaign(ctx)
-	return el
+	if e.err == nil {
+		_, e.err = reg.Obtain(key) // the key's own errors, at once
+	}
+	if e.err != nil {
+		e.stop = func() {}
+		close(e.done)
+		return e
+	}
+	var cctx context.Context
+	cctx, e.stop = context.WithCancel(ctx)
+	go e.campaign(cctx)
+	return e
 }
 
-// campaign runs the election until ctx ends or the registry is closed.
-func (el *elector) campaign(ctx context.Context) {
-	for {
-		err := el.e.Run(ctx, func(lctx context.Context, _ *registry.Lease) error {
-			el.mu.Lock()
-			el.last = nil // this campaign won
-			el.mu.Unlock()
-			<-lctx.Done() // lead until the loss or the end
-			return nil
-		})
-		if ctx.Err() != nil || errors.Is(err, registry.ErrClosed) {
+// campaign acquires the lease and leads, again and again, until ctx ends or
+// the registry is closed.
+func (e *Elector) campaign(ctx context.Context) {
+	defer close(e.done)
+	for ctx.Err() == nil {
+		le, err := e.reg.Acquire(ctx, e.key, e.ttl)
+		switch {
+		case err == nil:
+			e.lead(ctx, le)
+			continue
+		case ctx.Err() != nil || errors.Is(err, registry.ErrClosed):
 			return
 		}
-		el.mu.Lock()
-		el.last = err
-		el.mu.Unlock()
+		e.mu.Lock()
+		e.last = err
+		e.mu.Unlock()
 		t := time.NewTimer(time.Second)
 		select {
 		case <-ctx.Done():
@@ -193,19 +234,74 @@ func (el *elector) campaign(ctx context.Context) {
 	}
 }
 
+// lead renews le every third of the TTL until it is lost, or until ctx
+// ends: then it resigns (releases the key).
+func (e *Elector) lead(ctx context.Context, le *registry.Lease) {
+	e.mu.Lock()
+	e.lease, e.last = le, nil
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.lease = nil
+		e.mu.Unlock()
+	}()
+	t := time.NewTicker(e.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			rctx, cancel := context.WithTimeout(context.Background(), resignTimeout)
+			err := le.Release(rctx)
+			cancel()
+			e.mu.Lock()
+			e.resign = err
+			e.mu.Unlock()
+			return
+		case <-le.Lost():
+			_ = le.Release(context.Background()) // frees the local queue; the key is another's or gone
+			return
+		case <-t.C:
+			// A failure that is not a loss is tried again a period later;
+			// a lease not renewed in time is lost (le.Lost closes).
+			_ = le.Renew(ctx, e.ttl)
+		}
+	}
+}
+
 // IsLeader returns nil while this replica leads, else ErrNotLeader (joined
 // with the error that last ended a campaign, if any).
-func (el *elector) IsLeader(context.Context) error {
-	if el.err != nil {
-		return el.err
+func (e *Elector) IsLeader(context.Context) error {
+	if e.err != nil {
+		return e.err
 	}
-	if el.e.Leading() != nil {
-		return nil
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lease != nil {
+		select {
+		case <-e.lease.Lost():
+		default:
+			return nil
+		}
 	}
-	el.mu.Lock()
-	defer el.mu.Unlock()
-	if el.last != nil {
-		return errors.Join(ErrNotLeader, el.last)
+	if e.last != nil {
+		return errors.Join(ErrNotLeader, e.last)
 	}
 	return ErrNotLeader
+}
+
+// Close stops campaigning and, if this replica leads, resigns: it returns
+// once the key is released (the release's error, if any), or when ctx ends
+// (ctx.Err(); the release goes on in the background, bounded). Another
+// replica leads as soon as it sees the release. Close is safe to call more
+// than once.
+func (e *Elector) Close(ctx context.Context) error {
+	e.stop()
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.resign
 }

@@ -67,16 +67,15 @@ func child(role string) int {
 	}
 	defer reg.Close()
 	var opt gocron.SchedulerOption
+	var el *gocronlock.Elector
 	switch role {
 	case "locker":
 		// Replica i's ticks come i*5ms late: a splay longer than the
 		// fast job, as between machines.
 		opt = gocron.WithDistributedLocker(splay{gocronlock.NewLocker(reg), time.Duration(index) * 5 * time.Millisecond})
 	case "elector":
-		// The elector lives until the scheduler has shut down.
-		ectx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		el := gocronlock.NewElector(ectx, reg, "scheduler", gocronlock.WithTTL(electorTTL))
+		// The elector lives until the scheduler has shut down (Close).
+		el = gocronlock.NewElector(context.Background(), reg, "scheduler", gocronlock.WithTTL(electorTTL))
 		opt = gocron.WithDistributedElector(el)
 		go reportLeader(ctx, el)
 	}
@@ -104,6 +103,12 @@ func child(role string) int {
 	if err := s.Shutdown(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
+	}
+	if el != nil {
+		if err := el.Close(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
 	}
 	return 0
 }
@@ -318,5 +323,59 @@ func TestElectorFailover(t *testing.T) {
 	}
 	if s := strings.Join(seen, ""); strings.Contains(s, fmt.Sprint(second.proc)) && strings.LastIndex(s, fmt.Sprint(first.proc)) > strings.Index(s, fmt.Sprint(second.proc)) {
 		t.Errorf("runs by process (in order) %s: the old leader ran after the new one", s)
+	}
+}
+
+// electorOn returns an elector of key on a registry of its own on the
+// server at addr, made with opts, closed at the end of the test.
+func electorOn(t *testing.T, addr, key string, ttl time.Duration, opts ...registry.Option) *gocronlock.Elector {
+	t.Helper()
+	pool := redistest.NewPool(addr)
+	t.Cleanup(func() { pool.Close() })
+	reg, err := registry.New(pool, "gocron-test", append([]registry.Option{registry.WithLockType(registry.PubSubLock)}, opts...)...)
+	redistest.MustNil(t, err)
+	t.Cleanup(func() { reg.Close() })
+	el := gocronlock.NewElector(context.Background(), reg, key, gocronlock.WithTTL(ttl))
+	t.Cleanup(func() { _ = el.Close(context.Background()) })
+	return el
+}
+
+// Close resigns and returns once the leader key is released: a second
+// elector leads at once, not a TTL (here 10s) later.
+func TestElectorCloseHandsOver(t *testing.T) {
+	srv, err := redistest.Start()
+	redistest.MustNil(t, err)
+	defer srv.Close()
+	a := electorOn(t, srv.Addr, "close", 10*time.Second)
+	redistest.WaitFor(t, 5*time.Second, "the first elector to lead", func() bool { return a.IsLeader(context.Background()) == nil })
+	b := electorOn(t, srv.Addr, "close", 10*time.Second)
+	closed := time.Now()
+	redistest.MustNil(t, a.Close(redistest.CtxFor(t, 5*time.Second)))
+	if n, _ := redis.Int(srv.Do("EXISTS", "gocron-test:close")); n != 0 && b.IsLeader(context.Background()) != nil {
+		t.Fatal("Close returned with the leader key still held by the closed elector")
+	}
+	redistest.WaitFor(t, 5*time.Second, "the second elector to lead", func() bool { return b.IsLeader(context.Background()) == nil })
+	if d := time.Since(closed); d > 500*time.Millisecond {
+		t.Fatalf("the second elector led %v after the first one's Close, want at once", d)
+	}
+	if a.IsLeader(context.Background()) == nil {
+		t.Fatal("the closed elector still says it leads")
+	}
+	redistest.MustNil(t, a.Close(context.Background())) // again: nothing to do
+}
+
+// The Elector renews its lease itself: on a registry without WithAutoRenew
+// it leads without a break for many TTLs.
+func TestElectorWithoutAutoRenew(t *testing.T) {
+	srv, err := redistest.Start()
+	redistest.MustNil(t, err)
+	defer srv.Close()
+	el := electorOn(t, srv.Addr, "renew", 300*time.Millisecond)
+	redistest.WaitFor(t, 5*time.Second, "the elector to lead", func() bool { return el.IsLeader(context.Background()) == nil })
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+		if err := el.IsLeader(context.Background()); err != nil {
+			t.Fatalf("the elector stopped leading: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond) // sampling, not waiting for a condition
 	}
 }

@@ -12,8 +12,11 @@
 // RedisLockRegistry on the same registry key.
 //
 // Like flock(1), run waits until the lock is free; -n (--nonblock) fails at
-// once, and --wait DURATION gives up after DURATION. The "--" before the
-// command is optional.
+// once, and -w/--wait gives up after a while: a duration (1m30s) or, as
+// flock's -w, a number of seconds (10, 0.5). --min-hold keeps the lock at
+// least that long from when it was taken, so that a fast job started on
+// many hosts at the same minute runs once. The "--" before the command is
+// optional.
 //
 // Exit status of run: the command's status (128+N if a signal N killed it),
 // or one of:
@@ -31,13 +34,17 @@
 // the --on-lost signal (SIGTERM), and SIGKILL if it still runs
 // --kill-after (10s) later, as timeout(1) does.
 //
-// On SIGINT or SIGTERM run forwards the signal to the command and still
-// releases the lock after it exits. A SIGINT that the terminal sent to its
-// foreground process group (Ctrl-C) has reached the command already and is
-// not sent again (Linux). A signal that arrives while run waits for the
-// lock ends the wait, and run exits 128+N without starting the command. On
-// Linux, if run itself dies (even by SIGKILL), the kernel sends the command
-// the --on-lost signal: nothing renews the lock any more.
+// On SIGINT, SIGTERM, SIGHUP (a dropped ssh session) or SIGQUIT run
+// forwards the signal to the command and still releases the lock after it
+// exits. A SIGINT that the terminal sent to its foreground process group
+// (Ctrl-C) has reached the command already and is not sent again (Linux). A
+// signal that arrives while run waits for the lock ends the wait, and run
+// exits 128+N without starting the command. On Linux, if run itself dies
+// (even by SIGKILL), nothing renews the lock any more: the kernel sends the
+// command the --on-lost signal at once, and a reaper process SIGKILL within
+// --kill-after or half the TTL, whichever is shorter, so that it never runs
+// after the key has lapsed. Both signals go to the command's process, not
+// its children: a script should exec its last command.
 //
 // Progress goes to stderr as log/slog text, warnings only unless -v; lock
 // keys are not logged at info level.
@@ -96,6 +103,8 @@ func realMain(args []string) int {
 		return cmdStatus(args[1:])
 	case "release":
 		return cmdRelease(args[1:])
+	case "__reap": // internal: the reaper of a command whose lockyard died (proc_linux.go)
+		return cmdReap()
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 		return 0

@@ -51,7 +51,9 @@ func TestMain(m *testing.M) {
 // lockyard returns the command `lockyard args...` against the test server.
 func lockyard(args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), mainEnv+"=1", "REDIS_URL=redis://"+server.Addr)
+	// GORACE: a -race binary sleeps a second at exit by default (to let
+	// goroutines report races); lockyard run waits for its reaper's exit.
+	cmd.Env = append(os.Environ(), mainEnv+"=1", "REDIS_URL=redis://"+server.Addr, "GORACE=atexit_sleep_ms=0")
 	return cmd
 }
 
@@ -386,5 +388,111 @@ func TestHashTagForm(t *testing.T) {
 	}
 	if code, out := exitCode(t, lockyard("release", "--force", "--hash-tag", key)); code != 0 || !strings.HasPrefix(out, "removed lockyard:{"+key+"}") {
 		t.Fatalf("release --force --hash-tag (exit %d): %s", code, out)
+	}
+}
+
+// SIGHUP (a dropped ssh session) and SIGQUIT are forwarded as SIGTERM is,
+// and the lock is released once the command exits: they used to kill
+// lockyard and leave the key for its TTL.
+func TestRunForwardsHangupAndQuit(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT} {
+		key := newKey(t)
+		cmd, _ := startTrapped(t, 7, "", nil, "run", "--ttl", "1m", key)
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 128+int(sig) {
+			t.Fatalf("%v to lockyard run: %v, want exit %d (the command, killed by the forwarded %v)", sig, err, 128+int(sig), sig)
+		}
+		if exists(t, key) {
+			t.Fatalf("%v: the lock was not released", sig)
+		}
+	}
+}
+
+// If lockyard is SIGKILLed, a command that ignores the on-lost SIGTERM is
+// SIGKILLed by the reaper before the key can lapse (here within half the
+// 2s TTL, --kill-after being longer): it never runs beside the next holder.
+func TestRunKilledCommandReaped(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent-death signal and the reaper are Linux only")
+	}
+	key, pidFile := newKey(t), filepath.Join(t.TempDir(), "pid")
+	script := "trap '' TERM; echo $$ > " + pidFile + ".tmp; mv " + pidFile + ".tmp " + pidFile + "; n=0; while [ $n -lt 3000 ]; do sleep 0.02; n=$((n+1)); done"
+	cmd := lockyard("run", "--ttl", "2s", "--kill-after", "30s", key, "--", "sh", "-c", script)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the command", func() bool { return fileExists(pidFile) })
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(b), &pid); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	killed := time.Now()
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	waitFor(t, 2*time.Second, "the command to be gone before the key's TTL ends", func() bool { return !running(pid) })
+	if d := time.Since(killed); d > 1500*time.Millisecond {
+		t.Fatalf("the command outlived lockyard by %v, want about half the TTL", d)
+	}
+}
+
+// running reports whether process pid runs: it exists and is not a zombie
+// (killed, and not yet reaped by the parent it was given when lockyard
+// died).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || !strings.HasPrefix(s[i+1:], " Z")
+}
+
+// --min-hold keeps the key from when it was taken, though the command ends
+// at once; a lock on the key is then refused until it has passed.
+func TestRunMinHold(t *testing.T) {
+	key := newKey(t)
+	start := time.Now()
+	if code, out := exitCode(t, lockyard("run", "--min-hold", "2s", key, "--", "true")); code != 0 {
+		t.Fatalf("run --min-hold: exit %d: %s", code, out)
+	}
+	if !exists(t, key) {
+		t.Fatalf("the key is gone %v after the start: --min-hold 2s did not keep it", time.Since(start))
+	}
+	if code, _ := exitCode(t, lockyard("run", "-n", key, "--", "true")); code != exitNotAcquired {
+		t.Fatalf("run -n during the minimum hold: exit %d, want %d", code, exitNotAcquired)
+	}
+	waitFor(t, 5*time.Second, "the key to expire", func() bool { return !exists(t, key) })
+	if d := time.Since(start); d < 2*time.Second {
+		t.Fatalf("the key lived %v, want at least the 2s minimum hold", d)
+	}
+}
+
+// -w is --wait, and both take a number of seconds, as flock's -w does.
+func TestRunWaitSeconds(t *testing.T) {
+	key := newKey(t)
+	holdElsewhere(t, key)
+	for _, w := range [][]string{{"-w", "1"}, {"--wait", "0.5"}} {
+		start := time.Now()
+		args := append(append([]string{"run"}, w...), key, "--", "true")
+		if code, out := exitCode(t, lockyard(args...)); code != exitNotAcquired {
+			t.Fatalf("run %v on a held key: exit %d (%s), want %d", w, code, out, exitNotAcquired)
+		}
+		want, _ := time.ParseDuration(w[1] + "s")
+		if d := time.Since(start); d < want || d > want+3*time.Second {
+			t.Fatalf("run %v gave up after %v", w, d)
+		}
+	}
+	if code, out := exitCode(t, lockyard("run", "-w", "soon", key, "--", "true")); code != exitUsage {
+		t.Fatalf("-w soon: exit %d (%s), want %d", code, out, exitUsage)
 	}
 }

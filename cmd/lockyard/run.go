@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -26,6 +28,7 @@ type runFlags struct {
 	fencing   bool
 	onLost    string
 	killAfter time.Duration
+	minHold   time.Duration
 }
 
 // optDuration is a duration flag that knows whether it was set.
@@ -41,10 +44,16 @@ func (o *optDuration) String() string {
 	return o.d.String()
 }
 
+// Set takes a Go duration (1m30s, 500ms) or, as flock(1) -w does, a bare
+// number of seconds (10, 0.5).
 func (o *optDuration) Set(s string) error {
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return err
+		secs, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || math.IsNaN(secs) || math.IsInf(secs, 0) || math.Abs(secs) > registry.MaxDuration.Seconds() {
+			return fmt.Errorf("%q is neither a duration (10s, 1m30s) nor a number of seconds", s)
+		}
+		d = time.Duration(secs * float64(time.Second))
 	}
 	o.d, o.set = d, true
 	return nil
@@ -53,9 +62,18 @@ func (o *optDuration) Set(s string) error {
 const runUsage = `usage: lockyard run [flags] KEY [--] COMMAND [ARGS...]
 
 Runs COMMAND while holding the lock on KEY, renewed every ttl/3. Like flock(1),
-it waits until the lock is free; -n fails at once, --wait gives up after a while.
-The "--" is optional; it is needed when COMMAND or its first argument begins
-with "-".
+it waits until the lock is free; -n fails at once, -w/--wait gives up after a
+while (a duration, or a number of seconds as flock's -w). The "--" is
+optional; it is needed when COMMAND or its first argument begins with "-".
+
+Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to COMMAND, and the
+lock is released once it exits; while run still waits for the lock they end
+the wait. If the lock is lost, COMMAND gets the --on-lost signal, and SIGKILL
+--kill-after later. If run itself dies (even by SIGKILL; Linux), nothing
+renews the lock any more: COMMAND gets the --on-lost signal at once and
+SIGKILL within --kill-after or half the TTL, whichever is shorter (whatever
+--kill-after says), before the key can lapse. Both go to COMMAND's process,
+not its children: a script should exec its last command.
 
 Environment of COMMAND:
   LOCKYARD_KEY    the lock's Redis key: REGISTRY:KEY, or REGISTRY:{KEY} with --hash-tag
@@ -78,7 +96,9 @@ func cmdRun(args []string) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	f.register(fs)
 	fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "lock time to live, at least 50ms; renewed every ttl/3 while the command runs")
-	fs.Var(&f.wait, "wait", "give up waiting for the lock after this `duration` (exit 75; default: wait until it is free; 0: as -n)")
+	fs.Var(&f.wait, "wait", "give up waiting for the lock after this `duration` or number of seconds (exit 75; default: wait until it is free; 0: as -n)")
+	fs.Var(&f.wait, "w", "the same as --wait")
+	fs.DurationVar(&f.minHold, "min-hold", 0, "keep the lock at least this long from when it was taken, even if the command ends sooner (a job run on many hosts at the same minute runs once)")
 	fs.BoolVar(&f.nonblock, "n", false, "fail at once (exit 75) if the lock is held, as flock -n")
 	fs.BoolVar(&f.nonblock, "nonblock", false, "the same as -n")
 	fs.DurationVar(&f.killAfter, "kill-after", 10*time.Second, "if the command still runs this long after the --on-lost signal, send it SIGKILL, as timeout(1) --kill-after (0: never)")
@@ -120,6 +140,8 @@ func (f *runFlags) check() error {
 		return fmt.Errorf("-n and --wait %v: choose one", f.wait.d)
 	case f.killAfter < 0:
 		return fmt.Errorf("--kill-after %v is negative", f.killAfter)
+	case f.minHold < 0 || f.minHold > registry.MaxDuration:
+		return fmt.Errorf("--min-hold %v out of range [0, %v]", f.minHold, registry.MaxDuration)
 	}
 	return f.checkURL()
 }
@@ -141,12 +163,16 @@ func parseSignal(s string) (os.Signal, error) {
 	return nil, fmt.Errorf("unknown --on-lost signal %q", s)
 }
 
+// forwarded are the signals that run passes on to the command (and that
+// end a wait for the lock).
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
 func (f *runFlags) run(key string, argv []string, lostSig os.Signal) int {
 	log := f.logger()
 	// Signals that arrive while waiting for the lock end the wait; once
 	// the command runs they are forwarded to it.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
 	ctx := context.Background()
@@ -170,38 +196,49 @@ func (f *runFlags) run(key string, argv []string, lostSig os.Signal) int {
 		return fail("run", exitUsage, err)
 	}
 	defer reg.Close()
-	l, err := reg.Obtain(key)
-	if err != nil {
+	if _, err := reg.Obtain(key); err != nil {
 		return fail("run", exitUsage, err)
 	}
-	if code := f.acquire(l, sigs); code != 0 {
+	le, code := f.acquire(reg, key, sigs)
+	if le == nil {
 		return code
 	}
-	log.Info("lockyard: lock acquired", "token", l.Token())
-	code, lost := f.exec(l, argv, lostSig, sigs, log)
-	uerr := l.UnlockContext(context.Background())
+	taken := time.Now()
+	log.Info("lockyard: lock acquired", "token", le.Token())
+	code, lost := f.exec(le, argv, lostSig, sigs, log)
+	var uerr error
+	if left := f.minHold - time.Since(taken); left > 0 && !lost {
+		uerr = le.ReleaseAfter(context.Background(), left) // --min-hold: the key stays until then
+	} else {
+		uerr = le.Release(context.Background())
+	}
 	switch {
 	case lost || errors.Is(uerr, registry.ErrLockLost):
-		fmt.Fprintf(os.Stderr, "lockyard run: the lock on %s was lost while the command ran\n", l.Key())
+		fmt.Fprintf(os.Stderr, "lockyard run: the lock on %s was lost while the command ran\n", le.Key())
 		return exitLost
 	case uerr != nil:
-		log.Warn("lockyard: release failed; the lock expires by its TTL", "key", l.Key(), "err", uerr)
+		log.Warn("lockyard: release failed; the lock expires by its TTL", "key", le.Key(), "err", uerr)
 	default:
 		log.Info("lockyard: lock released")
 	}
 	return code
 }
 
-// acquire takes the lock: at once with -n or --wait 0, within --wait, or
-// whenever it is free. A signal ends the wait. It returns 0 once the lock is
-// held.
-func (f *runFlags) acquire(l *registry.RedisLock, sigs <-chan os.Signal) int {
+// acquire takes the lock as a lease: at once with -n or --wait 0, within
+// --wait, or whenever it is free. A signal ends the wait. It returns the
+// lease, or nil and the exit status.
+func (f *runFlags) acquire(reg *registry.Registry, key string, sigs <-chan os.Signal) (*registry.Lease, int) {
+	lk := f.layout().LockKey(key)
 	if f.nonblock || (f.wait.set && f.wait.d == 0) {
-		if !l.TryLock() {
-			fmt.Fprintf(os.Stderr, "lockyard run: %s is held by another holder\n", l.Key())
-			return exitNotAcquired
+		le, err := reg.TryAcquire(context.Background(), key, 0)
+		switch {
+		case errors.Is(err, registry.ErrNotObtained):
+			fmt.Fprintf(os.Stderr, "lockyard run: %s is held by another holder\n", lk)
+			return nil, exitNotAcquired
+		case err != nil:
+			return nil, fail("run", exitUnavailable, err)
 		}
-		return 0
+		return le, 0
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if f.wait.set {
@@ -218,7 +255,7 @@ func (f *runFlags) acquire(l *registry.RedisLock, sigs <-chan os.Signal) int {
 		case <-stop:
 		}
 	}()
-	err := l.LockContext(ctx)
+	le, err := reg.Acquire(ctx, key, 0)
 	close(stop)
 	<-done
 	switch {
@@ -227,38 +264,46 @@ func (f *runFlags) acquire(l *registry.RedisLock, sigs <-chan os.Signal) int {
 		// meanwhile, and exit as a shell does for a command the signal
 		// killed.
 		if err == nil {
-			_ = l.UnlockContext(context.Background())
+			_ = le.Release(context.Background())
 		}
-		fmt.Fprintf(os.Stderr, "lockyard run: %v while waiting for %s\n", sig, l.Key())
+		fmt.Fprintf(os.Stderr, "lockyard run: %v while waiting for %s\n", sig, lk)
 		if s, ok := sig.(syscall.Signal); ok {
-			return 128 + int(s)
+			return nil, 128 + int(s)
 		}
-		return exitNotAcquired
+		return nil, exitNotAcquired
 	case err == nil:
-		return 0
+		return le, 0
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		fmt.Fprintf(os.Stderr, "lockyard run: %s not acquired within %v: %v\n", l.Key(), f.wait.d, err)
-		return exitNotAcquired
+		fmt.Fprintf(os.Stderr, "lockyard run: %s not acquired within %v: %v\n", lk, f.wait.d, err)
+		return nil, exitNotAcquired
 	}
-	return fail("run", exitUnavailable, err)
+	return nil, fail("run", exitUnavailable, err)
 }
 
-// exec runs argv while the lock is held, forwarding SIGINT and SIGTERM
-// (but not a SIGINT that the terminal sent to the command as well), and
-// signalling it with lostSig if the lock is lost. It returns the command's
-// exit status and whether the lock was lost.
-func (f *runFlags) exec(l *registry.RedisLock, argv []string, lostSig os.Signal, sigs <-chan os.Signal, log *slog.Logger) (code int, lost bool) {
+// exec runs argv while the lock is held, forwarding SIGINT, SIGTERM, SIGHUP
+// and SIGQUIT (but not a SIGINT that the terminal sent to the command as
+// well), and signalling it with lostSig if the lock is lost. If lockyard
+// dies meanwhile, the kernel sends lostSig and a reaper process SIGKILL
+// (onParentDeath). It returns the command's exit status and whether the
+// lock was lost.
+func (f *runFlags) exec(le *registry.Lease, argv []string, lostSig os.Signal, sigs <-chan os.Signal, log *slog.Logger) (code int, lost bool) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), "LOCKYARD_KEY="+l.Key(), fmt.Sprintf("LOCKYARD_TOKEN=%d", l.Token()))
-	defer onParentDeath(cmd, lostSig)()
+	cmd.Env = append(os.Environ(), "LOCKYARD_KEY="+le.Key(), fmt.Sprintf("LOCKYARD_TOKEN=%d", le.Token()))
+	grace := f.ttl / 2 // the key lives at least 2/3 of its TTL past the last renewal
+	if f.killAfter > 0 {
+		grace = min(grace, f.killAfter)
+	}
+	guard := onParentDeath(cmd, lostSig, grace, log)
+	defer guard.done()
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "lockyard run: %v\n", err)
 		return startStatus(err), false
 	}
+	guard.started(cmd.Process.Pid)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	lostCh := l.Lost()
+	lostCh := le.Lost()
 	var kill <-chan time.Time // fires --kill-after the on-lost signal
 	for {
 		select {

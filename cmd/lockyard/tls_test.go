@@ -76,7 +76,8 @@ func TestTLSAndACLUser(t *testing.T) {
 	// for status.
 	if _, err := s.Do("ACL", "SETUSER", "ops", "on", ">s3cret", "resetkeys", "resetchannels",
 		"~lockyard:*", "~{lockyard:*", "&lockyard-channel:*", "-@all", "+evalsha", "+eval", "+psubscribe",
-		"+ping", "+info", "+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+publish", "+time", "+scan"); err != nil {
+		"+ping", "+info", "+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+publish", "+time", "+scan",
+		"+zadd", "+zrank", "+zrem", "+zrange", "+zcard", "+zscore", "+zcount", "+hget", "+hset", "+hdel"); err != nil {
 		t.Fatal(err)
 	}
 	url := "rediss://ops:s3cret@127.0.0.1:" + strconv.Itoa(port)
