@@ -109,6 +109,9 @@ func isAmbiguous(err error) bool {
 // isNoScript reports whether err is the server's NOSCRIPT reply: the script
 // is not in its cache (SCRIPT FLUSH, a restart) and must be sent as EVAL.
 func isNoScript(err error) bool {
+	if err == nil {
+		return false // before re, which escapes: no allocation on the common path
+	}
 	var re *ReplyError
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSCRIPT")
 }
@@ -117,6 +120,9 @@ func isNoScript(err error) bool {
 // does not accept in this form ("ERR syntax error": SET NX GET before Redis
 // 7.0).
 func isSyntaxError(err error) bool {
+	if err == nil {
+		return false
+	}
 	var re *ReplyError
 	return errors.As(err, &re) && strings.Contains(strings.ToLower(re.Error()), "syntax error")
 }

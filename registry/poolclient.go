@@ -229,6 +229,9 @@ func evalArgs(script string, keys []string, args []any) []any {
 
 // replyError wraps a redigo error reply in a ReplyError.
 func replyError(err error) error {
+	if err == nil {
+		return nil // before re, which escapes: no allocation on the common path
+	}
 	var re redis.Error
 	if errors.As(err, &re) {
 		return &ReplyError{Err: err}

@@ -2,6 +2,7 @@ package registry
 
 import (
 	_ "embed"
+	"strings"
 	"time"
 
 	"github.com/lockyard/lockyard/internal/wire"
@@ -63,8 +64,9 @@ const (
 
 // scripts builds the KEYS and ARGV of each script for a registry: its key
 // layout, its fencing, and the arguments that never change, converted to
-// interfaces once. Every script that touches the queue takes the same six
-// keys (lockKeys); flags travel in ARGV.
+// interfaces once. Every script that touches the queue takes the same keys
+// (lockKeys: the lock key, the queue's four, and for obtain and pass the
+// fence counter); flags travel in ARGV.
 type scripts struct {
 	layout  wire.Layout
 	fencing bool
@@ -105,12 +107,38 @@ func (s *scripts) ttlOf(ttl time.Duration) any {
 	return ttl.Milliseconds()
 }
 
-// lockKeys returns the keys of obtain, pass, release and leave: the lock
-// key, the fence counter, the wait queue (order and info), the turn and
-// the pollers of the queue.
-func (s *scripts) lockKeys(lk string) []string {
-	l := s.layout
-	return []string{lk, l.FenceKey(lk), l.QueueKey(lk), l.WaitersKey(lk), l.TurnKey(lk), l.PollsKey(lk)}
+// sideNames are the names of lockKeys' side keys, in order: the queue's,
+// then the fence counter (obtain and pass only).
+var sideNames = [...]string{"queue", "waiters", "turn", "polls", "fence"}
+
+// lockKeys returns the keys of obtain and pass (fence: with the fence
+// counter) or of release, leave and nudge: the lock key, the wait queue
+// (order and info), the turn and the pollers of the queue (wire.Layout's
+// names), and the fence counter. The side keys share one buffer: two
+// allocations in all, on the path of every release.
+func (s *scripts) lockKeys(lk string, fence bool) []string {
+	names := sideNames[:len(sideNames)-1]
+	if fence {
+		names = sideNames[:]
+	}
+	var stack [256]byte
+	p := s.layout.AppendSidePrefix(stack[:0], lk)
+	var b strings.Builder // its String does not copy
+	b.Grow(len(names)*len(p) + len("queuewaitersturnpollsfence"))
+	keys := make([]string, 1+len(names))
+	keys[0] = lk
+	var ends [len(sideNames)]int
+	for i, name := range names {
+		b.Write(p)
+		b.WriteString(name)
+		ends[i] = b.Len()
+	}
+	all := b.String()
+	start := 0
+	for i := range names {
+		keys[1+i], start = all[start:ends[i]], ends[i]
+	}
+	return keys
 }
 
 // mode is how the waiter of h waits, as obtain.lua and pass.lua take it.
@@ -127,7 +155,7 @@ func (s *scripts) mode(h hint) any {
 // obtain's hint names the waiter (the lock instance) and how it waits; a
 // TryLock never queues.
 func (s *scripts) obtain(lk, token string, ttl time.Duration, h hint) Call {
-	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
+	return Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
 		s.fenceArg, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt)}}
 }
 
@@ -140,7 +168,7 @@ func (s *scripts) pass(lk, token string, ttl time.Duration, h hint, force bool) 
 	if force {
 		f = 1
 	}
-	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
+	return Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
 		s.fenceArg, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, f, ceilMillis(h.rtt)}}
 }
 
@@ -149,17 +177,17 @@ func (s *scripts) renew(lk, token string, ttl time.Duration) Call {
 }
 
 func (s *scripts) release(lk, token string) Call {
-	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg}}
+	return Call{Keys: s.lockKeys(lk, false), Args: []any{token, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg}}
 }
 
 // nudge gives lk, once expired, to the next waiter (a lease's ReleaseAfter).
 func (s *scripts) nudge(lk, token string) Call {
-	return Call{Keys: s.lockKeys(lk), Args: []any{token, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg}}
+	return Call{Keys: s.lockKeys(lk, false), Args: []any{token, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg}}
 }
 
 // leave takes waiter out of lk's wait queue.
 func (s *scripts) leave(lk, waiter string) Call {
-	return Call{Keys: s.lockKeys(lk), Args: []any{waiter, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg}}
+	return Call{Keys: s.lockKeys(lk, false), Args: []any{waiter, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg}}
 }
 
 // fence raises lk's fence counter to at least n (Redlock).

@@ -69,10 +69,10 @@ func obtainArgs(token string) []any {
 	return []any{token, int64(10_000), "test-registry/1", int64(0), int64(100), int64(0), int64(0), "chan", int64(5), int64(20), int64(2)}
 }
 
-// lockKeys are the KEYS of obtain.lua and release.lua for the lock key k
-// (in Cluster, k's hash tag puts them all in its slot).
+// lockKeys are the KEYS of obtain.lua for the lock key k (release.lua
+// ignores the last; in Cluster, k's hash tag puts them all in its slot).
 func lockKeys(k string) []string {
-	return []string{k, k + ":fence", k + ":queue", k + ":waiters", k + ":turn", k + ":polls"}
+	return []string{k, k + ":queue", k + ":waiters", k + ":turn", k + ":polls", k + ":fence"}
 }
 
 // Eval returns RESP types, runs EVAL after a SCRIPT FLUSH, and wraps error

@@ -81,14 +81,21 @@ func (w Layout) TurnKey(lk string) string { return w.sideKey(lk, "turn") }
 // sideKey names a key that belongs to the lock key lk, in lk's Cluster
 // slot (see Layout).
 func (w Layout) sideKey(lk, name string) string {
+	return string(append(w.AppendSidePrefix(nil, lk), name...))
+}
+
+// AppendSidePrefix appends to b the prefix of every side key of the lock
+// key lk (FenceKey is that prefix + "fence"), so that a caller can build
+// them all in one buffer.
+func (w Layout) AppendSidePrefix(b []byte, lk string) []byte {
 	if w.HashTag {
-		return lk + ":" + name
+		return append(append(b, lk...), ':')
 	}
 	tag := slotTag(lk)
 	if tag == lk {
-		return "{" + lk + "}:" + name
+		return append(append(append(b, '{'), lk...), "}:"...)
 	}
-	return "{" + tag + "}" + lk + ":" + name
+	return append(append(append(append(append(b, '{'), tag...), '}'), lk...), ':')
 }
 
 // Channel returns the release channel of the lock key lk, on which every

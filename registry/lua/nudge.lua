@@ -3,7 +3,7 @@
 -- next waiter in line and publish the release message, as release.lua
 -- does. Runs after prelude.lua.
 --
--- KEYS     as obtain.lua: lock key, fence counter (unused), wait queue,
+-- KEYS     as obtain.lua, without the fence counter: lock key, wait queue,
 --          queue info, turn, pollers
 -- ARGV[1]  token of the lease
 -- ARGV[2]  release channel
@@ -22,13 +22,14 @@ end
 if value then
   return -1
 end
-local q = {order = KEYS[3], info = KEYS[4], turn = KEYS[5], polls = KEYS[6]}
-if turnOf(q) then
+local R = queueRules()
+local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}
+if R.turnOf(q) then
   return -1
 end
-local next, n, _, moved = nextTurn(q, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5]), look = 4})
+local next, n, _, moved = R.nextTurn(q, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5]), look = 4})
 if next then
-  grant(q, next, n)
+  R.grant(q, next, n)
 end
-announce(ARGV[2], KEYS[1], moved + 1)
+R.announce(ARGV[2], KEYS[1], moved + 1)
 return -1

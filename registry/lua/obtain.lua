@@ -3,11 +3,11 @@
 -- sleeps before it tries again by itself. Runs after prelude.lua.
 --
 -- KEYS[1]  lock key (registryKey:key)
--- KEYS[2]  fence counter
--- KEYS[3]  wait queue (sorted set; see prelude.lua)
--- KEYS[4]  wait queue info (hash)
--- KEYS[5]  turn
--- KEYS[6]  wait queue of the pollers (sorted set)
+-- KEYS[2]  wait queue (sorted set; see prelude.lua)
+-- KEYS[3]  wait queue info (hash)
+-- KEYS[4]  turn
+-- KEYS[5]  wait queue of the pollers (sorted set)
+-- KEYS[6]  fence counter
 -- ARGV[1]  token, unique to this acquisition
 -- ARGV[2]  time to live in ms
 -- ARGV[3]  waiter id: registryId/n, one per lock instance
@@ -50,11 +50,7 @@
 --        messages this script sent for waiters it dropped (they are no
 --        longer counted).
 -- Error: WRONGTYPE when KEYS[1] holds something other than a string.
-local q = {order = KEYS[3], info = KEYS[4], turn = KEYS[5], polls = KEYS[6]}
-local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11]), look = 4}
-local token, id, mode = ARGV[1], ARGV[3], tonumber(ARGV[4])
-local idle, spread = tonumber(ARGV[5]), tonumber(ARGV[6])
-
+local token, id = ARGV[1], ARGV[3]
 local value = redis.pcall('GET', KEYS[1])
 if type(value) == 'table' and value.err then
   return redis.error_reply('WRONGTYPE lock key holds a value that is not a string')
@@ -62,37 +58,51 @@ end
 if value == token then
   local fence = 0
   if ARGV[7] == '1' then
-    fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+    fence = tonumber(redis.call('GET', KEYS[6]) or '0')
+  end
+  return {1, fence}
+end
+if not value and not redis.pcall('GET', KEYS[4]) and queueEmpty(KEYS[2]) then
+  -- Free, nobody's turn, nobody waiting: the key is the caller's.
+  redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+  local fence = 0
+  if ARGV[7] == '1' then
+    fence = nextFence(KEYS[6])
   end
   return {1, fence}
 end
 
-local now, turn = nil, turnOf(q)
+local R = queueRules()
+local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}
+local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11]), look = 4}
+local mode, idle, spread = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+
+local now, turn = nil, R.turnOf(q)
 local past = turn and turn ~= id -- a turn announced before this script
 local extra = 0 -- messages this script sends that announce no turn of a waiter ahead
 if not value then
   if not turn then
     local next, n, moved
-    next, n, now, moved = nextTurn(q, nil, rules, id)
+    next, n, now, moved = R.nextTurn(q, nil, rules, id)
     extra = moved
     if next and next ~= id then
-      grant(q, next, n)
+      R.grant(q, next, n)
       moved = moved + 1
       turn = next
     end
-    announce(ARGV[8], KEYS[1], moved)
+    R.announce(ARGV[8], KEYS[1], moved)
   end
   if not turn or turn == id then
     redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
     if turn then -- its turn, announced when it was given
       redis.call('DEL', q.turn)
-      drop(q, id)
-    elseif drop(q, id) then -- a queued waiter took a free key unannounced: those behind move up
-      announce(ARGV[8], KEYS[1], 1)
+      R.drop(q, id)
+    elseif R.drop(q, id) then -- a queued waiter took a free key unannounced: those behind move up
+      R.announce(ARGV[8], KEYS[1], 1)
     end
     local fence = 0
     if ARGV[7] == '1' then
-      fence = nextFence(KEYS[2])
+      fence = nextFence(KEYS[6])
     end
     return {1, fence}
   end
@@ -107,16 +117,16 @@ else
 end
 now = now or clock()
 if mode == 0 or not now then
-  return {status, pause(pttl, 2, turnLeft, idle, spread), -1}
+  return {status, R.pause(pttl, 2, turnLeft, idle, spread), -1}
 end
 local kind = 'p'
 if mode == 2 then
   kind = 'l'
 end
-local ahead = enqueue(q, id, kind, now)
-local sleep = pause(pttl, ahead, turnLeft, idle, spread)
+local ahead = R.enqueue(q, id, kind, now)
+local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
 local due = now + sleep + tonumber(ARGV[12]) -- when its next try reaches the server
-describe(q, id, kind, now, due, due + idle)
+R.describe(q, id, kind, now, due, due + idle)
 if past then
   ahead = ahead - 1 -- the message of that turn is past: one fewer to count
 end

@@ -5,8 +5,8 @@
 -- release the key as release.lua does, and, when another waiter gets the
 -- turn, queue the holder's instance behind it. Runs after prelude.lua.
 --
--- KEYS     as obtain.lua: lock key, fence counter, wait queue, queue info,
---          turn, pollers
+-- KEYS     as obtain.lua: lock key, wait queue, queue info, turn, pollers,
+--          fence counter
 -- ARGV[1]  token of the hold being passed
 -- ARGV[2]  time to live in ms, for the next holder
 -- ARGV[3]  waiter id of the holder's lock instance
@@ -33,24 +33,38 @@
 --        messages sent for waiters dropped on the way).
 --        {3} released, with nobody in line.
 --        {0} the key is gone or held by another token: nothing changed.
-local q = {order = KEYS[3], info = KEYS[4], turn = KEYS[5], polls = KEYS[6]}
-local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11]), look = 4}
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return {0}
 end
-local next, n, now, moved = nextTurn(q, nil, rules)
+if queueEmpty(KEYS[2]) then -- nobody in line
+  if ARGV[12] == '1' then
+    redis.call('DEL', KEYS[1])
+    redis.call('PUBLISH', ARGV[8], KEYS[1])
+    return {3}
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local fence = 0
+  if ARGV[7] == '1' then
+    fence = nextFence(KEYS[6])
+  end
+  return {1, fence}
+end
+local R = queueRules()
+local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}
+local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11]), look = 4}
+local next, n, now, moved = R.nextTurn(q, nil, rules)
 if next == ARGV[3] then -- a stale entry of the holder's own instance
-  drop(q, next)
+  R.drop(q, next)
   local more
-  next, n, now, more = nextTurn(q, now, rules)
+  next, n, now, more = R.nextTurn(q, now, rules)
   moved = moved + more
 end
 if next or ARGV[12] == '1' then
   redis.call('DEL', KEYS[1])
   if next then
-    grant(q, next, n)
+    R.grant(q, next, n)
   end
-  announce(ARGV[8], KEYS[1], math.max(1, moved + (next and 1 or 0)))
+  R.announce(ARGV[8], KEYS[1], math.max(1, moved + (next and 1 or 0)))
   if not next then
     return {3}
   end
@@ -59,18 +73,18 @@ if next or ARGV[12] == '1' then
   if ARGV[4] == '2' then
     kind = 'l'
   end
-  local ahead = enqueue(q, ARGV[3], kind, now)
+  local ahead = R.enqueue(q, ARGV[3], kind, now)
   -- Next in line: try again when the turn just given ends, in case its
   -- waiter does not take it.
-  local sleep = pause(-1, ahead, n, idle, tonumber(ARGV[6]))
+  local sleep = R.pause(-1, ahead, n, idle, tonumber(ARGV[6]))
   local due = now + sleep + tonumber(ARGV[13])
-  describe(q, ARGV[3], kind, now, due, due + idle)
+  R.describe(q, ARGV[3], kind, now, due, due + idle)
   return {2, sleep, ahead + 1 + moved}
 end
-announce(ARGV[8], KEYS[1], moved)
+R.announce(ARGV[8], KEYS[1], moved)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local fence = 0
 if ARGV[7] == '1' then
-  fence = nextFence(KEYS[2])
+  fence = nextFence(KEYS[6])
 end
 return {1, fence}

@@ -1,7 +1,10 @@
 -- prelude: the rules that the lock scripts share, prepended to each script
 -- that needs them (scripts.go). Nothing here reads KEYS or ARGV: every
 -- function takes its keys and settings as arguments, so that the rules can
--- be run alone with a fixed clock (prelude_test.go).
+-- be run alone with a fixed clock (prelude_test.go). The wait queue's rules
+-- are defined by queueRules, when a script needs them: a script that finds
+-- the queue empty (most releases, an uncontended obtain) does not pay for
+-- defining them (Lua makes a closure of each function at every run).
 --
 -- The wait queue of a lock key is kept in four keys of its Cluster slot
 -- (wire.Layout), named by a table q:
@@ -47,199 +50,211 @@ local function nextFence(key)
   return redis.call('INCR', key)
 end
 
--- ms formats a time or duration in ms as an integer argument.
-local function ms(n)
-  return string.format('%d', n)
+-- queueEmpty reports whether the wait queue whose order key is order has
+-- no waiter (a key of another type counts as not empty: queueRules then
+-- deals with it).
+local function queueEmpty(order)
+  local r = redis.pcall('ZRANGE', order, '0', '0')
+  return type(r) == 'table' and not r.err and #r == 0
 end
 
--- qcall runs a command on a queue key. A WRONGTYPE reply (the key holds
--- another type) deletes the key and gives nil; any other error (NOPERM,
--- OOM) is raised, as redis.call would.
-local function qcall(cmd, key, ...)
-  local r = redis.pcall(cmd, key, ...)
-  if type(r) == 'table' and r.err then
-    if string.sub(r.err, 1, 9) ~= 'WRONGTYPE' then
-      return redis.call(cmd, key, ...) -- raises it
+-- queueRules returns the wait queue's rules as a table of functions.
+local function queueRules()
+  -- ms formats a time or duration in ms as an integer argument.
+  local function ms(n)
+    return string.format('%d', n)
+  end
+
+  -- qcall runs a command on a queue key. A WRONGTYPE reply (the key holds
+  -- another type) deletes the key and gives nil; any other error (NOPERM,
+  -- OOM) is raised, as redis.call would.
+  local function qcall(cmd, key, ...)
+    local r = redis.pcall(cmd, key, ...)
+    if type(r) == 'table' and r.err then
+      if string.sub(r.err, 1, 9) ~= 'WRONGTYPE' then
+        return redis.call(cmd, key, ...) -- raises it
+      end
+      redis.call('DEL', key)
+      return nil
     end
-    redis.call('DEL', key)
-    return nil
+    return r
   end
-  return r
-end
 
--- waiter returns the kind, due, lapse and the end of the last turn (0:
--- none) of waiter id, or nil.
-local function waiter(q, id)
-  local v = qcall('HGET', q.info, id)
-  if type(v) ~= 'string' then
-    return nil
+  -- waiter returns the kind, due, lapse and the end of the last turn (0:
+  -- none) of waiter id, or nil.
+  local function waiter(q, id)
+    local v = qcall('HGET', q.info, id)
+    if type(v) ~= 'string' then
+      return nil
+    end
+    local kind, due, lapse, ended = string.match(v, '^([lp]) (%d+) (%d+) ?(%d*)$')
+    if not kind then
+      return nil
+    end
+    return kind, tonumber(due), tonumber(lapse), tonumber(ended) or 0
   end
-  local kind, due, lapse, ended = string.match(v, '^([lp]) (%d+) (%d+) ?(%d*)$')
-  if not kind then
-    return nil
-  end
-  return kind, tonumber(due), tonumber(lapse), tonumber(ended) or 0
-end
 
--- drop takes waiter id out of the queue, and reports whether it was in it.
-local function drop(q, id)
-  if qcall('ZREM', q.order, id) ~= 1 then
-    return false
+  -- drop takes waiter id out of the queue, and reports whether it was in it.
+  local function drop(q, id)
+    if qcall('ZREM', q.order, id) ~= 1 then
+      return false
+    end
+    qcall('HDEL', q.info, id)
+    qcall('ZREM', q.polls, id)
+    return true
   end
-  qcall('HDEL', q.info, id)
-  qcall('ZREM', q.polls, id)
-  return true
-end
 
--- enqueue puts waiter id, which polls if kind is 'p', at the end of the
--- queue unless it is in it already (it keeps its place), and returns how
--- many waiters are ahead of it: all of them for a poller; for a listener,
--- those that listen too (each turn is announced by a release message, and
--- a listener counts the messages until its own; a poller ahead gets a turn
--- only now and then, when it is due: counting it would make the listener
--- miss its turn, not counting it only makes it try a turn early).
-local function enqueue(q, id, kind, now)
-  local since = qcall('ZSCORE', q.order, id)
-  if not since then
-    since = string.format('%.3f', now)
-    qcall('ZADD', q.order, since, id)
+  -- enqueue puts waiter id, which polls if kind is 'p', at the end of the
+  -- queue unless it is in it already (it keeps its place), and returns how
+  -- many waiters are ahead of it: all of them for a poller; for a listener,
+  -- those that listen too (each turn is announced by a release message, and
+  -- a listener counts the messages until its own; a poller ahead gets a turn
+  -- only now and then, when it is due: counting it would make the listener
+  -- miss its turn, not counting it only makes it try a turn early).
+  local function enqueue(q, id, kind, now)
+    local since = qcall('ZSCORE', q.order, id)
+    if not since then
+      since = string.format('%.3f', now)
+      qcall('ZADD', q.order, since, id)
+    end
+    if kind == 'p' then -- NX: a listener that became a poller (an evicted instance) is counted as one from now on
+      qcall('ZADD', q.polls, 'NX', since, id)
+    end
+    local rank = qcall('ZRANK', q.order, id) or 0
+    if kind == 'p' then
+      return rank
+    end
+    return math.max(0, rank - (qcall('ZCOUNT', q.polls, '-inf', since) or 0))
   end
-  if kind == 'p' then -- NX: a listener that became a poller (an evicted instance) is counted as one from now on
-    qcall('ZADD', q.polls, 'NX', since, id)
-  end
-  local rank = qcall('ZRANK', q.order, id) or 0
-  if kind == 'p' then
-    return rank
-  end
-  return math.max(0, rank - (qcall('ZCOUNT', q.polls, '-inf', since) or 0))
-end
 
--- describe records how waiter id waits, and keeps the keys it wrote alive
--- until its entry lapses: each key lives up to twice as long as the last
--- entry (they are extended in steps, not on every write), and none is left
--- without a time to live.
-local function describe(q, id, kind, now, due, lapse)
-  qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse))
-  local keys = {q.order, q.info}
-  if kind == 'p' then
-    keys[3] = q.polls
-  end
-  for _, k in ipairs(keys) do
-    local left = redis.call('PTTL', k)
-    if left < 0 or left < lapse - now then
-      redis.call('PEXPIRE', k, ms(2 * (lapse - now)))
+  -- describe records how waiter id waits, and keeps the keys it wrote alive
+  -- until its entry lapses: each key lives up to twice as long as the last
+  -- entry (they are extended in steps, not on every write), and none is left
+  -- without a time to live.
+  local function describe(q, id, kind, now, due, lapse)
+    qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse))
+    local keys = {q.order, q.info}
+    if kind == 'p' then
+      keys[3] = q.polls
+    end
+    for _, k in ipairs(keys) do
+      local left = redis.call('PTTL', k)
+      if left < 0 or left < lapse - now then
+        redis.call('PEXPIRE', k, ms(2 * (lapse - now)))
+      end
     end
   end
-end
 
--- nextTurn returns the waiter whose turn a free lock key is now, and for
--- how many ms the key is kept for it; or nil: the key goes to whoever tries
--- first. The turn is the oldest live waiter's that is sure to try soon: one
--- that is woken by the release message gets r.window ms; one that polls,
--- only if it is due within r.ahead ms, and then until then plus r.slack (a
--- poller due later is passed over this time, and keeps its place: the key
--- would idle until it tries). Entries met on the way are dropped if they
--- lapsed, cannot be read, or were given a turn that ended more than
--- r.window ago without their trying since (a waiter that died, or missed
--- its turn: it queues again when it tries); at most 64 per call. At most
--- r.look live entries are examined. The entry of self, the waiter that
--- runs the script, is never dropped: it is trying now; if it is the first
--- in line, it is the turn. now may be nil: the clock is then read if the
--- queue is not empty, and returned as the third result. The fourth is how
--- many listeners were dropped: each is one place that the waiters behind
--- them move up without a turn, to be announced (announce).
-local function nextTurn(q, now, r, self)
-  local seen, dropped, deaf = 0, 0, 0
-  while seen < r.look and dropped < 64 do
-    local ids = qcall('ZRANGE', q.order, seen, seen + r.look - 1)
-    if not ids or #ids == 0 then
-      return nil, 0, now, dropped - deaf
-    end
-    now = now or clock()
-    if not now then
-      return nil, 0, nil, 0
-    end
-    for _, id in ipairs(ids) do
-      local kind, due, lapse, ended = waiter(q, id)
-      if id == self then
-        return id, 0, now, dropped - deaf
-      elseif not kind or lapse <= now or (ended > 0 and ended + r.window < now) then
-        drop(q, id)
-        dropped = dropped + 1
-        if kind == 'p' then
-          deaf = deaf + 1
-        end
-      else
-        seen = seen + 1
-        local n = nil
-        if kind == 'l' then
-          n = r.window
-        elseif due - now <= r.ahead then
-          n = math.max(due - now, 0) + r.slack
-        end
-        if n then
-          if ended == 0 then -- marks the turn's end, until the waiter tries again
-            qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse) .. ' ' .. ms(now + n))
+  -- nextTurn returns the waiter whose turn a free lock key is now, and for
+  -- how many ms the key is kept for it; or nil: the key goes to whoever tries
+  -- first. The turn is the oldest live waiter's that is sure to try soon: one
+  -- that is woken by the release message gets r.window ms; one that polls,
+  -- only if it is due within r.ahead ms, and then until then plus r.slack (a
+  -- poller due later is passed over this time, and keeps its place: the key
+  -- would idle until it tries). Entries met on the way are dropped if they
+  -- lapsed, cannot be read, or were given a turn that ended more than
+  -- r.window ago without their trying since (a waiter that died, or missed
+  -- its turn: it queues again when it tries); at most 64 per call. At most
+  -- r.look live entries are examined. The entry of self, the waiter that
+  -- runs the script, is never dropped: it is trying now; if it is the first
+  -- in line, it is the turn. now may be nil: the clock is then read if the
+  -- queue is not empty, and returned as the third result. The fourth is how
+  -- many listeners were dropped: each is one place that the waiters behind
+  -- them move up without a turn, to be announced (announce).
+  local function nextTurn(q, now, r, self)
+    local seen, dropped, deaf = 0, 0, 0
+    while seen < r.look and dropped < 64 do
+      local ids = qcall('ZRANGE', q.order, seen, seen + r.look - 1)
+      if not ids or #ids == 0 then
+        return nil, 0, now, dropped - deaf, seen == 0
+      end
+      now = now or clock()
+      if not now then
+        return nil, 0, nil, 0
+      end
+      for _, id in ipairs(ids) do
+        local kind, due, lapse, ended = waiter(q, id)
+        if id == self then
+          return id, 0, now, dropped - deaf
+        elseif not kind or lapse <= now or (ended > 0 and ended + r.window < now) then
+          drop(q, id)
+          dropped = dropped + 1
+          if kind == 'p' then
+            deaf = deaf + 1
           end
-          return id, n, now, dropped - deaf
+        else
+          seen = seen + 1
+          local n = nil
+          if kind == 'l' then
+            n = r.window
+          elseif due - now <= r.ahead then
+            n = math.max(due - now, 0) + r.slack
+          end
+          if n then
+            if ended == 0 then -- marks the turn's end, until the waiter tries again
+              qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse) .. ' ' .. ms(now + n))
+            end
+            return id, n, now, dropped - deaf
+          end
+        end
+        if seen >= r.look then
+          break
         end
       end
-      if seen >= r.look then
-        break
-      end
+    end
+    return nil, 0, now, dropped - deaf
+  end
+
+  -- announce publishes the release message on channel for lock key lk n
+  -- times (at most 65: a turn and 64 drops): a turn given, and places moved
+  -- up (nextTurn). A Spring waiter takes each for a release, and tries:
+  -- harmlessly.
+  local function announce(channel, lk, n)
+    for _ = 1, math.min(n, 65) do
+      redis.call('PUBLISH', channel, lk)
     end
   end
-  return nil, 0, now, dropped - deaf
-end
 
--- announce publishes the release message on channel for lock key lk n
--- times (at most 65: a turn and 64 drops): a turn given, and places moved
--- up (nextTurn). A Spring waiter takes each for a release, and tries:
--- harmlessly.
-local function announce(channel, lk, n)
-  for _ = 1, math.min(n, 65) do
-    redis.call('PUBLISH', channel, lk)
+  -- turnOf returns the waiter whose turn it is, or nil. A turn that is not
+  -- a string, or that lives for ever or far longer than any turn (PERSIST,
+  -- a restore, a hand-written value), is deleted: it would keep the key for
+  -- nobody.
+  local function turnOf(q)
+    local v = redis.pcall('GET', q.turn)
+    if type(v) == 'table' and v.err then
+      redis.call('DEL', q.turn)
+      return nil
+    end
+    if not v then
+      return nil
+    end
+    local left = redis.call('PTTL', q.turn)
+    if left < 0 or left > 60000 then
+      redis.call('DEL', q.turn)
+      return nil
+    end
+    return v
   end
-end
 
--- turnOf returns the waiter whose turn it is, or nil. A turn that is not
--- a string, or that lives for ever or far longer than any turn (PERSIST,
--- a restore, a hand-written value), is deleted: it would keep the key for
--- nobody.
-local function turnOf(q)
-  local v = redis.pcall('GET', q.turn)
-  if type(v) == 'table' and v.err then
-    redis.call('DEL', q.turn)
-    return nil
+  -- grant makes it waiter id's turn for n ms.
+  local function grant(q, id, n)
+    redis.call('SET', q.turn, id, 'PX', ms(math.max(1, n)))
   end
-  if not v then
-    return nil
-  end
-  local left = redis.call('PTTL', q.turn)
-  if left < 0 or left > 60000 then
-    redis.call('DEL', q.turn)
-    return nil
-  end
-  return v
-end
 
--- grant makes it waiter id's turn for n ms.
-local function grant(q, id, n)
-  redis.call('SET', q.turn, id, 'PX', ms(math.max(1, n)))
-end
-
--- pause returns how long (ms) a waiter that failed to take the key sleeps
--- before it tries again by itself: a waiter at most second in line to a
--- turn until the turn ends (turnLeft: its ms left, or nil); else until the
--- holder's key expires (pttl: ms left, -1 without expiry, -2 none), if
--- sooner than its poll interval idle; else idle shortened by spread (a
--- jitter, so that the waiters of many processes do not poll in step).
-local function pause(pttl, rank, turnLeft, idle, spread)
-  if turnLeft and rank <= 1 then
-    return turnLeft + 1
+  -- pause returns how long (ms) a waiter that failed to take the key sleeps
+  -- before it tries again by itself: a waiter at most second in line to a
+  -- turn until the turn ends (turnLeft: its ms left, or nil); else until the
+  -- holder's key expires (pttl: ms left, -1 without expiry, -2 none), if
+  -- sooner than its poll interval idle; else idle shortened by spread (a
+  -- jitter, so that the waiters of many processes do not poll in step).
+  local function pause(pttl, rank, turnLeft, idle, spread)
+    if turnLeft and rank <= 1 then
+      return turnLeft + 1
+    end
+    if pttl >= 0 and pttl < idle then
+      return pttl + 1
+    end
+    return math.max(1, idle - spread)
   end
-  if pttl >= 0 and pttl < idle then
-    return pttl + 1
-  end
-  return math.max(1, idle - spread)
+  return {ms = ms, qcall = qcall, waiter = waiter, drop = drop, enqueue = enqueue, describe = describe, nextTurn = nextTurn, announce = announce, turnOf = turnOf, grant = grant, pause = pause}
 end

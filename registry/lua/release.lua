@@ -3,7 +3,7 @@
 -- waiters (Spring RedisLockRegistry compatible channel and payload). Runs
 -- after prelude.lua.
 --
--- KEYS     as obtain.lua: lock key, fence counter (unused), wait queue,
+-- KEYS     as obtain.lua, without the fence counter: lock key, wait queue,
 --          queue info, turn, pollers
 -- ARGV[1]  token of the hold being released
 -- ARGV[2]  release channel (registryKey-channel:lockKey)
@@ -20,13 +20,18 @@ if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-local q = {order = KEYS[3], info = KEYS[4], turn = KEYS[5], polls = KEYS[6]}
-local next, n, _, moved = nextTurn(q, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5]), look = 4})
-if next then
-  grant(q, next, n)
+if queueEmpty(KEYS[2]) then
+  redis.call('PUBLISH', ARGV[2], KEYS[1])
+  return 1
 end
-announce(ARGV[2], KEYS[1], moved + 1)
-if next or (qcall('ZCARD', q.order) or 0) > 0 then
+local R = queueRules()
+local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}
+local next, n, _, moved, empty = R.nextTurn(q, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5]), look = 4})
+if next then
+  R.grant(q, next, n)
+end
+R.announce(ARGV[2], KEYS[1], moved + 1)
+if next or not empty then
   return 2
 end
 return 1
