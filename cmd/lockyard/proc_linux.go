@@ -33,6 +33,11 @@ type parentDeath struct {
 	pipe   io.WriteCloser
 }
 
+// onParentDeath sets the command's parent-death signal and starts the
+// reaper, before the command starts: its pid is written to the reaper as
+// soon as the command runs (started), so that lockyard dying in between
+// leaves a window of microseconds, not a process start-up. If the reaper
+// cannot start, the command keeps only its parent-death signal (logged).
 func onParentDeath(cmd *exec.Cmd, sig os.Signal, grace time.Duration, log *slog.Logger) *parentDeath {
 	g := &parentDeath{grace: grace, log: log}
 	if s, ok := sig.(syscall.Signal); ok {
@@ -40,16 +45,10 @@ func onParentDeath(cmd *exec.Cmd, sig os.Signal, grace time.Duration, log *slog.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: s}
 		g.unlock = runtime.UnlockOSThread
 	}
-	return g
-}
-
-// started starts the reaper of the command pid. If it cannot, the command
-// keeps only its parent-death signal (logged).
-func (g *parentDeath) started(pid int) {
 	exe, err := os.Executable()
 	if err != nil {
-		g.log.Warn("lockyard: no reaper for the command if lockyard dies", "err", err)
-		return
+		log.Warn("lockyard: no reaper for the command if lockyard dies", "err", err)
+		return g
 	}
 	r := exec.Command(exe, "__reap")
 	r.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a Ctrl-C or a kill of lockyard's group does not reach it
@@ -59,11 +58,18 @@ func (g *parentDeath) started(pid int) {
 		err = r.Start()
 	}
 	if err != nil {
-		g.log.Warn("lockyard: no reaper for the command if lockyard dies", "err", err)
-		return
+		log.Warn("lockyard: no reaper for the command if lockyard dies", "err", err)
+		return g
 	}
-	fmt.Fprintf(in, "%d %d\n", pid, int64(g.grace))
 	g.reaper, g.pipe = r, in
+	return g
+}
+
+// started tells the reaper the command's pid.
+func (g *parentDeath) started(pid int) {
+	if g.pipe != nil {
+		fmt.Fprintf(g.pipe, "%d %d\n", pid, int64(g.grace))
+	}
 }
 
 // done tells the reaper that the command ended, and waits for it.
@@ -81,15 +87,16 @@ func (g *parentDeath) done() {
 // cmdReap is `lockyard __reap`: it reads "PID GRACE" on stdin, then waits
 // for stdin to close. After "done", it exits; otherwise lockyard died, and
 // it sends the process PID SIGKILL GRACE later, if it still runs (a pidfd
-// makes sure it is the same process, not one that reused its pid).
+// makes sure it is the same process, not one that reused its pid). A
+// stdin that closes before a pid (the command did not start, or lockyard
+// died first) ends it.
 func cmdReap() int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	in := bufio.NewReader(os.Stdin)
 	var pid int
 	var grace int64
 	if _, err := fmt.Fscanf(in, "%d %d\n", &pid, &grace); err != nil {
-		fmt.Fprintln(os.Stderr, "lockyard __reap:", err)
-		return exitUsage
+		return 0
 	}
 	target := watchProcess(pid)
 	defer target.close()
