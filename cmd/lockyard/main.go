@@ -14,7 +14,7 @@
 // Like flock(1), run waits until the lock is free; -n (--nonblock) fails at
 // once, and -w/--wait gives up after a while: a duration (1m30s) or, as
 // flock's -w, a number of seconds (10, 0.5). --min-hold keeps the lock at
-// least that long from when it was taken, so that a fast job started on
+// least that long from when it was taken: with -n, a fast job started on
 // many hosts at the same minute runs once. The "--" before the command is
 // optional.
 //
@@ -36,15 +36,18 @@
 //
 // On SIGINT, SIGTERM, SIGHUP (a dropped ssh session) or SIGQUIT run
 // forwards the signal to the command and still releases the lock after it
-// exits. A SIGINT that the terminal sent to its foreground process group
-// (Ctrl-C) has reached the command already and is not sent again (Linux). A
+// exits. A SIGINT or SIGQUIT that the terminal sent to its foreground
+// process group (Ctrl-C, Ctrl-\) has reached the command already and is not
+// sent again (Linux); a signal ignored when run started (nohup) stays
+// ignored. A
 // signal that arrives while run waits for the lock ends the wait, and run
 // exits 128+N without starting the command. On Linux, if run itself dies
 // (even by SIGKILL), nothing renews the lock any more: the kernel sends the
 // command the --on-lost signal at once, and a reaper process SIGKILL within
-// --kill-after or half the TTL, whichever is shorter, so that it never runs
-// after the key has lapsed. Both signals go to the command's process, not
-// its children: a script should exec its last command.
+// --kill-after or half the TTL, whichever is shorter, so that it does not
+// run on after the key has lapsed (unless renewals were failing already);
+// with --on-lost none, neither. Both signals go to the command's process,
+// not its children: a script should exec its last command.
 //
 // Progress goes to stderr as log/slog text, warnings only unless -v; lock
 // keys are not logged at info level.

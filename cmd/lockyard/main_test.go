@@ -412,51 +412,6 @@ func TestRunForwardsHangupAndQuit(t *testing.T) {
 	}
 }
 
-// If lockyard is SIGKILLed, a command that ignores the on-lost SIGTERM is
-// SIGKILLed by the reaper before the key can lapse (here within half the
-// 4s TTL, --kill-after being longer): it never runs beside the next holder.
-func TestRunKilledCommandReaped(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the parent-death signal and the reaper are Linux only")
-	}
-	key, pidFile := newKey(t), filepath.Join(t.TempDir(), "pid")
-	script := "trap '' TERM; echo $$ > " + pidFile + ".tmp; mv " + pidFile + ".tmp " + pidFile + "; n=0; while [ $n -lt 3000 ]; do sleep 0.02; n=$((n+1)); done"
-	cmd := lockyard("run", "--ttl", "4s", "--kill-after", "30s", key, "--", "sh", "-c", script)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "the command", func() bool { return fileExists(pidFile) })
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pid int
-	if _, err := fmt.Sscan(string(b), &pid); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-	killed := time.Now()
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	waitFor(t, 4*time.Second, "the command to be gone before the key's TTL ends", func() bool { return !running(pid) })
-	if d := time.Since(killed); d < time.Second {
-		t.Fatalf("the command was gone %v after lockyard, before half the TTL: killed by what?", d)
-	}
-}
-
-// running reports whether process pid runs: it exists and is not a zombie
-// (killed, and not yet reaped by the parent it was given when lockyard
-// died).
-func running(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || !strings.HasPrefix(s[i+1:], " Z")
-}
-
 // --min-hold keeps the key from when it was taken, though the command ends
 // at once; a lock on the key is then refused until it has passed.
 func TestRunMinHold(t *testing.T) {

@@ -17,7 +17,8 @@ import (
 
 // parentDeath guards the command against lockyard's own death (even by
 // SIGKILL): nothing renews the lock any more, so the command must not go
-// on as if it held it.
+// on as if it held it. With --on-lost none it does nothing, as it never
+// signals the command.
 //   - The kernel sends the command the --on-lost signal at once (its
 //     parent-death signal). It is tied to the OS thread that forks, so the
 //     caller stays on it until the command ends: done undoes that.
@@ -31,6 +32,7 @@ type parentDeath struct {
 	unlock func()
 	reaper *exec.Cmd
 	pipe   io.WriteCloser
+	ack    *os.File // the reaper's stdout: "ok" once it watches the command
 }
 
 // onParentDeath sets the command's parent-death signal and starts the
@@ -40,35 +42,58 @@ type parentDeath struct {
 // cannot start, the command keeps only its parent-death signal (logged).
 func onParentDeath(cmd *exec.Cmd, sig os.Signal, grace time.Duration, log *slog.Logger) *parentDeath {
 	g := &parentDeath{grace: grace, log: log}
-	if s, ok := sig.(syscall.Signal); ok {
-		runtime.LockOSThread()
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: s}
-		g.unlock = runtime.UnlockOSThread
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return g // --on-lost none
 	}
+	runtime.LockOSThread()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: s}
+	g.unlock = runtime.UnlockOSThread
 	exe, err := os.Executable()
 	if err != nil {
 		log.Warn("lockyard: no reaper for the command if lockyard dies", "err", err)
 		return g
 	}
+	ack, out, err := os.Pipe()
+	if err != nil {
+		log.Warn("lockyard: no reaper for the command if lockyard dies", "err", err)
+		return g
+	}
+	defer out.Close()
+	// The reaper has no stderr: a caller that reads lockyard's output
+	// ($(...), a CI log) must not wait for it.
 	r := exec.Command(exe, "__reap")
 	r.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a Ctrl-C or a kill of lockyard's group does not reach it
-	r.Stderr = os.Stderr
+	r.Stdout = out
 	in, err := r.StdinPipe()
 	if err == nil {
 		err = r.Start()
 	}
 	if err != nil {
+		ack.Close()
 		log.Warn("lockyard: no reaper for the command if lockyard dies", "err", err)
 		return g
 	}
-	g.reaper, g.pipe = r, in
+	g.reaper, g.pipe, g.ack = r, in, ack
 	return g
 }
 
-// started tells the reaper the command's pid.
+// reaperAck bounds the wait for the reaper to watch the command.
+const reaperAck = 2 * time.Second
+
+// started tells the reaper the command's pid, and waits until the reaper
+// watches it: the caller reaps the command only afterwards, so that its
+// pid cannot be reused by another process before the reaper has a pidfd
+// of it.
 func (g *parentDeath) started(pid int) {
-	if g.pipe != nil {
-		fmt.Fprintf(g.pipe, "%d %d\n", pid, int64(g.grace))
+	if g.pipe == nil {
+		return
+	}
+	fmt.Fprintf(g.pipe, "%d %d\n", pid, int64(g.grace))
+	_ = g.ack.SetReadDeadline(time.Now().Add(reaperAck))
+	var b [3]byte
+	if n, err := io.ReadFull(g.ack, b[:]); err != nil || string(b[:n]) != "ok\n" {
+		g.log.Warn("lockyard: the reaper did not answer; it may not guard the command", "err", err)
 	}
 }
 
@@ -78,20 +103,22 @@ func (g *parentDeath) done() {
 		_, _ = io.WriteString(g.pipe, "done\n")
 		_ = g.pipe.Close()
 		_ = g.reaper.Wait()
+		_ = g.ack.Close()
 	}
 	if g.unlock != nil {
 		g.unlock()
 	}
 }
 
-// cmdReap is `lockyard __reap`: it reads "PID GRACE" on stdin, then waits
-// for stdin to close. After "done", it exits; otherwise lockyard died, and
-// it sends the process PID SIGKILL GRACE later, if it still runs (a pidfd
-// makes sure it is the same process, not one that reused its pid). A
-// stdin that closes before a pid (the command did not start, or lockyard
-// died first) ends it.
+// cmdReap is `lockyard __reap`: it reads "PID GRACE" on stdin, answers
+// "ok" on stdout once it watches the process, then waits for stdin to
+// close. After "done", it exits; otherwise lockyard died, and it sends the
+// process PID SIGKILL if it still runs GRACE later (a pidfd makes sure it
+// is the same process, not one that reused its pid); it exits as soon as
+// the process is gone. A stdin that closes before a pid (the command did
+// not start, or lockyard died first) ends it.
 func cmdReap() int {
-	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
 	in := bufio.NewReader(os.Stdin)
 	var pid int
 	var grace int64
@@ -100,17 +127,22 @@ func cmdReap() int {
 	}
 	target := watchProcess(pid)
 	defer target.close()
+	_, _ = io.WriteString(os.Stdout, "ok\n")
+	_ = os.Stdout.Close()
 	rest, _ := io.ReadAll(in) // until lockyard closes it, or dies
 	if strings.HasPrefix(string(rest), "done") {
 		return 0
 	}
-	time.Sleep(time.Duration(grace)) // the command got the --on-lost signal at lockyard's death
-	target.kill()
+	// The command got the --on-lost signal at lockyard's death.
+	if !target.exitsWithin(time.Duration(grace)) {
+		target.kill()
+	}
 	return 0
 }
 
-// Linux's pidfd system calls (5.3 and later; the numbers are the same on
-// every architecture).
+// Linux's pidfd system calls (5.3 and later), by their numbers in the
+// unified table. On mips, whose numbers differ, these are no system calls:
+// ENOSYS, and the /proc fallback.
 const (
 	sysPidfdSendSignal = 424
 	sysPidfdOpen       = 434
@@ -138,6 +170,40 @@ func (p process) kill() {
 	}
 	if st := startTime(p.pid); st != "" && st == p.start {
 		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+}
+
+// exitsWithin waits up to d for the process to end, and reports whether
+// it has. A pidfd becomes readable when its process ends; without one, it
+// looks at /proc every 20ms.
+func (p process) exitsWithin(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		if p.fd < 0 {
+			if st := startTime(p.pid); st == "" || st != p.start {
+				return true
+			}
+			time.Sleep(min(left, 20*time.Millisecond))
+			continue
+		}
+		pfd := struct {
+			fd              int32
+			events, revents int16
+		}{fd: int32(p.fd), events: 0x1} // POLLIN
+		ts := syscall.NsecToTimespec(int64(left))
+		n, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		switch {
+		case errno == syscall.EINTR:
+		case errno != 0:
+			time.Sleep(left) // cannot wait on it: wait out the grace
+			return false
+		case n > 0:
+			return true
+		}
 	}
 }
 

@@ -98,7 +98,7 @@ func cmdRun(args []string) int {
 	fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "lock time to live, at least 50ms; renewed every ttl/3 while the command runs")
 	fs.Var(&f.wait, "wait", "give up waiting for the lock after this `duration` or number of seconds (exit 75; default: wait until it is free; 0: as -n)")
 	fs.Var(&f.wait, "w", "the same as --wait")
-	fs.DurationVar(&f.minHold, "min-hold", 0, "keep the lock at least this long from when it was taken, even if the command ends sooner (a job run on many hosts at the same minute runs once)")
+	fs.DurationVar(&f.minHold, "min-hold", 0, "keep the lock at least this long from when it was taken, even if the command ends sooner (with -n, a job run on many hosts at the same minute runs once)")
 	fs.BoolVar(&f.nonblock, "n", false, "fail at once (exit 75) if the lock is held, as flock -n")
 	fs.BoolVar(&f.nonblock, "nonblock", false, "the same as -n")
 	fs.DurationVar(&f.killAfter, "kill-after", 10*time.Second, "if the command still runs this long after the --on-lost signal, send it SIGKILL, as timeout(1) --kill-after (0: never)")
@@ -171,8 +171,15 @@ func (f *runFlags) run(key string, argv []string, lostSig os.Signal) int {
 	log := f.logger()
 	// Signals that arrive while waiting for the lock end the wait; once
 	// the command runs they are forwarded to it.
+	// A signal that lockyard started with ignored (nohup, SIGINT and
+	// SIGQUIT in a background job) stays ignored, for the command too:
+	// Notify would turn it back on.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, forwarded...)
+	for _, s := range forwarded {
+		if !signal.Ignored(s) {
+			signal.Notify(sigs, s)
+		}
+	}
 	defer signal.Stop(sigs)
 
 	ctx := context.Background()
@@ -281,8 +288,8 @@ func (f *runFlags) acquire(reg *registry.Registry, key string, sigs <-chan os.Si
 }
 
 // exec runs argv while the lock is held, forwarding SIGINT, SIGTERM, SIGHUP
-// and SIGQUIT (but not a SIGINT that the terminal sent to the command as
-// well), and signalling it with lostSig if the lock is lost. If lockyard
+// and SIGQUIT (but not a SIGINT or SIGQUIT that the terminal sent to the
+// command as well), and signalling it with lostSig if the lock is lost. If lockyard
 // dies meanwhile, the kernel sends lostSig and a reaper process SIGKILL
 // (onParentDeath). It returns the command's exit status and whether the
 // lock was lost.
@@ -308,8 +315,8 @@ func (f *runFlags) exec(le *registry.Lease, argv []string, lostSig os.Signal, si
 	for {
 		select {
 		case sig := <-sigs:
-			if sig == syscall.SIGINT && terminalForeground() {
-				log.Info("lockyard: SIGINT came from the terminal to the command too; not forwarded")
+			if (sig == syscall.SIGINT || sig == syscall.SIGQUIT) && terminalForeground() {
+				log.Info("lockyard: the terminal sent the signal to the command too; not forwarded", "signal", sig)
 				continue
 			}
 			log.Info("lockyard: signal forwarded", "signal", sig)

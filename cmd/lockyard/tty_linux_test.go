@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,14 +40,15 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 	return master, slave
 }
 
-// Ctrl-C in a terminal reaches every process of the foreground group: the
-// command gets it from the terminal, and run does not send it a second
-// time (a second SIGINT means "quit now" to many programs). SIGTERM, which
-// no terminal sends, is still forwarded.
+// Ctrl-C (and Ctrl-\) in a terminal reaches every process of the
+// foreground group: the command gets it from the terminal, and run does
+// not send it a second time (a second SIGINT means "quit now" to many
+// programs). SIGTERM, which no terminal sends, is still forwarded.
 func TestRunCtrlCInTerminal(t *testing.T) {
 	master, slave := openPTY(t)
 	defer master.Close()
-	cmd, f := startTrapped(t, 7, "", func(cmd *exec.Cmd) {
+	quits := filepath.Join(t.TempDir(), "quits")
+	cmd, f := startTrapped(t, 7, fmt.Sprintf("trap 'echo QUIT >> %q' QUIT", quits), func(cmd *exec.Cmd) {
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	}, "run", "-v", newKey(t))
@@ -62,6 +64,10 @@ func TestRunCtrlCInTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the command's SIGINT trap", func() bool { return fileExists(f.ints) })
+	if _, err := master.Write([]byte{0x1c}); err != nil { // ^\, the terminal's VQUIT
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the command's SIGQUIT trap", func() bool { return fileExists(quits) })
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +80,9 @@ func TestRunCtrlCInTerminal(t *testing.T) {
 	log := out.String()
 	if strings.Contains(log, `signal forwarded" signal=interrupt`) || !strings.Contains(log, "not forwarded") {
 		t.Fatalf("the terminal's SIGINT was forwarded as well:\n%s", log)
+	}
+	if strings.Contains(log, `signal forwarded" signal=quit`) || !strings.Contains(log, `not forwarded" signal=quit`) {
+		t.Fatalf("the terminal's SIGQUIT was forwarded as well:\n%s", log)
 	}
 	if !strings.Contains(log, `signal forwarded" signal=terminated`) {
 		t.Fatalf("SIGTERM was not forwarded:\n%s", log)
