@@ -50,11 +50,11 @@
 //     once its key has expired (for d up to a minute, if the registry is
 //     still open; otherwise their next poll finds it free). A waiter whose
 //     context ends, or whose registry is closed, leaves the queue; one
-//     that vanished (a killed
-//     process) loses its turn when it does not take it, and the key goes to
-//     the next waiter by that waiter's next try at the latest. A lock
-//     instance evicted from the cache and kept by its caller waits as a
-//     SpinLock waiter does (it hears no release message).
+//     that vanished (a killed process) loses its turn when it does not
+//     take it, and the key goes to the next waiter by that waiter's next
+//     try at the latest. A lock instance evicted from the cache and kept
+//     by its caller waits as a SpinLock waiter does (it hears no release
+//     message).
 //
 // # Ownership and reentrancy
 //
