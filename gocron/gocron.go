@@ -15,11 +15,15 @@
 // its key expires (DefaultElectorTTL, 10s). A graceful shutdown resigns
 // at once:
 //
-//	el := gocronlock.NewElector(ctx, reg, "scheduler")
+//	el := gocronlock.NewElector(context.Background(), reg, "scheduler")
 //	s, _ := gocron.NewScheduler(gocron.WithDistributedElector(el))
 //	...
 //	_ = s.Shutdown()          // waits for the running jobs
-//	_ = el.Close(ctx)         // resigns: another replica leads at once
+//	_ = el.Close(shutdownCtx) // resigns: another replica leads at once
+//
+// The Elector resigns when the ctx given to NewElector ends: not the ctx
+// that a SIGTERM cancels, or it resigns before the scheduler's Shutdown has
+// waited for the running jobs, and another replica runs jobs beside them.
 //
 // Jobs are named by gocron.WithName; jobs of one function and no name
 // share one name, and so one Locker key. A job longer than its interval
@@ -174,7 +178,7 @@ type Elector struct {
 var _ gocron.Elector = (*Elector)(nil)
 
 // NewElector returns an Elector that campaigns for key in a goroutine until
-// ctx ends, Close is called, or reg is closed; a Redis error other than a
+// ctx ends, Close is called, or reg is closed (reg.Done); a Redis error other than a
 // transient one (which is retried) ends a campaign, and it campaigns again
 // a second later. Its lease lives WithTTL (DefaultElectorTTL, 10s), so
 // that a leader that crashes costs that long at most. A bad option,
@@ -229,13 +233,16 @@ func (e *Elector) campaign(ctx context.Context) {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-e.reg.Done():
+			t.Stop()
+			return
 		case <-t.C:
 		}
 	}
 }
 
 // lead renews le every third of the TTL until it is lost, or until ctx
-// ends: then it resigns (releases the key).
+// ends or the registry is closed: then it resigns (releases the key).
 func (e *Elector) lead(ctx context.Context, le *registry.Lease) {
 	e.mu.Lock()
 	e.lease, e.last = le, nil
@@ -250,13 +257,7 @@ func (e *Elector) lead(ctx context.Context, le *registry.Lease) {
 	for {
 		select {
 		case <-ctx.Done():
-			rctx, cancel := context.WithTimeout(context.Background(), resignTimeout)
-			err := le.Release(rctx)
-			cancel()
-			e.mu.Lock()
-			e.resign = err
-			e.mu.Unlock()
-			return
+		case <-e.reg.Done():
 		case <-le.Lost():
 			_ = le.Release(context.Background()) // frees the local queue; the key is another's or gone
 			return
@@ -264,7 +265,15 @@ func (e *Elector) lead(ctx context.Context, le *registry.Lease) {
 			// A failure that is not a loss is tried again a period later;
 			// a lease not renewed in time is lost (le.Lost closes).
 			_ = le.Renew(ctx, e.ttl)
+			continue
 		}
+		rctx, cancel := context.WithTimeout(context.Background(), resignTimeout)
+		err := le.Release(rctx)
+		cancel()
+		e.mu.Lock()
+		e.resign = err
+		e.mu.Unlock()
+		return
 	}
 }
 
@@ -291,15 +300,20 @@ func (e *Elector) IsLeader(context.Context) error {
 
 // Close stops campaigning and, if this replica leads, resigns: it returns
 // once the key is released (the release's error, if any), or when ctx ends
-// (ctx.Err(); the release goes on in the background, bounded). Another
+// (ctx.Err(); the release goes on in the background, bounded); once the
+// campaign has ended it returns its result whatever ctx says. Another
 // replica leads as soon as it sees the release. Close is safe to call more
 // than once.
 func (e *Elector) Close(ctx context.Context) error {
 	e.stop()
 	select {
 	case <-e.done:
-	case <-ctx.Done():
-		return ctx.Err()
+	default: // not done yet: wait, but no longer than ctx
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

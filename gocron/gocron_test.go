@@ -379,3 +379,42 @@ func TestElectorWithoutAutoRenew(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // sampling, not waiting for a condition
 	}
 }
+
+// Closing the registry under a leading Elector ends its campaign: it
+// resigns (the key is released) and leads no more, on a registry without
+// WithAutoRenew too, where nothing else stops its renewals. Its Close then
+// returns nil whatever the ctx, every time.
+func TestElectorStopsWithRegistry(t *testing.T) {
+	srv, err := redistest.Start()
+	redistest.MustNil(t, err)
+	defer srv.Close()
+	for _, autoRenew := range []bool{false, true} {
+		pool := redistest.NewPool(srv.Addr)
+		opts := []registry.Option{}
+		if autoRenew {
+			opts = append(opts, registry.WithAutoRenew())
+		}
+		reg, err := registry.New(pool, "gocron-test", opts...)
+		redistest.MustNil(t, err)
+		key := fmt.Sprint("closed-registry-", autoRenew)
+		el := gocronlock.NewElector(context.Background(), reg, key, gocronlock.WithTTL(time.Minute))
+		redistest.WaitFor(t, 5*time.Second, "the elector to lead", func() bool { return el.IsLeader(context.Background()) == nil })
+		redistest.MustNil(t, reg.Close())
+		redistest.WaitFor(t, 5*time.Second, "the leader key to be released", func() bool {
+			n, _ := redis.Int(srv.Do("EXISTS", "gocron-test:"+key))
+			return n == 0
+		})
+		if el.IsLeader(context.Background()) == nil {
+			t.Fatalf("autoRenew=%v: the elector of a closed registry still leads", autoRenew)
+		}
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		redistest.MustNil(t, el.Close(redistest.CtxFor(t, 5*time.Second)))
+		for i := 0; i < 50; i++ {
+			if err := el.Close(done); err != nil {
+				t.Fatalf("Close(a done ctx) after the campaign ended: %v, want nil", err)
+			}
+		}
+		pool.Close()
+	}
+}

@@ -29,7 +29,17 @@ func TestClose(t *testing.T) {
 		go func() { remoteWaiter <- remote.LockContext(context.Background()) }()
 		notWithin(t, remoteWaiter, 50*time.Millisecond, "remote waiter returning")
 
+		select {
+		case <-r.Done():
+			t.Fatal("Done is closed before Close")
+		default:
+		}
 		mustNil(t, r.Close())
+		select {
+		case <-r.Done():
+		default:
+			t.Fatal("Done is not closed after Close")
+		}
 		mustIs(t, recvWithin(t, localWaiter, 5*time.Second, "local waiter"), registry.ErrClosed)
 		mustIs(t, recvWithin(t, remoteWaiter, 5*time.Second, "remote waiter"), registry.ErrClosed)
 		mustNil(t, r.Close())

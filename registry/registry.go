@@ -198,6 +198,11 @@ func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx co
 // watchdog renews every hold, of a lock or a lease, until it is released.
 func (r *Registry) AutoRenew() bool { return r.cfg.autoRenew }
 
+// Done returns a channel that is closed when Close is called, for code
+// that works on a registry's locks and leases (renewing them itself, say)
+// and must stop with it.
+func (r *Registry) Done() <-chan struct{} { return r.bg.closed }
+
 // Close stops the registry's background goroutines, waits for them, and
 // makes every waiter return ErrClosed. Afterwards Obtain, LockContext and
 // ExecuteLocked return ErrClosed, TryLock returns false and Lock panics;
