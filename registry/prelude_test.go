@@ -78,6 +78,8 @@ func TestTurnRule(t *testing.T) {
 			[]string{"x00", "x01", "x02", "x03", "b"}, "", 0},
 		{"64 drops at most", append(many(70, "l 1 2"), entry{"z", 99, "l 1000050 1000200"}), "", 0,
 			[]string{"x64", "x65", "x66", "x67", "x68", "x69", "z"}, "", 64},
+		{"64 drops at most, within a batch", append(append([]entry{{"p", -1, "p 1000500 1001000"}}, many(66, "l 1 2")...), entry{"z", 99, "l 1000050 1000200"}), "", 0,
+			[]string{"p", "x64", "x65", "z"}, "", 64},
 	}
 	forBackends(t, func(t *testing.T, b *backend) {
 		c := registry.NewPoolClient(b.pool(t))

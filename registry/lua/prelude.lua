@@ -182,6 +182,9 @@ local function queueRules()
           if kind == 'p' then
             deaf = deaf + 1
           end
+          if dropped >= 64 then
+            break
+          end
         else
           seen = seen + 1
           local n = nil
