@@ -65,11 +65,7 @@ end
 if not value and not redis.pcall('GET', KEYS[4]) and queueEmpty(KEYS[2]) then
   -- Free, nobody's turn, nobody waiting: the key is the caller's.
   redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-  local fence = 0
-  if ARGV[7] == '1' then
-    fence = nextFence(KEYS[6])
-  end
-  return {1, fence}
+  return held(ARGV[7], KEYS[6])
 end
 
 local R = queueRules()
@@ -100,11 +96,7 @@ if not value then
     elseif R.drop(q, id) then -- a queued waiter took a free key unannounced: those behind move up
       R.announce(ARGV[8], KEYS[1], 1)
     end
-    local fence = 0
-    if ARGV[7] == '1' then
-      fence = nextFence(KEYS[6])
-    end
-    return {1, fence}
+    return held(ARGV[7], KEYS[6])
   end
 end
 

@@ -43,11 +43,7 @@ if queueEmpty(KEYS[2]) then -- nobody in line
     return {3}
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  local fence = 0
-  if ARGV[7] == '1' then
-    fence = nextFence(KEYS[6])
-  end
-  return {1, fence}
+  return held(ARGV[7], KEYS[6])
 end
 local R = queueRules()
 local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}
@@ -83,8 +79,4 @@ if next or ARGV[12] == '1' then
 end
 R.announce(ARGV[8], KEYS[1], moved)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-local fence = 0
-if ARGV[7] == '1' then
-  fence = nextFence(KEYS[6])
-end
-return {1, fence}
+return held(ARGV[7], KEYS[6])
