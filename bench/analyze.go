@@ -3,6 +3,8 @@ package main
 import (
 	"math"
 	"slices"
+
+	"github.com/lockyard/lockyard/bench/internal/stat"
 )
 
 // metrics are one run's figures by column name.
@@ -44,9 +46,9 @@ func analyze(recs []rec, start, end int64, goroutines, procs int) metrics {
 		last[r.Key] = r
 	}
 	m["acq/s"] = float64(inWindow) / (float64(end-start) / 1e9)
-	m["wait p50 ms"] = percentile(waits, 50)
-	m["wait p99 ms"] = percentile(waits, 99)
-	m["takeover p99 ms"] = percentile(takeovers, 99)
+	m["wait p50 ms"] = stat.Percentile(waits, 50)
+	m["wait p99 ms"] = stat.Percentile(waits, 99)
+	m["takeover p99 ms"] = stat.Percentile(takeovers, 99)
 	m["takeover %"] = 100 * float64(len(takeovers)) / math.Max(1, float64(len(recs)-1))
 	counts := make([]float64, 0, goroutines)
 	for _, c := range perG {
@@ -55,9 +57,9 @@ func analyze(recs []rec, start, end int64, goroutines, procs int) metrics {
 	for len(counts) < goroutines {
 		counts = append(counts, 0)
 	}
-	m["jain"] = jain(counts)
+	m["jain"] = stat.Jain(counts)
 	if procs > 1 {
-		m["handoff p50 ms"] = percentile(handoffs, 50)
+		m["handoff p50 ms"] = stat.Percentile(handoffs, 50)
 		m["min share %"] = 100 * slices.Min(perProc) / math.Max(1, float64(len(recs)))
 	}
 	m["violations"] += 0

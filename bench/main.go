@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockyard/lockyard/bench/internal/stat"
 	"github.com/lockyard/lockyard/internal/redistest"
 )
 
@@ -90,7 +91,7 @@ func (t table) med(sc, im, col string) float64 {
 			xs = append(xs, v)
 		}
 	}
-	return median(xs)
+	return stat.Median(xs)
 }
 
 func run(reps int, dur time.Duration, rounds, burst int, only []string) error {

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/lockyard/lockyard/bench/internal/stat"
 )
 
 // print writes one markdown table per scenario (medians), then the targets.
@@ -21,7 +23,7 @@ func (t table) print(only []string) {
 			}
 			row := make([]string, len(sc.cols))
 			for i, c := range sc.cols {
-				row[i] = format(t.med(sc.id, im.name, c))
+				row[i] = stat.Format(t.med(sc.id, im.name, c))
 			}
 			fmt.Printf("| %s | %s |\n", im.name, strings.Join(row, " | "))
 		}
@@ -41,23 +43,9 @@ func (t table) printOne(sc, title string, cols []string) {
 	fmt.Printf("### %s (medians)\n\n| %s |\n|%s\n", title, strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
 	row := make([]string, len(cols))
 	for i, c := range cols {
-		row[i] = format(t.med(sc, "lockyard", c))
+		row[i] = stat.Format(t.med(sc, "lockyard", c))
 	}
 	fmt.Printf("| %s |\n\n", strings.Join(row, " | "))
-}
-
-func format(v float64) string {
-	switch {
-	case math.IsNaN(v):
-		return "-"
-	case v == math.Trunc(v) && math.Abs(v) < 1e6:
-		return fmt.Sprintf("%.0f", v)
-	case math.Abs(v) >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case math.Abs(v) >= 1:
-		return fmt.Sprintf("%.2f", v)
-	}
-	return fmt.Sprintf("%.3f", v)
 }
 
 // best returns the highest median of col among impls that pass keep.
@@ -138,7 +126,7 @@ func (t table) printTargets(only []string) {
 		if !x.ok {
 			verdict = "MISSED"
 		}
-		fmt.Printf("| %s | %s | %s | %s |\n", x.what, format(x.got), x.tolerance, verdict)
+		fmt.Printf("| %s | %s | %s | %s |\n", x.what, stat.Format(x.got), x.tolerance, verdict)
 	}
 	fmt.Println()
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/lockyard/lockyard/bench/internal/stat"
 	"github.com/lockyard/lockyard/internal/redistest"
 )
 
@@ -105,21 +106,21 @@ func printFair(names []string, builds []build, res map[string]map[string][]metri
 		for _, b := range builds {
 			row := make([]string, len(sc.cols))
 			for i, c := range sc.cols {
-				row[i] = format(medianOf(res[name][b.name], c))
+				row[i] = stat.Format(medianOf(res[name][b.name], c))
 			}
 			fmt.Printf("| %s | %s |\n", b.name, strings.Join(row, " | "))
 		}
 		if len(builds) == 2 {
 			row := make([]string, len(sc.cols))
 			for i, c := range sc.cols {
-				row[i] = format(medianOf(res[name]["this"], c) / medianOf(res[name][builds[1].name], c))
+				row[i] = stat.Format(medianOf(res[name]["this"], c) / medianOf(res[name][builds[1].name], c))
 			}
 			fmt.Printf("| this / %s | %s |\n", builds[1].name, strings.Join(row, " | "))
 		}
 		for _, b := range builds {
 			var runs []string
 			for _, m := range res[name][b.name] {
-				runs = append(runs, format(m[sc.cols[0]]))
+				runs = append(runs, stat.Format(m[sc.cols[0]]))
 			}
 			fmt.Printf("\n%s, %s by run: %s", b.name, sc.cols[0], strings.Join(runs, " "))
 		}
@@ -134,7 +135,7 @@ func medianOf(ms []metrics, col string) float64 {
 			xs = append(xs, v)
 		}
 	}
-	return median(xs)
+	return stat.Median(xs)
 }
 
 // buildAt builds this program against lockyard at revision rev (its root

@@ -14,6 +14,7 @@ import (
 
 	redigo "github.com/gomodule/redigo/redis"
 
+	"github.com/lockyard/lockyard/bench/internal/stat"
 	"github.com/lockyard/lockyard/internal/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
@@ -417,7 +418,7 @@ func (f *fairRun) releaseAfter() (metrics, error) {
 		return nil, err
 	}
 	w := f.log.waits(-1)
-	return metrics{"acq/s": perSecond(f.log.count(-1), from, to), "wait p50 ms": percentile(w, 50), "wait max ms": maxOf(w)}, nil
+	return metrics{"acq/s": perSecond(f.log.count(-1), from, to), "wait p50 ms": stat.Percentile(w, 50), "wait max ms": maxOf(w)}, nil
 }
 
 func (f *fairRun) poller2s() (metrics, error) {
@@ -612,7 +613,7 @@ func (f *fairRun) pubsub4x2() (metrics, error) {
 			counts = append(counts, f.log.count(10*i+g))
 		}
 	}
-	return metrics{"acq/s": perSecond(f.log.count(-1), from, to), "max wait ms": maxOf(f.log.waits(-1)), "jain": jain(counts)}, nil
+	return metrics{"acq/s": perSecond(f.log.count(-1), from, to), "max wait ms": maxOf(f.log.waits(-1)), "jain": stat.Jain(counts)}, nil
 }
 
 // serverCPU returns used_cpu_sys + used_cpu_user of INFO cpu.
