@@ -65,7 +65,7 @@ end
 if not value and not redis.pcall('GET', KEYS[4]) and queueEmpty(KEYS[2]) then
   -- Free, nobody's turn, nobody waiting: the key is the caller's.
   redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-  return held(ARGV[7], KEYS[6])
+  return {1, ARGV[7] == '1' and nextFence(KEYS[6]) or 0} -- held, with a fencing token if asked for
 end
 
 local R = queueRules()
@@ -96,7 +96,7 @@ if not value then
     elseif R.drop(q, id) then -- a queued waiter took a free key unannounced: those behind move up
       R.announce(ARGV[8], KEYS[1], 1)
     end
-    return held(ARGV[7], KEYS[6])
+    return {1, ARGV[7] == '1' and nextFence(KEYS[6]) or 0} -- held, with a fencing token if asked for
   end
 end
 

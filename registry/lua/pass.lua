@@ -43,7 +43,7 @@ if queueEmpty(KEYS[2]) then -- nobody in line
     return {3}
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return held(ARGV[7], KEYS[6])
+  return {1, ARGV[7] == '1' and nextFence(KEYS[6]) or 0} -- held, with a fencing token if asked for
 end
 local R = queueRules()
 local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}
@@ -79,4 +79,4 @@ if next or ARGV[12] == '1' then
 end
 R.announce(ARGV[8], KEYS[1], moved)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return held(ARGV[7], KEYS[6])
+return {1, ARGV[7] == '1' and nextFence(KEYS[6]) or 0} -- held, with a fencing token if asked for

@@ -50,16 +50,6 @@ local function nextFence(key)
   return redis.call('INCR', key)
 end
 
--- held is the reply of a script that leaves the caller holding the lock:
--- {1, fence}, fence being the next fencing token if fencing is '1' (the
--- counter key is fenceKey), else 0.
-local function held(fencing, fenceKey)
-  if fencing == '1' then
-    return {1, nextFence(fenceKey)}
-  end
-  return {1, 0}
-end
-
 -- queueEmpty reports whether the wait queue whose order key is order has
 -- no waiter (a key of another type counts as not empty: queueRules then
 -- deals with it).
