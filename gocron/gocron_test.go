@@ -247,9 +247,7 @@ func stop(t *testing.T, cmds []*exec.Cmd, order ...int) {
 // processes, with a job of 1ms (shorter than the splay) and one of 300ms,
 // and no tick is skipped.
 func TestLockerRunsOncePerTick(t *testing.T) {
-	srv, err := redistest.Start()
-	redistest.MustNil(t, err)
-	defer srv.Close()
+	srv := startServer(t)
 	cmds, _ := schedulers(t, "locker", srv.Addr, 3)
 	redistest.WaitFor(t, 15*time.Second, "7 ticks of each job", func() bool {
 		for _, job := range []string{"fast", "slow"} {
@@ -278,9 +276,7 @@ func TestLockerRunsOncePerTick(t *testing.T) {
 // With the Elector only the leader runs jobs; after SIGKILL of the leader
 // another scheduler leads within the TTL plus one poll, and runs them.
 func TestElectorFailover(t *testing.T) {
-	srv, err := redistest.Start()
-	redistest.MustNil(t, err)
-	defer srv.Close()
+	srv := startServer(t)
 	cmds, events := schedulers(t, "elector", srv.Addr, 3)
 	first := redistest.Next(t, events, 10*time.Second, "a leader", func(ev event) bool { return ev.line == "leader" })
 	redistest.WaitFor(t, 10*time.Second, "3 ticks on the leader", func() bool {
@@ -326,6 +322,15 @@ func TestElectorFailover(t *testing.T) {
 	}
 }
 
+// startServer starts a redis-server of the test's own, stopped at its end.
+func startServer(t *testing.T) *redistest.Server {
+	t.Helper()
+	srv, err := redistest.Start()
+	redistest.MustNil(t, err)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // electorOn returns an elector of key on a registry of its own on the
 // server at addr, made with opts, closed at the end of the test.
 func electorOn(t *testing.T, addr, key string, ttl time.Duration, opts ...registry.Option) *gocronlock.Elector {
@@ -343,9 +348,7 @@ func electorOn(t *testing.T, addr, key string, ttl time.Duration, opts ...regist
 // Close resigns and returns once the leader key is released: a second
 // elector leads at once, not a TTL (here 10s) later.
 func TestElectorCloseHandsOver(t *testing.T) {
-	srv, err := redistest.Start()
-	redistest.MustNil(t, err)
-	defer srv.Close()
+	srv := startServer(t)
 	a := electorOn(t, srv.Addr, "close", 10*time.Second)
 	redistest.WaitFor(t, 5*time.Second, "the first elector to lead", func() bool { return a.IsLeader(context.Background()) == nil })
 	b := electorOn(t, srv.Addr, "close", 10*time.Second)
@@ -367,9 +370,7 @@ func TestElectorCloseHandsOver(t *testing.T) {
 // The Elector renews its lease itself: on a registry without WithAutoRenew
 // it leads without a break for many TTLs.
 func TestElectorWithoutAutoRenew(t *testing.T) {
-	srv, err := redistest.Start()
-	redistest.MustNil(t, err)
-	defer srv.Close()
+	srv := startServer(t)
 	el := electorOn(t, srv.Addr, "renew", 300*time.Millisecond)
 	redistest.WaitFor(t, 5*time.Second, "the elector to lead", func() bool { return el.IsLeader(context.Background()) == nil })
 	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
@@ -385,9 +386,7 @@ func TestElectorWithoutAutoRenew(t *testing.T) {
 // WithAutoRenew too, where nothing else stops its renewals. Its Close then
 // returns nil whatever the ctx, every time.
 func TestElectorStopsWithRegistry(t *testing.T) {
-	srv, err := redistest.Start()
-	redistest.MustNil(t, err)
-	defer srv.Close()
+	srv := startServer(t)
 	for _, autoRenew := range []bool{false, true} {
 		pool := redistest.NewPool(srv.Addr)
 		opts := []registry.Option{}

@@ -174,8 +174,9 @@ func (le *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // started (a scheduler's job on replicas whose clocks tick a few
 // milliseconds apart). For d up to a minute, the registry tells the
 // waiters when the key has expired, unless it is closed by then; others
-// find it free at their next poll. d below a millisecond (Redis's unit) is Release;
-// above MaxDuration it returns ErrInvalidConfig and releases nothing.
+// find it free at their next poll. d below a millisecond (Redis's unit)
+// is Release; above MaxDuration it returns ErrInvalidConfig and releases
+// nothing.
 // Errors are those of Release, and a second call returns ErrNotOwner.
 func (le *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if d < time.Millisecond {
