@@ -66,3 +66,17 @@ var rulesScript = newScript("rules", preludeSrc+rulesSrc)
 func RunRule(ctx context.Context, c Client, keys []string, args ...any) (any, error) {
 	return c.Eval(ctx, rulesScript, keys, args)
 }
+
+// HoldLost reports whether l has a hold whose validity has ended (or that
+// was found gone), on the registry's clock; it arms no timer.
+func (l *RedisLock) HoldLost() bool {
+	h := l.hold.Load()
+	return h != nil && h.lost(l.reg.now())
+}
+
+// Renewing returns the number of holds the watchdog renews.
+func (r *Registry) Renewing() int {
+	r.watchdog.mu.Lock()
+	defer r.watchdog.mu.Unlock()
+	return len(r.watchdog.held)
+}

@@ -169,7 +169,7 @@ func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration, force 
 	// renewing stays held until the next hold is installed: a renewal
 	// waiting for it then finds h released and renews the new hold, or
 	// nothing, but never sends h's TTL after the pass sent another.
-	l.retire(h)
+	h.retire()
 	h.renewing.Lock()
 	defer h.renewing.Unlock()
 	l.turn.mark = l.wake.mark() // release messages from now on count for the next holder's wait
@@ -183,7 +183,7 @@ func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration, force 
 	switch p.outcome {
 	case passKept:
 		l.turn.passes = 0
-		l.install(newHold(h.token, p.fence, ttl, validUntil(sent, ttl)))
+		l.install(newHold(r, l.key, h.token, p.fence, ttl, validUntil(sent, ttl), (*queueHook)(l)))
 		return handedOver, nil
 	case passReleased:
 		l.turn.waitUntil, l.turn.after = sent+int64(p.sleep), p.after
@@ -219,13 +219,12 @@ func (l *RedisLock) inherit(ctx context.Context, ttl time.Duration) bool {
 		l.setPhase(held)
 		l.touch()
 		if l.local.Waiters() > 0 {
-			l.guard(h)
+			h.guard()
 		}
 		return true
 	}
-	h.markLost() // before retire: whoever watches Lost must hear of it
-	l.reg.stats.lostHold(h)
-	l.retire(h)
+	h.lose() // the caller owns the mutex, not yet held: nothing is revoked
+	h.retire()
 	l.hold.Store(nil)
 	l.reg.cleanup(l.key, h.token)
 	return false

@@ -7,12 +7,18 @@ import (
 	"time"
 )
 
-// hold is one acquisition of a lock in Redis: from a successful obtain to the
-// release. Its token and fence never change; its TTL changes only by
-// RenewLockFor.
+// hold is one acquisition in Redis: a token set at a key, from a successful
+// obtain to the release. It is the unit that every lock kind shares: the
+// watchdog renews holds, not locks; a hold watches its own validity with
+// one timer; and a hold is lost by one path, lose, which tells the kind
+// that owns it (a holder) last. Its key, token and fence never change; its
+// TTL changes only by a renewal to another TTL (RenewLockFor, Lease.Renew).
 type hold struct {
-	token string // the value stored at the lock key
+	r     *Registry
+	key   string // the Redis key
+	token string // the value stored at key
 	fence int64  // fencing token, 0 without WithFencing
+	kind  holder // told when the hold is lost
 	ttl   atomic.Int64
 	// deadline is the end of validity on the registry clock (see
 	// Registry.now): the send time of the obtain, or of the latest successful
@@ -32,9 +38,16 @@ type hold struct {
 	mu      sync.Mutex
 	ctx     context.Context // created by watch; cancelled with ErrLockLost
 	cancel  context.CancelCauseFunc
-	timer   *time.Timer // fires at deadline while watched
+	timer   *time.Timer // fires at deadline while watched or guarded
 	ended   bool        // released: no more loss reports
 	stopped error       // why nothing renews it any more (Close); ends ctx at once
+}
+
+// holder is the lock kind that owns a hold, told by lose that the hold is
+// lost after everything else knows it: the kind frees what the hold guarded
+// locally (a RedisLock revokes its local mutex if goroutines queue).
+type holder interface {
+	holdLost(h *hold)
 }
 
 // drift is the safety margin subtracted from a hold's validity for clock
@@ -44,8 +57,8 @@ func drift(ttl time.Duration) time.Duration {
 	return min(ttl/100+2*time.Millisecond, ttl/10)
 }
 
-func newHold(token string, fence int64, ttl time.Duration, deadline int64) *hold {
-	h := &hold{token: token, fence: fence}
+func newHold(r *Registry, key, token string, fence int64, ttl time.Duration, deadline int64, kind holder) *hold {
+	h := &hold{r: r, key: key, token: token, fence: fence, kind: kind}
 	h.ttl.Store(int64(ttl))
 	h.deadline.Store(deadline)
 	return h
@@ -71,6 +84,23 @@ func (h *hold) lost(now int64) bool {
 	return false
 }
 
+// lose is the loss of h, written once: h is marked lost, whoever watches
+// it (Lost, ExecuteLocked's context) hears of it, Stats counts it, the
+// watchdog stops renewing it, and last its holder frees what it guarded.
+// Every step is idempotent: a loss found twice (by the timer and by a
+// renewal) is one loss.
+func (h *hold) lose() {
+	h.lostFlag.Store(true)
+	h.mu.Lock()
+	if h.cancel != nil && !h.ended {
+		h.cancel(ErrLockLost)
+	}
+	h.mu.Unlock()
+	h.r.stats.lostHold(h)
+	h.r.watchdog.untrack(h)
+	h.kind.holdLost(h)
+}
+
 // renewed applies a renewal that set the key's TTL to ttl and was sent at
 // sent: the hold's TTL becomes ttl and its deadline sent+ttl-drift, earlier
 // or later than before (renewals are ordered by renewing). It reports
@@ -85,7 +115,7 @@ func (h *hold) renewed(now, sent int64, ttl time.Duration) bool {
 		}
 		if h.deadline.CompareAndSwap(cur, d) {
 			h.ttl.Store(int64(ttl))
-			if d < cur { // a shorter TTL: the watch must fire sooner
+			if d < cur { // a shorter TTL: the timer must fire sooner
 				h.rearm(time.Duration(d - now))
 			}
 			return true
@@ -93,53 +123,57 @@ func (h *hold) renewed(now, sent int64, ttl time.Duration) bool {
 	}
 }
 
-// markLost records that the hold is gone and cancels its watch context.
-func (h *hold) markLost() {
-	h.lostFlag.Store(true)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.cancel != nil && !h.ended {
-		h.cancel(ErrLockLost)
-	}
-}
-
 // watch returns a context cancelled with cause ErrLockLost when the hold is
-// lost: at its deadline unless renewed first, or when markLost is called.
-// The first call arms one timer; end disarms it.
-func (h *hold) watch(r *Registry) context.Context {
+// lost: at its deadline unless renewed first, or when lose is called. The
+// first call arms the hold's timer, if guard has not; end disarms it.
+func (h *hold) watch() context.Context {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ctx != nil {
 		// A deadline already passed counts at once, before the timer
 		// runs: a holder that resumes from a pause must see it first.
-		if !h.ended && h.stopped == nil && h.lost(r.now()) {
+		if !h.ended && h.stopped == nil && h.lost(h.r.now()) {
 			h.cancel(ErrLockLost)
 		}
 		return h.ctx
 	}
 	h.ctx, h.cancel = context.WithCancelCause(context.Background())
-	if h.ended {
-		return h.ctx
-	}
-	if h.stopped != nil {
+	switch {
+	case h.ended:
+	case h.stopped != nil:
 		h.cancel(h.stopped)
-		return h.ctx
-	}
-	if h.lost(r.now()) {
+	case h.lost(h.r.now()):
 		h.cancel(ErrLockLost)
-		return h.ctx
+	default:
+		h.arm()
 	}
-	h.timer = time.AfterFunc(time.Duration(h.deadline.Load()-r.now()), func() { h.check(r) })
 	return h.ctx
+}
+
+// guard makes the hold's timer fire at its deadline (and at each later
+// one) until it ends, so that a loss is found without a renewal or a
+// watcher: a RedisLock guards its hold while goroutines queue behind it.
+func (h *hold) guard() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ended {
+		h.arm()
+	}
+}
+
+// arm starts the timer at the deadline, once. mu must be held.
+func (h *hold) arm() {
+	if h.timer == nil {
+		h.timer = time.AfterFunc(time.Duration(h.deadline.Load()-h.r.now()), h.check)
+	}
 }
 
 // check runs when the timer fires: the hold is lost if the deadline has
 // passed; otherwise a renewal moved it and the timer is re-armed.
-func (h *hold) check(r *Registry) {
-	now := r.now()
+func (h *hold) check() {
+	now := h.r.now()
 	if h.lost(now) {
-		h.markLost()
-		r.stats.lostHold(h)
+		h.lose()
 		return
 	}
 	h.mu.Lock()
@@ -180,8 +214,7 @@ func (h *hold) shorten(now, d int64, ttl time.Duration) bool {
 	}
 }
 
-// rearm makes a watched hold's timer fire in d, for a deadline that moved
-// earlier.
+// rearm makes an armed timer fire in d, for a deadline that moved earlier.
 func (h *hold) rearm(d time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -190,8 +223,10 @@ func (h *hold) rearm(d time.Duration) {
 	}
 }
 
-// end marks the hold released: its timer stops and it reports no more loss.
-func (h *hold) end() {
+// retire stops caring about h: the watchdog stops renewing it, its timer
+// stops, and it reports no more loss. Safe to repeat.
+func (h *hold) retire() {
+	h.r.watchdog.untrack(h)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ended = true
@@ -200,7 +235,7 @@ func (h *hold) end() {
 	}
 }
 
-// released reports whether end was called.
+// released reports whether retire was called.
 func (h *hold) released() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -131,7 +131,7 @@ func (le *Lease) Lost() <-chan struct{} {
 	if !le.current() {
 		return closedChan
 	}
-	return le.h.watch(le.l.reg).Done()
+	return le.h.watch().Done()
 }
 
 // current reports whether the lease still holds its lock: not released, and
@@ -164,7 +164,7 @@ func (le *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	case h.released() || le.l.hold.Load() != h:
 		return fmt.Errorf("%w: the lease of %q was lost and passed on", ErrLockLost, le.l.key)
 	}
-	return le.l.renewHold(ctx, h, ttl)
+	return h.renew(ctx, ttl)
 }
 
 // ReleaseAfter ends the lease now but leaves its key in Redis for d: one
@@ -229,7 +229,7 @@ func (l *RedisLock) expire(ctx context.Context, d time.Duration, who reentrant.O
 	l.setPhase(releasing)
 	// As for a pass: no renewal (the watchdog, RenewLock) may reach Redis
 	// after this command and give the key its full TTL again.
-	l.retire(h)
+	h.retire()
 	h.renewing.Lock()
 	defer h.renewing.Unlock()
 	ok, _, err := l.reg.retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {

@@ -269,3 +269,44 @@ func TestLeaseReleaseAfter(t *testing.T) {
 		mustIs(t, le.Release(bg(t)), registry.ErrNotOwner)
 	})
 }
+
+// While a lease holds the key, the RedisLock of that key is held by no
+// goroutine: its Token is 0 and its Lost channel closed, as documented for
+// a lock that is not held. Once a goroutine holds the lock, any goroutine
+// that works for it reads its token, as before.
+func TestLeaseIsNotTheLocksHold(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		r := newReg(t, b.pool(t), registry.WithFencing())
+		l := obtain(t, r, "k")
+		le, err := r.Acquire(bg(t), "k", 0)
+		mustNil(t, err)
+		leaseTok := le.Token()
+		if leaseTok <= 0 {
+			t.Fatalf("lease token %d", leaseTok)
+		}
+		if tok := l.Token(); tok != 0 {
+			t.Errorf("RedisLock.Token %d while a lease holds the key, want 0", tok)
+		}
+		select {
+		case <-l.Lost():
+		default:
+			t.Error("RedisLock.Lost is open while a lease holds the key")
+		}
+		mustNil(t, le.Release(bg(t)))
+
+		l.Lock()
+		defer l.Unlock()
+		tok := l.Token()
+		if tok <= leaseTok {
+			t.Fatalf("Token %d while held, after the lease's %d", tok, leaseTok)
+		}
+		if got := inGoroutine(l.Token); got != tok {
+			t.Errorf("Token %d from a goroutine working for the holder, want %d", got, tok)
+		}
+		select {
+		case <-inGoroutine(l.Lost):
+			t.Error("Lost closed for a goroutine working for the holder")
+		default:
+		}
+	})
+}

@@ -267,7 +267,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 		l.turn.span = min(time.Duration(sent-l.turn.freed)-l.turn.grace, maxChainSpan)
 		l.turn.freed = 0
 	}
-	l.begin(newHold(token, g.fence, ttl, deadline))
+	l.begin(newHold(r, l.key, token, g.fence, ttl, deadline, (*queueHook)(l)))
 	return g, nil
 }
 
@@ -298,10 +298,10 @@ func (l *RedisLock) begin(h *hold) {
 // stays handingOver (not revocable) until that goroutine inherits it.
 func (l *RedisLock) install(h *hold) {
 	l.hold.Store(h)
-	l.reg.watchdog.track(l, h)
+	l.reg.watchdog.track(h)
 	l.touch()
 	if l.local.Waiters() > 0 {
-		l.guard(h)
+		h.guard()
 	}
 }
 
@@ -338,7 +338,7 @@ func (l *RedisLock) unlock(ctx context.Context, who reentrant.Owner) error {
 // error of a pass that this release replaces, or nil.
 func (l *RedisLock) release(ctx context.Context, h *hold, first error) error {
 	l.setPhase(releasing)
-	l.retire(h)
+	h.retire()
 	done, others, firstHere, err := l.reg.deleteToken(context.WithoutCancel(ctx), l.key, h.token)
 	if others {
 		// Waiters are queued: the next acquisition starts with the obtain
@@ -374,18 +374,11 @@ func (l *RedisLock) lostAtRelease(h *hold) error {
 	return nil
 }
 
-// retire stops caring about h: the watchdog stops renewing it, and it
-// reports no more loss. Safe to repeat.
-func (l *RedisLock) retire(h *hold) {
-	l.reg.watchdog.untrack(l, h)
-	h.end()
-}
-
 // teardown ends the turn of who, which owns the local mutex, after its
-// hold h ended with err: h is retired and forgotten (a loss counted), and
-// the local mutex is freed. It returns err.
+// hold h ended with err: h is retired and forgotten (a loss found at
+// release counted), and the local mutex is freed. It returns err.
 func (l *RedisLock) teardown(h *hold, err error, who reentrant.Owner) error {
-	l.retire(h)
+	h.retire()
 	if errors.Is(err, ErrLockLost) {
 		l.reg.stats.lostHold(h)
 	}

@@ -31,10 +31,9 @@ type RedisLock struct {
 	// hold is the current acquisition in Redis, nil when not held. Only the
 	// goroutine that owns local stores it; anyone may load it.
 	hold     atomic.Pointer[hold]
-	guardT   atomic.Pointer[time.Timer] // revoke.go: fires at the hold's deadline while goroutines queue
-	phase    atomic.Int32               // a phase (lifecycle.go), for tests and debugging
-	lastUsed atomic.Int64               // registry clock of the last Obtain, lock or unlock
-	wake     *waker                     // wakes the remote waiter (PubSubLock; nil otherwise)
+	phase    atomic.Int32 // a phase (lifecycle.go), for tests and debugging
+	lastUsed atomic.Int64 // registry clock of the last Obtain, lock or unlock
+	wake     *waker       // wakes the remote waiter (PubSubLock; nil otherwise)
 	// waiter is this instance's id in the key's wait queue: the registry
 	// id, "/", and a number unique to the instance, so that an instance
 	// evicted from the cache and kept by the caller, and the one Obtain
@@ -60,7 +59,9 @@ func (l *RedisLock) Key() string { return l.key }
 
 // Token returns the fencing token of the current hold: strictly increasing
 // per key across every holder, in every registry and process. It is 0 when
-// the lock is not held or the registry was made without WithFencing. Pass it
+// no goroutine holds the lock (a Lease of the key is not a hold of the
+// lock: see Lease.Token) or the registry was made without WithFencing. Any
+// goroutine may read it, such as one that works for the holder. Pass it
 // to the storage you protect, which should reject a token lower than the
 // highest it has seen.
 //
@@ -72,10 +73,21 @@ func (l *RedisLock) Key() string { return l.key }
 // failover to a replica whose copy of the counter lagged can repeat a token,
 // as it can grant the lock twice (see WithReplicaAck).
 func (l *RedisLock) Token() int64 {
-	if h := l.hold.Load(); h != nil && !l.revoked() {
+	if h := l.goroutineHold(); h != nil {
 		return h.fence
 	}
 	return 0
+}
+
+// goroutineHold returns the current hold if a goroutine holds the lock, and
+// the calling goroutine did not lose it to revoke; nil otherwise (a lease
+// holds the key, or nobody).
+func (l *RedisLock) goroutineHold() *hold {
+	h := l.hold.Load()
+	if h == nil || l.local.Owner() <= 0 || l.revoked() {
+		return nil
+	}
+	return h
 }
 
 // closedChan is returned by Lost when there is no hold to lose.
@@ -89,12 +101,13 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // ExecuteLocked's context is for fn. A clean release does not close it. If
 // the lock is not held, the channel is already closed. Safe to call from any
 // goroutine; the first call for a hold arms one timer, stopped at release.
+// While a Lease holds the key, the lock is not held: see Lease.Lost.
 func (l *RedisLock) Lost() <-chan struct{} {
-	h := l.hold.Load()
-	if h == nil || l.revoked() {
+	h := l.goroutineHold()
+	if h == nil {
 		return closedChan
 	}
-	return h.watch(l.reg).Done()
+	return h.watch().Done()
 }
 
 func (l *RedisLock) touch() { l.lastUsed.Store(l.reg.now()) }
@@ -209,4 +222,37 @@ func (l *RedisLock) leave(who reentrant.Owner) (last bool, err error) {
 		return false, fmt.Errorf("%w: %q", ErrNotOwner, l.key)
 	}
 	return last, nil
+}
+
+// renew resets the TTL of the current hold if the registry holds the lock
+// (RenewLock), to ttl, or to the hold's own TTL if ttl is 0; a ttl other
+// than the hold's becomes its TTL from now on (RenewLockFor).
+func (l *RedisLock) renew(ctx context.Context, ttl time.Duration) error {
+	h := l.lockCurrent()
+	if h == nil {
+		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, l.key)
+	}
+	defer h.renewing.Unlock()
+	return h.renew(ctx, ttl)
+}
+
+// lockCurrent returns the lock's current hold with its renewing lock
+// taken, or nil if the registry holds none. A hold that was released (or
+// passed on) while it waited for the lock is not returned: its TTL must not
+// reach Redis after its successor's.
+func (l *RedisLock) lockCurrent() *hold {
+	for {
+		h := l.hold.Load()
+		if h == nil {
+			return nil
+		}
+		h.renewing.Lock()
+		if !h.released() {
+			return h
+		}
+		h.renewing.Unlock()
+		if l.hold.Load() == h { // being released: not held any more
+			return nil
+		}
+	}
 }

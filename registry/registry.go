@@ -176,7 +176,7 @@ func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx co
 	}
 	h := l.hold.Load()
 	fctx, cancel := context.WithCancelCause(ctx)
-	wctx := h.watch(r)
+	wctx := h.watch()
 	stop := context.AfterFunc(wctx, func() { cancel(context.Cause(wctx)) })
 	defer func() {
 		stop()

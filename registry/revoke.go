@@ -1,8 +1,6 @@
 package registry
 
 import (
-	"time"
-
 	"github.com/lockyard/lockyard/internal/reentrant"
 )
 
@@ -15,53 +13,39 @@ import (
 // Token and Lost see no hold; neither touches the new holder.
 //
 // The loss is noticed without polling: when a goroutine queues behind a
-// hold, or a hold begins with goroutines queued, guard arms the lock's
-// guard timer (one per lock, reused) at the hold's deadline; when it fires,
-// a lost hold is revoked and a renewed one re-armed. A renewal that finds
-// the key gone revokes at once (lose). An owner that is already finishing
-// its outermost unlock is never revoked (reentrant.Mutex.Revoke).
+// hold, or a hold begins with goroutines queued, the hold is guarded (its
+// timer fires at its deadline, hold.go). A hold found lost, by its timer,
+// by a renewal or by a goroutine that queues, goes through hold.lose, which
+// tells the lock last (holdLost): goroutines queue behind it, so it is
+// revoked. An owner that is already finishing its outermost unlock is never
+// revoked (reentrant.Mutex.Revoke).
 
-// queueHook is a RedisLock as the local mutex's reentrant.Observer: its
-// Queued runs when a goroutine has queued on the local mutex.
+// queueHook is a RedisLock as the local mutex's reentrant.Observer (its
+// Queued runs when a goroutine has queued on the local mutex) and as the
+// holder of its holds.
 type queueHook RedisLock
 
-// Queued revokes a lost hold at once and guards a valid one.
+var _ holder = (*queueHook)(nil)
+
+// Queued loses a lost hold at once and guards a valid one.
 func (q *queueHook) Queued() {
 	l := (*RedisLock)(q)
 	h := l.hold.Load()
 	switch {
 	case h == nil:
 	case h.lost(l.reg.now()):
-		l.revoke(h)
+		h.lose()
 	default:
-		l.guard(h)
+		h.guard()
 	}
 }
 
-// guard arms the guard timer at h's deadline.
-func (l *RedisLock) guard(h *hold) {
-	d := time.Duration(h.deadline.Load() - l.reg.now())
-	if t := l.guardT.Load(); t != nil {
-		t.Reset(d)
-		return
-	}
-	t := time.AfterFunc(d, l.checkHolder)
-	if !l.guardT.CompareAndSwap(nil, t) { // another goroutine armed one first
-		t.Stop()
-		l.guardT.Load().Reset(d)
-	}
-}
-
-// checkHolder runs when the guard timer fires: a lost hold is revoked; a
-// valid one (renewed since) is guarded again while goroutines queue.
-func (l *RedisLock) checkHolder() {
-	h := l.hold.Load()
-	switch {
-	case h == nil:
-	case h.lost(l.reg.now()):
+// holdLost revokes h, lost, if goroutines queue behind it; otherwise the
+// next one to queue does (Queued), or the holder's unlock reports it.
+func (q *queueHook) holdLost(h *hold) {
+	l := (*RedisLock)(q)
+	if l.local.Waiters() > 0 {
 		l.revoke(h)
-	case l.local.Waiters() > 0:
-		l.guard(h)
 	}
 }
 
@@ -69,13 +53,17 @@ func (l *RedisLock) checkHolder() {
 // it did (TryLock then tries again).
 func (l *RedisLock) revokeLost() bool {
 	h := l.hold.Load()
-	return h != nil && h.lost(l.reg.now()) && l.revoke(h)
+	if h == nil || !h.lost(l.reg.now()) {
+		return false
+	}
+	h.lose()
+	return l.revoke(h)
 }
 
-// revoke takes the local mutex from the goroutine that holds h, if h is
-// still the lock's hold and held (not being handed over or released), and
-// ends h: counted lost, retired, and its key deleted in the background if
-// it still carries h's token. The mutex goes to the next local waiter.
+// revoke takes the local mutex from the owner of h, lost, if h is still
+// the lock's hold and held (not being handed over or released): h is
+// retired, and its key deleted in the background if it still carries h's
+// token. The mutex goes to the next local waiter.
 func (l *RedisLock) revoke(h *hold) bool {
 	r := l.reg
 	if !l.local.Revoke(func() bool {
@@ -83,9 +71,7 @@ func (l *RedisLock) revoke(h *hold) bool {
 	}) {
 		return false
 	}
-	h.markLost() // before retire: whoever watches Lost must hear of it
-	r.stats.lostHold(h)
-	l.retire(h)
+	h.retire()
 	if l.hold.CompareAndSwap(h, nil) {
 		r.cleanup(l.key, h.token)
 	}

@@ -149,6 +149,44 @@ func TestStuckHolderKeyGone(t *testing.T) {
 	})
 }
 
+// A hold whose validity ended while nobody watched or queued behind it
+// (no timer armed) is revoked by the first goroutine that queues: it does
+// not wait for an unlock that never comes.
+func TestLostHoldRevokedByNextWaiter(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		r := newReg(t, b.pool(t), registry.WithExpireAfter(100*time.Millisecond), registry.WithLogger(slogFor(&logRecorder{})))
+		l := obtain(t, r, "k")
+		mustNil(t, inGoroutine(func() error { return l.LockContext(bg(t)) })) // held by a goroutine that exited
+		waitFor(t, 5*time.Second, "the hold's validity to end", l.HoldLost)
+		mustNil(t, recvWithin(t, lockInBackground(t, l), 5*time.Second, "the waiter behind a lost hold"))
+		if n := r.Stats().LostLocks; n != 1 {
+			t.Fatalf("LostLocks = %d, want 1", n)
+		}
+	})
+}
+
+// A hold that a renewal finds gone goes through the loss once: its Lost
+// channel closes, it is counted, and the watchdog stops renewing it,
+// although its goroutine still holds the lock.
+func TestGoneHoldNotRenewed(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		r := newReg(t, b.pool(t), registry.WithExpireAfter(300*time.Millisecond), registry.WithAutoRenew(), registry.WithLogger(slogFor(&logRecorder{})))
+		l := obtain(t, r, "k")
+		l.Lock()
+		defer func() { mustIs(t, l.UnlockContext(bg(t)), registry.ErrLockLost) }()
+		lost := l.Lost()
+		if n := r.Renewing(); n != 1 {
+			t.Fatalf("the watchdog renews %d holds, want 1", n)
+		}
+		b.do(t, "DEL", l.Key())
+		recvWithin(t, lost, 5*time.Second, "Lost after the key vanished")
+		waitFor(t, 5*time.Second, "the watchdog to drop the lost hold", func() bool { return r.Renewing() == 0 })
+		if n := r.Stats().LostLocks; n != 1 {
+			t.Fatalf("LostLocks = %d, want 1", n)
+		}
+	})
+}
+
 // The goroutine a pass hands the lock to cannot be revoked before it takes
 // the hold over: here the first waiter gives up during the pass, the second
 // finds the key gone when it adjusts the TTL, obtains anew, and the third

@@ -26,33 +26,27 @@ type watchdog struct {
 
 	// mu guards the following.
 	mu   sync.Mutex
-	held map[*RedisLock]*tracked // the holds to renew, one per lock
-	plan int64                   // registry clock of the planned wake-up
-}
-
-// tracked is a hold the watchdog renews, and when it is due.
-type tracked struct {
-	h    *hold
-	next int64 // registry clock
+	held map[*hold]int64 // the holds to renew, and when each is due (registry clock)
+	plan int64           // registry clock of the planned wake-up
 }
 
 func newWatchdog(r *Registry, enabled bool) watchdog {
 	return watchdog{r: r, enabled: enabled, wake: make(chan struct{}, 1),
-		held: make(map[*RedisLock]*tracked), plan: math.MaxInt64}
+		held: make(map[*hold]int64), plan: math.MaxInt64}
 }
 
 // period is how often h is renewed: a third of its TTL.
 func period(h *hold) int64 { return h.ttl.Load() / 3 }
 
-// track records h, l's new hold, due a period from now, and starts the
+// track records h, a new hold, due a period from now, and starts the
 // watchdog on first use, or wakes it if h is due before its plan.
-func (w *watchdog) track(l *RedisLock, h *hold) {
+func (w *watchdog) track(h *hold) {
 	if !w.enabled {
 		return
 	}
 	next := w.r.now() + period(h)
 	w.mu.Lock()
-	w.held[l] = &tracked{h: h, next: next}
+	w.held[h] = next
 	early := next < w.plan
 	w.mu.Unlock()
 	w.r.bg.startOnce(&w.started, w.loop)
@@ -64,18 +58,18 @@ func (w *watchdog) track(l *RedisLock, h *hold) {
 	}
 }
 
-// retimed reschedules h, l's hold, after its TTL changed (RenewLockFor):
-// due a period of the new TTL from now.
-func (w *watchdog) retimed(l *RedisLock, h *hold) {
+// retimed reschedules h after its TTL changed (RenewLockFor): due a period
+// of the new TTL from now.
+func (w *watchdog) retimed(h *hold) {
 	if !w.enabled {
 		return
 	}
 	next := w.r.now() + period(h)
 	w.mu.Lock()
-	e := w.held[l]
-	early := e != nil && e.h == h && next < w.plan
-	if e != nil && e.h == h {
-		e.next = next
+	_, ok := w.held[h]
+	early := ok && next < w.plan
+	if ok {
+		w.held[h] = next
 	}
 	w.mu.Unlock()
 	if early {
@@ -91,16 +85,14 @@ func (w *watchdog) signal() {
 	}
 }
 
-// untrack forgets h, unless l has moved on to a newer hold.
-func (w *watchdog) untrack(l *RedisLock, h *hold) {
+// untrack forgets h.
+func (w *watchdog) untrack(h *hold) {
 	if !w.enabled {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if e := w.held[l]; e != nil && e.h == h {
-		delete(w.held, l)
-	}
+	delete(w.held, h)
 }
 
 // loop renews what is due, then sleeps until the next hold is due, a
@@ -129,19 +121,20 @@ func (w *watchdog) loop() {
 // due returns the holds to renew now (due, or due within half their
 // period), with their next renewal set a period from now, and how long
 // until the next hold is due; it records that as the plan.
-func (w *watchdog) due() ([]renewal, time.Duration) {
+func (w *watchdog) due() ([]*hold, time.Duration) {
 	now := w.r.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var batch []renewal
+	var batch []*hold
 	next := int64(math.MaxInt64)
-	for l, e := range w.held {
-		p := period(e.h)
-		if e.next-p/2 <= now {
-			batch = append(batch, renewal{l, e.h})
-			e.next = now + p
+	for h, due := range w.held {
+		p := period(h)
+		if due-p/2 <= now {
+			batch = append(batch, h)
+			due = now + p
+			w.held[h] = due
 		}
-		next = min(next, e.next)
+		next = min(next, due)
 	}
 	w.plan = next
 	if next == math.MaxInt64 {
@@ -172,7 +165,7 @@ func (w *watchdog) stopAll() {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, e := range w.held {
-		e.h.stop(errRenewalsStopped)
+	for h := range w.held {
+		h.stop(errRenewalsStopped)
 	}
 }

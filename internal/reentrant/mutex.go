@@ -225,6 +225,13 @@ func (m *Mutex) NextTag() (int64, bool) {
 	return m.waiters[0].tag, true
 }
 
+// Owner returns the owner of m now, or the zero Owner if m is free.
+func (m *Mutex) Owner() Owner {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.owner
+}
+
 // Waiters returns the number of owners queued in Lock.
 func (m *Mutex) Waiters() int {
 	m.mu.Lock()

@@ -321,6 +321,9 @@ func TestTokenOwner(t *testing.T) {
 	if how, err := m.Lock(ctx, nil, nil, 0, a); how != Fresh || err != nil {
 		t.Fatalf("Lock(a) = %v, %v", how, err)
 	}
+	if o := m.Owner(); o != a {
+		t.Fatalf("Owner %d, want token a %d", o, a)
+	}
 	if ok, _ := m.TryLock(Self()); ok {
 		t.Fatal("a goroutine's TryLock succeeded while token a holds the mutex")
 	}
@@ -340,7 +343,7 @@ func TestTokenOwner(t *testing.T) {
 	if err := m.Unlock(a); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("second Unlock(a) = %v, want ErrNotOwner", err)
 	}
-	if !m.Revoke(func() bool { return true }) || !m.Revoked(b) || m.Busy() {
+	if !m.Revoke(func() bool { return true }) || !m.Revoked(b) || m.Busy() || m.Owner() != 0 {
 		t.Fatal("Revoke did not take the mutex from token b")
 	}
 	if _, err := m.Leave(b); !errors.Is(err, ErrRevoked) {
