@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 )
@@ -23,7 +24,7 @@ func (e *eviction) answered() {
 	}
 }
 
-// checkEviction warns, once per registry, before its first obtain, when
+// check warns, once per registry, before its first obtain, when
 // the server's maxmemory-policy may evict lock keys: every policy but
 // noeviction can, since lock keys carry a TTL and so are volatile too. An
 // evicted key is a lost lock that the holder learns of only at its next
@@ -31,27 +32,26 @@ func (e *eviction) answered() {
 // logged at debug level and tried again once Redis answers an obtain; one
 // that the server refuses (INFO denied or renamed) is logged and not tried
 // again, and a client without INFO (Redlock) is not checked.
-func (r *Registry) checkEviction(ctx context.Context) {
-	e := &r.eviction
+func (e *eviction) check(ctx context.Context, st store, log *slog.Logger) {
 	if e.done.Load() || !e.pending.CompareAndSwap(false, true) {
 		return
 	}
-	info, err := r.store.info(ctx, "memory")
+	info, err := st.info(ctx, "memory")
 	switch {
 	case errors.Is(err, errNoInfo):
 		e.done.Store(true)
 		return
 	case err != nil && !isAmbiguous(err): // INFO denied or renamed: the server said no
 		e.done.Store(true)
-		r.log.Debug("lockyard: eviction policy check skipped", "err", err)
+		log.Debug("lockyard: eviction policy check skipped", "err", err)
 		return
 	case err != nil:
-		r.log.Debug("lockyard: eviction policy check failed; tried again later", "err", err)
+		log.Debug("lockyard: eviction policy check failed; tried again later", "err", err)
 		return
 	}
 	e.done.Store(true)
 	if policy := infoField(info, "maxmemory_policy"); policy != "" && policy != "noeviction" {
-		r.log.Warn("lockyard: the Redis maxmemory-policy can evict lock keys, and an evicted key is a lost lock; use noeviction",
+		log.Warn("lockyard: the Redis maxmemory-policy can evict lock keys, and an evicted key is a lost lock; use noeviction",
 			"maxmemory_policy", policy, "maxmemory", infoField(info, "maxmemory"))
 	}
 }

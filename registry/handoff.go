@@ -41,10 +41,7 @@ import (
 // waits.
 const (
 	maxFreePasses = 8
-	freePassSpan  = 5 * time.Millisecond
-	// chainSpan bounds a run of local holds: the share of time a busy
-	// instance leaves its key free for others is about grace/chainSpan.
-	chainSpan = 24 * time.Millisecond
+	// freePassSpan and chainSpan: see options.go.
 	// maxChainSpan bounds a run that matches the run of a client that took
 	// the key at the end of the last one (see turn.span).
 	maxChainSpan = 250 * time.Millisecond
@@ -183,7 +180,7 @@ func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration, force 
 	switch p.outcome {
 	case passKept:
 		l.turn.passes = 0
-		l.install(newHold(r, l.key, h.token, p.fence, ttl, validUntil(sent, ttl), (*queueHook)(l)))
+		l.install(newHold(&r.core, l.key, h.token, p.fence, ttl, validUntil(sent, ttl), (*queueHook)(l)))
 		return handedOver, nil
 	case passReleased:
 		l.turn.waitUntil, l.turn.after = sent+int64(p.sleep), p.after

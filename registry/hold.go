@@ -14,7 +14,7 @@ import (
 // that owns it (a holder) last. Its key, token and fence never change; its
 // TTL changes only by a renewal to another TTL (RenewLockFor, Lease.Renew).
 type hold struct {
-	r     *Registry
+	r     *core
 	key   string // the Redis key
 	token string // the value stored at key
 	fence int64  // fencing token, 0 without WithFencing
@@ -57,7 +57,7 @@ func drift(ttl time.Duration) time.Duration {
 	return min(ttl/100+2*time.Millisecond, ttl/10)
 }
 
-func newHold(r *Registry, key, token string, fence int64, ttl time.Duration, deadline int64, kind holder) *hold {
+func newHold(r *core, key, token string, fence int64, ttl time.Duration, deadline int64, kind holder) *hold {
 	h := &hold{r: r, key: key, token: token, fence: fence, kind: kind}
 	h.ttl.Store(int64(ttl))
 	h.deadline.Store(deadline)

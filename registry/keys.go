@@ -3,6 +3,8 @@ package registry
 import (
 	"fmt"
 	"strings"
+
+	"github.com/lockyard/lockyard/internal/wire"
 )
 
 // MaxKeyLen is the longest lock key, and registry key, accepted in bytes.
@@ -35,16 +37,16 @@ func checkRegistryKey(registryKey string) error {
 	return nil
 }
 
-// checkKey is checkKey, plus, with WithHashTag, an error wrapping
+// checkLockKey is checkKey in layout: with WithHashTag, also an error wrapping
 // ErrInvalidKey if the lock key's hash tag would be empty ("{}" as the
 // first braces, as for a key beginning with '}'): Redis Cluster would then
 // hash the whole key, and the fence counter and wait marker could land in
 // another slot.
-func (r *Registry) checkKey(key string) error {
-	if err := checkKey(key); err != nil || !r.layout.HashTag {
+func checkLockKey(layout wire.Layout, key string) error {
+	if err := checkKey(key); err != nil || !layout.HashTag {
 		return err
 	}
-	lk := r.layout.LockKey(key)
+	lk := layout.LockKey(key)
 	if i := strings.IndexByte(lk, '{'); lk[i+1] == '}' {
 		return fmt.Errorf("%w: lock key %q has an empty hash tag", ErrInvalidKey, lk)
 	}

@@ -26,9 +26,9 @@ func FuzzHashTagKeys(f *testing.F) {
 		defer r.Close()
 		lk := r.layout.LockKey(key)
 		empty := lk[strings.IndexByte(lk, '{')+1] == '}'
-		err = r.checkKey(key)
+		err = checkLockKey(r.layout, key)
 		if empty != (err != nil) || (err != nil && !errors.Is(err, ErrInvalidKey)) {
-			t.Fatalf("checkKey(%q) = %v; lock key %q", key, err, lk)
+			t.Fatalf("checkLockKey(%q) = %v; lock key %q", key, err, lk)
 		}
 		if err != nil {
 			return

@@ -232,7 +232,7 @@ func (l *RedisLock) waitErr(end, lastErr error) error {
 // says the caller waits if it fails (see hint).
 func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits bool) (grant, error) {
 	r := l.reg
-	r.checkEviction(ctx)
+	r.eviction.check(ctx, r.store, r.log)
 	token := r.newToken()
 	sent := r.now()
 	g, err := r.store.obtain(ctx, l.key, token, ttl, l.hint(first && !l.turn.taken, waits))
@@ -267,7 +267,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 		l.turn.span = min(time.Duration(sent-l.turn.freed)-l.turn.grace, maxChainSpan)
 		l.turn.freed = 0
 	}
-	l.begin(newHold(r, l.key, token, g.fence, ttl, deadline, (*queueHook)(l)))
+	l.begin(newHold(&r.core, l.key, token, g.fence, ttl, deadline, (*queueHook)(l)))
 	return g, nil
 }
 

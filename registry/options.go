@@ -61,10 +61,40 @@ type config struct {
 	hashTag        bool
 	ackReplicas    int
 	ackTimeout     time.Duration
-	// Turns and runs of local holds (scripts.go, handoff.go); tests change
+	// Turns and runs of local holds (the defaults below); tests change
 	// them.
 	turnWindow, pollAhead, pollSlack, freePassSpan, chainSpan time.Duration
 }
+
+// Turns (lua/prelude.lua): when a lock key is freed while waiters of other
+// lock instances are queued, the script that frees it (release, a pass, or
+// an obtain that finds it free after it expired) keeps it, for a short
+// window, for the first of them that is sure to try soon, and publishes
+// the release message. The defaults below are what the bench's fairness
+// scenarios were measured with (docs/ARCHITECTURE.md).
+const (
+	// turnWindow is a waiter's turn when it is woken by the release
+	// message (PubSubLock): long enough for the message to reach it and
+	// its obtain to come back, with room for a scheduling delay. A turn
+	// that is not taken in time lapses: the key then goes to whoever
+	// tries first.
+	turnWindow = 5 * time.Millisecond
+	// pollAhead: a waiter that polls (SpinLock) gets a turn only if its
+	// next try is due within pollAhead; the key is then kept for it until
+	// then, plus pollSlack. A poller due later is passed over, and keeps
+	// its place: the key would idle until it tries.
+	pollAhead = 20 * time.Millisecond
+	pollSlack = 2 * time.Millisecond
+)
+
+// Runs of local holds (handoff.go): free passes go on for freePassSpan
+// after the last command on the key; chainSpan bounds a run, so the share
+// of time a busy instance leaves its key free for others is about
+// grace/chainSpan.
+const (
+	freePassSpan = 5 * time.Millisecond
+	chainSpan    = 24 * time.Millisecond
+)
 
 // newConfig applies opts to the defaults and checks the result.
 func newConfig(opts []Option) (config, error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"reflect"
 	"sync/atomic"
 	"time"
@@ -19,24 +18,18 @@ import (
 // when done; Close stops its background goroutines but deletes no key.
 //
 // A registry is built from parts, each with its own file and its own
-// locking: the store (where locks live in Redis), the cache of locks, the
-// watchdog, the subscriber, and the group of background goroutines that
-// Close stops.
+// locking: the core that every acquisition shares (core.go: the store,
+// where locks live in Redis, the watchdog, the counters, and the group of
+// background goroutines that Close stops), the cache of locks and the
+// subscriber.
 type Registry struct {
+	core
 	layout    wire.Layout
 	cfg       config
-	log       *slog.Logger
-	epoch     time.Time     // origin of now, read on the monotonic clock
-	clientID  string        // random UUID, the first part of every token of this registry
-	seq       atomic.Uint64 // acquisitions, the second part of every token
 	instances atomic.Uint64 // lock instances made, numbering their wait queue ids
 
-	store      store
 	cache      cache
-	watchdog   watchdog
 	subscriber subscriber
-	bg         *group
-	stats      *stats
 	eviction   eviction
 }
 
@@ -64,19 +57,21 @@ func build(registryKey string, opts []Option, newStore func(config, scripts, *st
 		return nil, err
 	}
 	r := &Registry{
-		layout:   wire.Layout{Registry: registryKey, HashTag: cfg.hashTag},
-		cfg:      cfg,
-		log:      cfg.logger.With("registry", registryKey),
-		epoch:    time.Now(),
-		clientID: uuid.NewString(),
-		bg:       newGroup(),
-		stats:    newStats(),
+		core: core{
+			log:      cfg.logger.With("registry", registryKey),
+			epoch:    time.Now(),
+			clientID: uuid.NewString(),
+			bg:       newGroup(),
+			stats:    newStats(),
+		},
+		layout: wire.Layout{Registry: registryKey, HashTag: cfg.hashTag},
+		cfg:    cfg,
 	}
 	if r.store, err = newStore(cfg, newScripts(r.layout, cfg), r.stats); err != nil {
 		return nil, err
 	}
 	r.cache.capacity = cfg.capacity
-	r.watchdog = newWatchdog(r, cfg.autoRenew)
+	r.watchdog = newWatchdog(&r.core, cfg.autoRenew)
 	r.subscriber.r = r
 	return r, nil
 }
@@ -94,12 +89,6 @@ func isNil(v any) bool {
 	return false
 }
 
-// now returns the registry clock: nanoseconds since New, on the monotonic clock.
-func (r *Registry) now() int64 { return int64(time.Since(r.epoch)) }
-
-// newToken returns the lock value of a new acquisition.
-func (r *Registry) newToken() string { return wire.NewToken(r.clientID, r.seq.Add(1)) }
-
 // Obtain returns the lock for key, the same *RedisLock for the same key while
 // it stays cached. It does not contact Redis. It fails with ErrInvalidKey,
 // ErrClosed, or ErrCacheFull when a new key does not fit because every
@@ -108,7 +97,7 @@ func (r *Registry) Obtain(key string) (*RedisLock, error) {
 	if r.bg.isClosed() {
 		return nil, ErrClosed
 	}
-	if err := r.checkKey(key); err != nil {
+	if err := checkLockKey(r.layout, key); err != nil {
 		return nil, err
 	}
 	if l, ok := r.cache.get(key); ok {
@@ -193,6 +182,11 @@ func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx co
 	}()
 	return fn(fctx)
 }
+
+// Stats returns a snapshot of the registry's counters. It is cheap and safe
+// to call concurrently; the counters are read one by one, not atomically
+// together.
+func (r *Registry) Stats() Stats { return r.stats.snapshot(r.cache.len()) }
 
 // AutoRenew reports whether the registry was made WithAutoRenew: its
 // watchdog renews every hold, of a lock or a lease, until it is released.

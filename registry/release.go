@@ -23,7 +23,7 @@ const netTries = 10
 // Compare-and-delete is idempotent and never deletes another holder's key.
 //
 // others reports that the release found other registries waiting for lk.
-func (r *Registry) deleteToken(ctx context.Context, lk, token string) (done, others bool, first, err error) {
+func (r *core) deleteToken(ctx context.Context, lk, token string) (done, others bool, first, err error) {
 	done, first, err = r.retried(ctx, func(ctx context.Context) (bool, error) {
 		var d bool
 		d, others, err = r.store.release(ctx, lk, token)
@@ -34,7 +34,7 @@ func (r *Registry) deleteToken(ctx context.Context, lk, token string) (done, oth
 
 // retried runs op, an idempotent command on a key, as deleteToken runs the
 // release: again after a stale connection or a transient error reply.
-func (r *Registry) retried(ctx context.Context, op func(context.Context) (bool, error)) (done bool, first, err error) {
+func (r *core) retried(ctx context.Context, op func(context.Context) (bool, error)) (done bool, first, err error) {
 	var bo backoff
 	for try := 1; ; try++ {
 		done, err = op(ctx)
@@ -58,7 +58,7 @@ func (r *Registry) retried(ctx context.Context, op func(context.Context) (bool, 
 // cleanup deletes, in the background and best effort, the lock key lk that
 // this registry may have set with token without knowing it, so that it does not block
 // others until its TTL runs out.
-func (r *Registry) cleanup(lk, token string) {
+func (r *core) cleanup(lk, token string) {
 	r.bg.spawn(func() {
 		// bg.ctx: Close does not wait for a server that is down; the key
 		// then expires by its TTL.

@@ -41,27 +41,6 @@ var (
 	nudgeScript   = newScript("nudge", preludeSrc+nudgeSrc)
 )
 
-// Turns (lua/prelude.lua): when a lock key is freed while waiters of other
-// lock instances are queued, the script that frees it (release, a pass, or
-// an obtain that finds it free after it expired) keeps it, for a short
-// window, for the first of them that is sure to try soon, and publishes
-// the release message. The defaults below are what the bench's fairness
-// scenarios were measured with (docs/ARCHITECTURE.md).
-const (
-	// turnWindow is a waiter's turn when it is woken by the release
-	// message (PubSubLock): long enough for the message to reach it and
-	// its obtain to come back, with room for a scheduling delay. A turn
-	// that is not taken in time lapses: the key then goes to whoever
-	// tries first.
-	turnWindow = 5 * time.Millisecond
-	// pollAhead: a waiter that polls (SpinLock) gets a turn only if its
-	// next try is due within pollAhead; the key is then kept for it until
-	// then, plus pollSlack. A poller due later is passed over, and keeps
-	// its place: the key would idle until it tries.
-	pollAhead = 20 * time.Millisecond
-	pollSlack = 2 * time.Millisecond
-)
-
 // scripts builds the KEYS and ARGV of each script for a registry: its key
 // layout, its fencing, and the arguments that never change, converted to
 // interfaces once. Every script that touches the queue takes the same keys

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 )
@@ -167,9 +166,6 @@ func (st *scriptStore) subscribe(ctx context.Context) (Subscription, error) {
 	defer cancel()
 	return st.client.PSubscribe(ctx, st.s.layout.ChannelPattern())
 }
-
-// errNoInfo: the Client has no Info method.
-var errNoInfo = errors.New("lockyard: the client cannot read INFO")
 
 func (st *scriptStore) info(ctx context.Context, section string) (string, error) {
 	ic, ok := st.client.(infoClient)

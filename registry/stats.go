@@ -61,11 +61,8 @@ func newStats() *stats {
 	return &stats{waitCounts: make([]atomic.Uint64, len(waitBuckets)+1)}
 }
 
-// Stats returns a snapshot of the registry's counters. It is cheap and safe
-// to call concurrently; the counters are read one by one, not atomically
-// together.
-func (r *Registry) Stats() Stats {
-	s := r.stats
+// snapshot reads the counters one by one, for Registry.Stats.
+func (s *stats) snapshot(cachedLocks int) Stats {
 	out := Stats{
 		Acquisitions: s.acquisitions.Load(),
 		Contended:    s.contended.Load(),
@@ -75,7 +72,7 @@ func (r *Registry) Stats() Stats {
 		Renewals:     s.renewals.Load(),
 		LostLocks:    s.lost.Load(),
 		RedisErrors:  s.redisErrors.Load(),
-		CachedLocks:  r.cache.len(),
+		CachedLocks:  cachedLocks,
 	}
 	var cum uint64
 	for i := range waitBuckets {

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -45,6 +46,10 @@ type store interface {
 	// info returns a section of the server's INFO, or errNoInfo.
 	info(ctx context.Context, section string) (string, error)
 }
+
+// errNoInfo: the store cannot read INFO (a Client without an Info method,
+// or Redlock).
+var errNoInfo = errors.New("lockyard: the client cannot read INFO")
 
 // hint is what the per-key path knows of an obtain or a pass.
 type hint struct {

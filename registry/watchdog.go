@@ -19,7 +19,7 @@ const renewBatchSize = 5000
 // spread over 1s to 60s cost a few round trips a second, not one a lock.
 // Without WithAutoRenew it tracks nothing.
 type watchdog struct {
-	r       *Registry
+	r       *core
 	enabled bool
 	started atomic.Bool
 	wake    chan struct{} // buffered: a hold due before the planned wake-up was tracked
@@ -30,7 +30,7 @@ type watchdog struct {
 	plan int64           // registry clock of the planned wake-up
 }
 
-func newWatchdog(r *Registry, enabled bool) watchdog {
+func newWatchdog(r *core, enabled bool) watchdog {
 	return watchdog{r: r, enabled: enabled, wake: make(chan struct{}, 1),
 		held: make(map[*hold]int64), plan: math.MaxInt64}
 }
