@@ -1,0 +1,217 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Acquiring in Redis: the head of the local queue tries the obtain until it
+// is granted, sleeping as the store says between tries, and leaves the
+// wait queue if it gives up (lifecycle.go: the phases around it).
+
+// acquire runs the obtain script until it succeeds, sleeping between tries
+// as the script says (or with backoff after errors), and waking early when
+// release messages say its turn may have come. The caller owns local.
+// waited reports that the lock was not taken at the first attempt: another
+// holder had it, or this lock instance let others go first.
+func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duration) (waited bool, err error) {
+	r := l.reg
+	var (
+		bo      backoff
+		lastErr error
+		g       grant
+		race    time.Duration // after a release that let anyone take the key: a short poll, doubling
+	)
+	waited = l.turn.yield || l.turn.waitUntil > 0
+	if l.turn.yield {
+		race = 2 * l.turn.grace
+	}
+	if err := l.yieldFirst(ctx); err != nil {
+		return waited, l.waitErr(err, nil)
+	}
+	first := true
+	if left := l.turn.waitUntil - r.now(); l.turn.waitUntil > 0 {
+		// A pass released the key for another waiter's turn and queued
+		// this instance: wait for its turn before trying.
+		l.turn.waitUntil = 0
+		if left > 0 {
+			if err := l.await(ctx, time.Duration(left), l.turn.mark, l.turn.after); err != nil {
+				return waited, l.waitErr(err, nil)
+			}
+		}
+		first = false
+	}
+	for ; ; first = false {
+		mark := l.wake.mark()
+		g, err = l.attempt(ctx, ttl, first, true)
+		if g.ok {
+			return waited, nil
+		}
+		delay := g.sleep
+		if delay < 0 {
+			delay = pollDelay(r.cfg.idle, -1)
+		}
+		if err != nil {
+			// When ctx has ended, an attempt cut short by it says less
+			// than the error before it.
+			if lastErr == nil || ctxEnded(ctx) == nil {
+				lastErr = err
+			}
+			if end := ctxEnded(ctx); end != nil {
+				return waited, l.waitErr(end, lastErr)
+			}
+			if !retryAll && !isTransient(err) {
+				return waited, wrapKey("obtaining", l.key, err)
+			}
+			r.log.Warn("lockyard: obtain failed, retrying", "key", l.key, "err", err)
+			delay, g.after = bo.delay(), -1
+		} else {
+			waited = true // another holder has it, or another waiter's turn
+			bo.reset()
+			r.subscriber.listen(l.wake)
+			if race > 0 {
+				// Someone took the key this instance let go: most likely a
+				// client that is told of no turn (Spring's), which may not
+				// publish its release either, and may take the key again
+				// at once: poll often, less and less.
+				delay, race = min(delay, race), race*5/4
+				if race >= r.cfg.idle {
+					race = 0
+				}
+			}
+		}
+		if err := l.await(ctx, delay, mark, g.after); err != nil {
+			return waited, l.waitErr(err, lastErr)
+		}
+	}
+}
+
+// await sleeps for d, or until release messages say that the waiter's turn
+// may have come: after `after` of them since mark, the count before its
+// last attempt (any one, when after < 0). A PubSubLock waiter behind others
+// in the queue thus sleeps through the releases that are their turns, and
+// the server runs one obtain per release, not one per waiter.
+func (l *RedisLock) await(ctx context.Context, d time.Duration, mark int64, after int) error {
+	r := l.reg
+	want := mark + max(int64(after), 1)
+	if l.wake.expect(want) {
+		return nil
+	}
+	deadline := r.now() + int64(d)
+	for {
+		left := time.Duration(deadline - r.now())
+		if left <= 0 {
+			return nil
+		}
+		if err := r.bg.sleep(ctx, left, l.wake.notices()); err != nil {
+			return err
+		}
+		if l.wake.reached(want) {
+			return nil
+		}
+	}
+}
+
+// leaveQueue takes this lock instance out of the key's wait queue, in the
+// background, when its last waiter gives up: it would otherwise be given
+// turns until its entry lapses. If another goroutine of this instance
+// queues for the key, it carries on waiting in its place. The caller owns
+// local.
+func (l *RedisLock) leaveQueue() {
+	if !l.turn.queued || l.local.Waiters() > 0 {
+		return
+	}
+	l.turn.queued, l.turn.waitUntil = false, 0
+	r := l.reg
+	leave := func(ctx context.Context) {
+		if err := r.store.leave(ctx, l.key, l.waiter); err != nil {
+			r.log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", l.key, "err", err)
+		}
+	}
+	// bg.ctx: Close does not wait for a server that is down; the entry
+	// then lapses.
+	if !r.bg.spawn(func() { leave(r.bg.ctx) }) {
+		// Closed: the waiter that Close woke leaves on its way out, within
+		// a short bound, so that no turn is given to it.
+		ctx, cancel := context.WithTimeout(context.Background(), min(r.cfg.commandTimeout, closeLeave))
+		defer cancel()
+		leave(ctx)
+	}
+}
+
+// closeLeave bounds the leave of a waiter woken by Close.
+const closeLeave = 500 * time.Millisecond
+
+// waitErr is the error of a wait ended by end (ctx.Err() or ErrClosed),
+// wrapping the last Redis error seen, if any and if it is not end itself
+// (a client that returns ctx.Err() as it is).
+func (l *RedisLock) waitErr(end, lastErr error) error {
+	if lastErr == nil || lastErr == end {
+		return wrapKey("waiting for", l.key, end)
+	}
+	return wrapKey("waiting for", l.key, fmt.Errorf("%w (last error: %w)", end, lastErr))
+}
+
+// attempt runs the store's obtain once, for a key that lives ttl. On
+// success the new hold begins; on failure the grant carries the holder's
+// remaining TTL. first says this is the acquisition's first attempt: the
+// key is expected free unless the last acquisition found it taken. waits
+// says the caller waits if it fails (see hint).
+func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits bool) (grant, error) {
+	r := l.reg
+	r.eviction.check(ctx, r.store, r.log)
+	token := r.newToken()
+	sent := r.now()
+	g, err := r.store.obtain(ctx, l.key, token, ttl, l.hint(first && !l.turn.taken, waits))
+	if err == nil {
+		r.eviction.answered()
+		if g.ok {
+			l.turn.queued = false // obtain.lua took it out of the queue
+			l.turn.taken = l.turn.taken && !first
+		} else {
+			l.turn.taken = true
+			l.turn.queued = l.turn.queued || waits
+		}
+	}
+	if err != nil {
+		if isAmbiguous(err) && !errors.Is(err, ErrReplicaAck) {
+			r.cleanup(l.key, token) // the script may have set the key before the reply was lost
+		}
+		return unknown, err
+	}
+	if !g.ok {
+		l.turn.rtt = time.Duration(r.now() - sent)
+		return g, nil
+	}
+	deadline := validUntil(sent, ttl)
+	if r.now() >= deadline { // the reply came too late to be of use
+		r.cleanup(l.key, token)
+		return grant{sleep: 0, after: -1}, nil
+	}
+	l.turn.passes, l.turn.since, l.turn.lastCmd = 0, sent, sent
+	l.turn.span = 0
+	if l.turn.freed > 0 { // the end of the last run of holds: how long did others keep the key?
+		l.turn.span = min(time.Duration(sent-l.turn.freed)-l.turn.grace, maxChainSpan)
+		l.turn.freed = 0
+	}
+	l.begin(newHold(&r.core, l.key, token, g.fence, ttl, deadline, (*queueHook)(l)))
+	return g, nil
+}
+
+// hint describes an obtain or pass of this lock instance for the store. An
+// instance that is not the cached one (evicted, and kept by its caller)
+// hears no release message: the subscriber wakes the cached instance. It
+// queues as a poller, so that no turn is given to it that it would not
+// hear of.
+func (l *RedisLock) hint(free, waits bool) hint {
+	r := l.reg
+	deaf := false
+	if waits && l.wake != nil {
+		cached, ok := r.cache.peek(l.name)
+		deaf = !ok || cached != l
+	}
+	return hint{free: free, waits: waits, waiter: l.waiter, deaf: deaf, spread: rand.N(r.cfg.idle/4 + 1), rtt: l.turn.rtt}
+}
