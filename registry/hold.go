@@ -139,6 +139,8 @@ func (h *hold) watch() context.Context {
 	}
 	h.ctx, h.cancel = context.WithCancelCause(context.Background())
 	switch {
+	case h.lostFlag.Load(): // also when ended: a revoked hold, read in the revoke's window
+		h.cancel(ErrLockLost)
 	case h.ended:
 	case h.stopped != nil:
 		h.cancel(h.stopped)

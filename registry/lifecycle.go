@@ -84,15 +84,23 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration, 
 // begin makes h the lock's hold, held: the watchdog renews it from now on,
 // and local waiters are guarded against its loss.
 func (l *RedisLock) begin(h *hold) {
-	l.install(h)
-	l.setPhase(held)
+	l.hold.Store(h)
+	l.setPhase(held) // before the guard: a loss it finds at once is revocable
+	l.track(h)
 }
 
 // install makes h the lock's hold without changing the phase: a pass
 // installs the next goroutine's hold while handing over, and the phase
-// stays handingOver (not revocable) until that goroutine inherits it.
+// stays handingOver (not revocable) until that goroutine inherits it
+// (inherit handles a loss found meanwhile).
 func (l *RedisLock) install(h *hold) {
 	l.hold.Store(h)
+	l.track(h)
+}
+
+// track hands h, the lock's hold, to the watchdog, and guards it if
+// goroutines queue behind it.
+func (l *RedisLock) track(h *hold) {
 	l.reg.watchdog.track(h)
 	l.touch()
 	if l.local.Waiters() > 0 {

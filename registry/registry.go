@@ -114,7 +114,8 @@ func (r *Registry) ExpireUnusedOlderThan(age time.Duration) {
 }
 
 // RenewLock resets the time to live of the lock on key that this registry
-// holds, whichever goroutine holds it. It returns ErrNotOwner if the registry
+// holds, whichever goroutine holds it, or whichever Lease (a lease is a
+// hold of the registry, though not of the RedisLock: see RedisLock.Token). It returns ErrNotOwner if the registry
 // holds no lock on key, and ErrLockLost (marking the hold lost) if the Redis
 // key is gone or carries another token.
 func (r *Registry) RenewLock(ctx context.Context, key string) error {

@@ -14,7 +14,7 @@ import (
 // period later: renewing is idempotent.
 func (w *watchdog) renew(batch []*hold) {
 	r := w.r
-	batch = lockRenewing(batch)
+	batch = w.lockRenewing(batch)
 	defer func() {
 		for _, h := range batch {
 			h.renewing.Unlock()
@@ -59,18 +59,23 @@ func (w *watchdog) renew(batch []*hold) {
 
 // lockRenewing takes the renewing lock of each hold of batch, and returns
 // those it took: a hold whose renewal is in flight, or that was released,
-// is left out.
-func lockRenewing(batch []*hold) []*hold {
+// is left out, and one whose validity has ended is lost, not renewed (a
+// renewal would keep its key alive for a holder told it lost it).
+func (w *watchdog) lockRenewing(batch []*hold) []*hold {
 	out := batch[:0]
 	for _, h := range batch {
 		if !h.renewing.TryLock() {
 			continue
 		}
-		if h.released() { // passed on or released since due() picked it
+		switch {
+		case h.released(): // passed on or released since due() picked it
 			h.renewing.Unlock()
-			continue
+		case h.lost(w.r.now()):
+			h.renewing.Unlock()
+			h.lose()
+		default:
+			out = append(out, h)
 		}
-		out = append(out, h)
 	}
 	return out
 }

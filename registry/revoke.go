@@ -27,12 +27,14 @@ type queueHook RedisLock
 
 var _ holder = (*queueHook)(nil)
 
-// Queued loses a lost hold at once and guards a valid one.
+// Queued loses a lost hold at once and guards a valid one. A hold that is
+// being passed on or released is left to that path, which reports its
+// loss if it was lost (a pass may still keep the key for a new hold).
 func (q *queueHook) Queued() {
 	l := (*RedisLock)(q)
 	h := l.hold.Load()
 	switch {
-	case h == nil:
+	case h == nil, h.released():
 	case h.lost(l.reg.now()):
 		h.lose()
 	default:
@@ -53,7 +55,7 @@ func (q *queueHook) holdLost(h *hold) {
 // it did (TryLock then tries again).
 func (l *RedisLock) revokeLost() bool {
 	h := l.hold.Load()
-	if h == nil || !h.lost(l.reg.now()) {
+	if h == nil || h.released() || !h.lost(l.reg.now()) {
 		return false
 	}
 	h.lose()

@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,6 +186,47 @@ func TestGoneHoldNotRenewed(t *testing.T) {
 			t.Fatalf("LostLocks = %d, want 1", n)
 		}
 	})
+}
+
+// stallingBatches fails the watchdog's pipelined renewals with a timeout
+// while stall is set, and counts the batches it sends on otherwise.
+type stallingBatches struct {
+	registry.Client
+	stall atomic.Bool
+	sent  atomic.Int32
+}
+
+func (c *stallingBatches) EvalBatch(ctx context.Context, s *registry.Script, calls []registry.Call) []registry.Result {
+	if c.stall.Load() {
+		out := make([]registry.Result, len(calls))
+		for i := range out {
+			out[i].Err = context.DeadlineExceeded
+		}
+		return out
+	}
+	c.sent.Add(1)
+	return c.Client.EvalBatch(ctx, s, calls)
+}
+
+// A hold whose renewals failed until its validity ended is lost, not
+// renewed by the next batch: a renewal then would keep the key alive for a
+// holder told that it lost it.
+func TestLapsedHoldNotRenewed(t *testing.T) {
+	c := &stallingBatches{Client: registry.NewPoolClient(realBackend().pool(t))}
+	c.stall.Store(true)
+	r := newRegClient(t, c, registry.WithExpireAfter(150*time.Millisecond), registry.WithAutoRenew(), registry.WithLogger(slogFor(&logRecorder{})))
+	l := obtain(t, r, "k")
+	l.Lock()
+	defer func() { mustIs(t, l.UnlockContext(bg(t)), registry.ErrLockLost) }()
+	waitFor(t, 5*time.Second, "the hold's validity to end", l.HoldLost)
+	c.stall.Store(false)
+	waitFor(t, 5*time.Second, "the watchdog to drop the lapsed hold", func() bool { return r.Renewing() == 0 })
+	if n := c.sent.Load(); n != 0 {
+		t.Fatalf("%d renewal batches sent for a hold whose validity had ended", n)
+	}
+	if n := r.Stats().LostLocks; n != 1 {
+		t.Fatalf("LostLocks = %d, want 1", n)
+	}
 }
 
 // The goroutine a pass hands the lock to cannot be revoked before it takes

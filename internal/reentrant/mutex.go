@@ -61,6 +61,14 @@ type Mutex struct {
 	// consumed (a goroutine that died keeps its own).
 	revoked map[Owner]int
 	nrev    atomic.Int32 // entries in revoked, read without mu
+	// cur mirrors owner, for Owner without mu.
+	cur atomic.Int64
+}
+
+// setOwner makes who the owner, depth times. mu must be held.
+func (m *Mutex) setOwner(who Owner, depth int) {
+	m.owner, m.depth = who, depth
+	m.cur.Store(int64(who))
 }
 
 // waiter is one owner queued in Lock. ready is closed by the goroutine
@@ -82,7 +90,7 @@ func (m *Mutex) TryLock(who Owner) (ok, reentered bool) {
 		m.depth++
 		return true, true
 	case m.owner == 0 && len(m.waiters) == 0:
-		m.owner, m.depth = who, 1
+		m.setOwner(who, 1)
 		return true, false
 	}
 	return false, false
@@ -121,7 +129,7 @@ func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued Observer
 		m.mu.Unlock()
 		return Reentered, nil
 	case m.owner == 0 && len(m.waiters) == 0:
-		m.owner, m.depth = who, 1
+		m.setOwner(who, 1)
 		m.mu.Unlock()
 		return Fresh, nil
 	}
@@ -225,12 +233,9 @@ func (m *Mutex) NextTag() (int64, bool) {
 	return m.waiters[0].tag, true
 }
 
-// Owner returns the owner of m now, or the zero Owner if m is free.
-func (m *Mutex) Owner() Owner {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.owner
-}
+// Owner returns the owner of m now, or the zero Owner if m is free: one
+// atomic load, a snapshot that may be stale by the time it is used.
+func (m *Mutex) Owner() Owner { return Owner(m.cur.Load()) }
 
 // Waiters returns the number of owners queued in Lock.
 func (m *Mutex) Waiters() int {
@@ -306,13 +311,13 @@ func (m *Mutex) notOwner(who Owner) error {
 func (m *Mutex) release() {
 	m.leaving = false
 	if len(m.waiters) == 0 {
-		m.owner, m.depth = 0, 0
+		m.setOwner(0, 0)
 		return
 	}
 	next := m.waiters[0]
 	m.waiters[0] = nil
 	m.waiters = m.waiters[1:]
-	m.owner, m.depth = next.who, 1
+	m.setOwner(next.who, 1)
 	close(next.ready)
 }
 
