@@ -110,8 +110,8 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold, who reentrant.Owner) (
 		return notHandedOver, nil
 	}
 	next := r.cfg.expireAfter // the TTL the next goroutine asked for
-	if tag, ok := l.local.NextTag(); ok && tag > 0 {
-		next = time.Duration(tag)
+	if req, ok := l.local.Next(); ok && req.TTL > 0 {
+		next = req.TTL
 	}
 	bounded := now-l.turn.since >= int64(max(l.turn.span, r.cfg.chainSpan))
 	if !r.cfg.fencing && !bounded && l.turn.passes < maxFreePasses && now-l.turn.lastCmd < int64(r.cfg.freePassSpan) &&

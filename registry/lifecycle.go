@@ -53,7 +53,7 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration, 
 		return ErrClosed
 	}
 	start := r.now()
-	how, err := l.local.Lock(ctx, r.bg.closed, (*queueHook)(l), int64(ttl), who)
+	how, err := l.local.Lock(ctx, r.bg.closed, (*queueHook)(l), reentrant.Request{TTL: ttl}, who)
 	switch {
 	case errors.Is(err, reentrant.ErrAborted):
 		return ErrClosed

@@ -26,9 +26,9 @@ func (l *RedisLock) tryLock(ctx context.Context, ttl time.Duration, who reentran
 	if l.reg.bg.isClosed() {
 		return tryClosed, ErrClosed
 	}
-	ok, reentered := l.local.TryLock(who)
+	ok, reentered, _ := l.local.TryLock(reentrant.Request{}, who) // exclusive: never too heavy
 	if !ok && l.revokeLost() {
-		ok, reentered = l.local.TryLock(who)
+		ok, reentered, _ = l.local.TryLock(reentrant.Request{}, who)
 	}
 	switch {
 	case !ok:

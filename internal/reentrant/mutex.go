@@ -1,22 +1,34 @@
-// Package reentrant provides a reentrant, FIFO mutex whose waits can be
-// cancelled, owned by a goroutine or by a token that any goroutine carries.
+// Package reentrant provides a reentrant, FIFO, weighted mutex whose waits
+// can be cancelled, owned by goroutines or by tokens that any goroutine
+// carries.
 //
 // Every method names its owner (an Owner). Self is the calling goroutine,
 // identified by its runtime id (github.com/petermattis/goid: a few
 // nanoseconds, no allocation, used by CockroachDB); NewOwner makes an owner
 // that is no goroutine, for a hold that one goroutine takes and another
-// releases. The owner may acquire again; each acquisition needs a matching
-// Unlock. Waiters queue in arrival order and ownership is handed directly to
-// the head of the queue on the last Unlock, so a goroutine that just unlocked
-// cannot barge ahead of one that has been waiting (no starvation, Jain
-// fairness close to 1 under contention).
+// releases. An owner may acquire again; each acquisition needs a matching
+// Unlock.
+//
+// Each acquisition asks for a Request: exclusive (the zero Request: the
+// whole mutex, one owner at a time), shared (any number of shared owners at
+// once, none beside an exclusive one), or a weight out of the mutex's size
+// (n of N: a counting semaphore, see NewWeighted). Waiters queue in arrival
+// order, and the mutex goes to the head of the queue as soon as its request
+// fits, on the rules of golang.org/x/sync/semaphore: a waiter that does not
+// fit yet holds up every waiter behind it, so a large request is never
+// starved by a stream of small ones (and a writer is not starved by
+// readers). Ownership is handed directly to the waiters it goes to, so an
+// owner that just unlocked cannot barge ahead of one that has been waiting
+// (Jain fairness close to 1 under contention).
 package reentrant
 
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/petermattis/goid"
 )
@@ -32,6 +44,10 @@ var ErrAborted = errors.New("reentrant: wait aborted")
 // was revoked (see Revoke), once for each hold it had then.
 var ErrRevoked = errors.New("reentrant: ownership was revoked")
 
+// ErrTooHeavy is returned by Lock and TryLock for a request that can never
+// fit: a weight below 1 or above the mutex's size.
+var ErrTooHeavy = errors.New("reentrant: request weight out of range")
+
 // Owner identifies who holds a Mutex: a goroutine (Self, a positive
 // runtime id) or a token made by NewOwner (negative). The zero Owner is
 // nobody.
@@ -46,54 +62,129 @@ var lastToken atomic.Int64
 // other Owner of the process: any goroutine may act for it.
 func NewOwner() Owner { return Owner(-lastToken.Add(1)) }
 
-// Mutex is a reentrant mutex owned by a goroutine or a token (Owner). The
-// zero value is an
-// unlocked mutex. A Mutex must not be copied after first use.
+// Mode is how much of a Mutex a request takes.
+type Mode int
+
+const (
+	Exclusive Mode = iota // the whole mutex (the zero value)
+	Shared                // a share: any number at once, none beside Exclusive
+	Weighted              // Request.Weight out of the mutex's size
+)
+
+// Request is what one acquisition asks for: how much of the mutex, and the
+// caller's TTL, which the owner about to hand the mutex over reads with
+// Next (the registry passes its hold on at the TTL the next owner asked
+// for). The zero Request is exclusive, with no TTL.
+type Request struct {
+	Mode   Mode
+	Weight int64 // Weighted only: 1 to the mutex's size
+	TTL    time.Duration
+}
+
+// unbounded is the size of a Mutex made without NewWeighted: Shared takes 1
+// of it, so no number of shared owners fills it.
+const unbounded = math.MaxInt64 / 2
+
+// Mutex is a reentrant, weighted mutex owned by goroutines or tokens
+// (Owner). The zero value is an unlocked mutex of unbounded size, for
+// Exclusive and Shared requests. A Mutex must not be copied after first
+// use.
 type Mutex struct {
+	size int64 // 0: unbounded
+
 	// mu guards the following.
 	mu      sync.Mutex
-	owner   Owner // 0 when free
-	depth   int   // hold count of the owner
-	leaving bool  // the owner's last Leave reported last: it is finishing, not revocable
+	held    int64     // weight held by all owners
+	owners  []holding // who holds m: one for an exclusive owner
 	waiters []*waiter
 	// revoked counts the holds of owners whose ownership was revoked: each
 	// later Leave or Unlock of theirs consumes one. An entry stays until
 	// consumed (a goroutine that died keeps its own).
 	revoked map[Owner]int
 	nrev    atomic.Int32 // entries in revoked, read without mu
-	// cur mirrors owner, for Owner without mu.
-	cur atomic.Int64
+	// sole mirrors the owner while exactly one holds m (else 0), for Owner
+	// without mu.
+	sole atomic.Int64
 }
 
-// setOwner makes who the owner, depth times. mu must be held.
-func (m *Mutex) setOwner(who Owner, depth int) {
-	m.owner, m.depth = who, depth
-	m.cur.Store(int64(who))
+// NewWeighted returns a Mutex of size n (at least 1): Weighted requests
+// take their Weight of it, Shared ones 1, Exclusive ones all of it.
+func NewWeighted(n int64) *Mutex { return &Mutex{size: max(n, 1)} }
+
+// holding is one owner's part of m.
+type holding struct {
+	who     Owner
+	weight  int64
+	depth   int  // its holds: 1 plus its re-entries
+	leaving bool // its last Leave reported last: it is finishing, not revocable
 }
 
 // waiter is one owner queued in Lock. ready is closed by the goroutine
-// that hands ownership over, after it set owner to who under mu.
+// that grants it m, after it made who an owner under mu.
 type waiter struct {
-	who   Owner
-	tag   int64 // the caller's, for NextTag
-	ready chan struct{}
+	who    Owner
+	req    Request
+	weight int64
+	ready  chan struct{}
 }
 
-// TryLock acquires m for who if it is free and nobody is queued, or
-// re-enters it if who already owns it. reentered reports the second case.
-// It never blocks.
-func (m *Mutex) TryLock(who Owner) (ok, reentered bool) {
+// weight returns what req takes of m, or ErrTooHeavy.
+func (m *Mutex) weight(req Request) (int64, error) {
+	size := m.size
+	if size == 0 {
+		size = unbounded
+	}
+	switch req.Mode {
+	case Exclusive:
+		return size, nil
+	case Shared:
+		return 1, nil
+	}
+	if req.Weight < 1 || req.Weight > size {
+		return 0, ErrTooHeavy
+	}
+	return req.Weight, nil
+}
+
+// free returns the weight not held. mu must be held.
+func (m *Mutex) free() int64 {
+	size := m.size
+	if size == 0 {
+		size = unbounded
+	}
+	return size - m.held
+}
+
+// find returns the index of who in owners, or -1. mu must be held.
+func (m *Mutex) find(who Owner) int {
+	for i := range m.owners {
+		if m.owners[i].who == who {
+			return i
+		}
+	}
+	return -1
+}
+
+// TryLock acquires m for who as req asks if that fits now and nobody is
+// queued, or re-enters it if who already owns it (whatever req asks: its
+// part does not change). reentered reports the second case. It never
+// blocks.
+func (m *Mutex) TryLock(req Request, who Owner) (ok, reentered bool, err error) {
+	w, err := m.weight(req)
+	if err != nil {
+		return false, false, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	switch {
-	case m.owner == who:
-		m.depth++
-		return true, true
-	case m.owner == 0 && len(m.waiters) == 0:
-		m.setOwner(who, 1)
-		return true, false
+	if i := m.find(who); i >= 0 {
+		m.owners[i].depth++
+		return true, true, nil
 	}
-	return false, false
+	if len(m.waiters) == 0 && m.free() >= w {
+		m.grant(who, w)
+		return true, false, nil
+	}
+	return false, false, nil
 }
 
 // Observer is told when a Lock call has queued (an interface rather than a
@@ -104,45 +195,48 @@ type Observer interface{ Queued() }
 type How int
 
 const (
-	Fresh     How = iota // m was free
+	Fresh     How = iota // req fitted at once
 	Reentered            // the caller already owned m
 	Queued               // the caller waited for m to be handed over
 )
 
-// Lock acquires m for who, re-entering it if who already owns it, and says
-// how; the calling goroutine waits. It waits in FIFO order until m is handed
-// over, ctx is done (ctx.Err() is returned) or abort is closed (ErrAborted).
-// tag is the caller's value for NextTag while it waits. If the caller has
-// to wait, queued.Queued (if queued is not nil) is called
-// once it is in the queue, before it blocks: a caller can then check,
-// without a race with the owner, whether the owner should be revoked.
-// A wait that returns an error leaves nothing held. A wait whose ctx ends
-// just as m is handed over succeeds and keeps m: the previous owner may have
-// left the new one something to inherit (the registry's hold), which passing
-// m on could strand. (x/sync's semaphore does the opposite: it gives such a
-// late grant back and returns ctx.Err().)
-func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued Observer, tag int64, who Owner) (How, error) {
+// Lock acquires m for who as req asks, re-entering it if who already owns
+// it (as TryLock), and says how; the calling goroutine waits. It waits in
+// FIFO order until m is granted, ctx is done (ctx.Err() is returned) or
+// abort is closed (ErrAborted). If the caller has to wait, queued.Queued
+// (if queued is not nil) is called once it is in the queue, before it
+// blocks: a caller can then check, without a race with the owner, whether
+// the owner should be revoked. A wait that returns an error leaves nothing
+// held. A wait whose ctx ends just as m is granted succeeds and keeps m: the
+// previous owner may have left the new one something to inherit (the
+// registry's hold), which giving m back could strand. (x/sync's semaphore
+// does the opposite: it gives such a late grant back and returns
+// ctx.Err().)
+func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued Observer, req Request, who Owner) (How, error) {
+	w, err := m.weight(req)
+	if err != nil {
+		return Fresh, err
+	}
 	m.mu.Lock()
-	switch {
-	case m.owner == who:
-		m.depth++
+	if i := m.find(who); i >= 0 {
+		m.owners[i].depth++
 		m.mu.Unlock()
 		return Reentered, nil
-	case m.owner == 0 && len(m.waiters) == 0:
-		m.setOwner(who, 1)
+	}
+	if len(m.waiters) == 0 && m.free() >= w {
+		m.grant(who, w)
 		m.mu.Unlock()
 		return Fresh, nil
 	}
-	w := &waiter{who: who, tag: tag, ready: make(chan struct{})}
-	m.waiters = append(m.waiters, w)
+	wt := &waiter{who: who, req: req, weight: w, ready: make(chan struct{})}
+	m.waiters = append(m.waiters, wt)
 	m.mu.Unlock()
 	if queued != nil {
 		queued.Queued()
 	}
 
-	var err error
 	select {
-	case <-w.ready:
+	case <-wt.ready:
 		return Queued, nil
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -151,13 +245,18 @@ func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued Observer
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.owner == who {
-		// Ownership was handed over as we gave up: keep it. The caller may
-		// inherit what the previous owner left for it, so passing it on
-		// here could strand that.
+	if m.find(who) >= 0 {
+		// Granted as we gave up: keep it. The caller may inherit what the
+		// previous owner left for it, so giving it back here could strand
+		// that.
 		return Queued, nil
 	}
-	m.remove(w)
+	front := len(m.waiters) > 0 && m.waiters[0] == wt
+	m.remove(wt)
+	if front {
+		// The head leaves: those behind it that fit now go (x/sync).
+		m.wake()
+	}
 	return Queued, err
 }
 
@@ -165,77 +264,85 @@ func (m *Mutex) Lock(ctx context.Context, abort <-chan struct{}, queued Observer
 func (m *Mutex) Depth(who Owner) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.owner != who {
-		return 0
+	if i := m.find(who); i >= 0 {
+		return m.owners[i].depth
 	}
-	return m.depth
+	return 0
 }
 
-// Unlock releases one hold of who. The last one hands m to the
-// longest-waiting owner. It returns ErrNotOwner, and changes nothing, if who
-// does not own m, or ErrRevoked if it lost a hold to Revoke.
+// Unlock releases one hold of who. The last one gives who's part back, and
+// m goes to the waiters at the head of the queue that fit. It returns
+// ErrNotOwner, and changes nothing, if who does not own m, or ErrRevoked if
+// it lost a hold to Revoke.
 func (m *Mutex) Unlock(who Owner) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.owner != who {
+	i := m.find(who)
+	if i < 0 {
 		return m.notOwner(who)
 	}
-	m.depth--
-	if m.depth == 0 {
-		m.release()
+	m.owners[i].depth--
+	if m.owners[i].depth == 0 {
+		m.drop(i)
+		m.wake()
 	}
 	return nil
 }
 
 // Leave releases one hold of who unless it is the last: then it changes
 // nothing and reports last, and the caller finishes what the outermost hold
-// guarded before calling Unlock or HandOff; until then m cannot be revoked.
-// It returns ErrNotOwner if who does not own m, or ErrRevoked if it lost a
-// hold to Revoke.
+// guarded before calling Unlock or HandOff; until then who cannot be
+// revoked. It returns ErrNotOwner if who does not own m, or ErrRevoked if
+// it lost a hold to Revoke.
 func (m *Mutex) Leave(who Owner) (last bool, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.owner != who {
+	i := m.find(who)
+	if i < 0 {
 		return false, m.notOwner(who)
 	}
-	if m.depth == 1 {
-		m.leaving = true
+	if m.owners[i].depth == 1 {
+		m.owners[i].leaving = true
 		return true, nil
 	}
-	m.depth--
+	m.owners[i].depth--
 	return false, nil
 }
 
-// HandOff passes m, held once by who, to the longest waiting owner and
-// reports true. If nobody waits it changes nothing and reports false: who
-// still owns m. It returns ErrNotOwner if who does not own m.
+// HandOff gives who's part of m, held once, to the head of the queue, and
+// reports true, if the head fits once who's part is given back (so that
+// what who held passes to it). Otherwise it changes nothing and reports
+// false: who still owns m. It returns ErrNotOwner if who does not own m.
 func (m *Mutex) HandOff(who Owner) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.owner != who {
+	i := m.find(who)
+	if i < 0 {
 		return false, ErrNotOwner
 	}
-	if len(m.waiters) == 0 {
+	if len(m.waiters) == 0 || m.free()+m.owners[i].weight < m.waiters[0].weight {
 		return false, nil
 	}
-	m.release()
+	m.drop(i)
+	m.wake()
 	return true, nil
 }
 
-// NextTag returns the tag of the owner that HandOff would hand m to
-// now, and false if nobody waits.
-func (m *Mutex) NextTag() (int64, bool) {
+// Next returns the request of the waiter that HandOff would hand m to now,
+// and false if nobody waits.
+func (m *Mutex) Next() (Request, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if len(m.waiters) == 0 {
-		return 0, false
+		return Request{}, false
 	}
-	return m.waiters[0].tag, true
+	return m.waiters[0].req, true
 }
 
-// Owner returns the owner of m now, or the zero Owner if m is free: one
-// atomic load, a snapshot that may be stale by the time it is used.
-func (m *Mutex) Owner() Owner { return Owner(m.cur.Load()) }
+// Owner returns the owner of m now if exactly one owner holds it, or the
+// zero Owner: one atomic load, a snapshot that may be stale by the time it
+// is used.
+func (m *Mutex) Owner() Owner { return Owner(m.sole.Load()) }
 
 // Waiters returns the number of owners queued in Lock.
 func (m *Mutex) Waiters() int {
@@ -248,30 +355,52 @@ func (m *Mutex) Waiters() int {
 func (m *Mutex) Busy() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.owner != 0 || len(m.waiters) > 0
+	return len(m.owners) > 0 || len(m.waiters) > 0
 }
 
-// Revoke takes m from its owner, if it has one that is not finishing its
-// last hold (see Leave) and ok, called with m's internal lock held, agrees,
-// and hands m to the longest-waiting owner, or frees it. The owner's
-// holds are recorded: each of its later Leave or Unlock calls returns
-// ErrRevoked. It is for an owner that will not unlock in time (a goroutine
-// that exited holding m, or whose hold of what m guards expired). ok must
-// not call m's methods.
+// Revoke takes m from its sole owner, if it has exactly one, that owner is
+// not finishing its last hold (see Leave), and ok, called with m's
+// internal lock held, agrees; m then goes to the waiters that fit. The
+// owner's holds are recorded: each of its later Leave or Unlock calls
+// returns ErrRevoked. It is for an owner that will not unlock in time (a
+// goroutine that exited holding m, or whose hold of what m guards expired).
+// ok must not call m's methods.
 func (m *Mutex) Revoke(ok func() bool) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.owner == 0 || m.leaving || !ok() {
+	if len(m.owners) != 1 {
+		return false
+	}
+	return m.revoke(0, ok)
+}
+
+// RevokeOwner is Revoke for who, one of m's owners.
+func (m *Mutex) RevokeOwner(who Owner, ok func() bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i := m.find(who)
+	if i < 0 {
+		return false
+	}
+	return m.revoke(i, ok)
+}
+
+// revoke takes m's part from owners[i] if it is not leaving and ok agrees.
+// mu must be held.
+func (m *Mutex) revoke(i int, ok func() bool) bool {
+	o := m.owners[i]
+	if o.leaving || !ok() {
 		return false
 	}
 	if m.revoked == nil {
 		m.revoked = make(map[Owner]int)
 	}
-	if m.revoked[m.owner] == 0 {
+	if m.revoked[o.who] == 0 {
 		m.nrev.Add(1)
 	}
-	m.revoked[m.owner] += m.depth
-	m.release()
+	m.revoked[o.who] += o.depth
+	m.drop(i)
+	m.wake()
 	return true
 }
 
@@ -307,18 +436,46 @@ func (m *Mutex) notOwner(who Owner) error {
 	return ErrRevoked
 }
 
-// release hands m to the head of the queue or frees it. mu must be held.
-func (m *Mutex) release() {
-	m.leaving = false
-	if len(m.waiters) == 0 {
-		m.setOwner(0, 0)
-		return
+// grant makes who an owner of weight w, once. mu must be held.
+func (m *Mutex) grant(who Owner, w int64) {
+	m.owners = append(m.owners, holding{who: who, weight: w, depth: 1})
+	m.held += w
+	m.setSole()
+}
+
+// drop removes owners[i] and gives its part back. mu must be held.
+func (m *Mutex) drop(i int) {
+	m.held -= m.owners[i].weight
+	last := len(m.owners) - 1
+	m.owners[i] = m.owners[last]
+	m.owners[last] = holding{}
+	m.owners = m.owners[:last]
+	m.setSole()
+}
+
+// setSole updates sole. mu must be held.
+func (m *Mutex) setSole() {
+	if len(m.owners) == 1 {
+		m.sole.Store(int64(m.owners[0].who))
+	} else {
+		m.sole.Store(0)
 	}
-	next := m.waiters[0]
-	m.waiters[0] = nil
-	m.waiters = m.waiters[1:]
-	m.setOwner(next.who, 1)
-	close(next.ready)
+}
+
+// wake grants m to the waiters at the head of the queue, in order, while
+// each fits; the first that does not fit stops it, so that it is not
+// starved by smaller requests behind it. mu must be held.
+func (m *Mutex) wake() {
+	for len(m.waiters) > 0 {
+		next := m.waiters[0]
+		if m.free() < next.weight {
+			return
+		}
+		m.waiters[0] = nil
+		m.waiters = m.waiters[1:]
+		m.grant(next.who, next.weight)
+		close(next.ready)
+	}
 }
 
 // remove deletes w from the queue. mu must be held.

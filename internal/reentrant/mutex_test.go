@@ -28,16 +28,16 @@ func waitWaiters(t *testing.T, m *Mutex, n int) {
 
 func TestReentrancyAndOwnership(t *testing.T) {
 	var m Mutex
-	if how, err := m.Lock(context.Background(), nil, nil, 0, Self()); how != Fresh || err != nil {
+	if how, err := m.Lock(context.Background(), nil, nil, Request{}, Self()); how != Fresh || err != nil {
 		t.Fatalf("first Lock = %v, %v", how, err)
 	}
-	if how, err := m.Lock(context.Background(), nil, nil, 0, Self()); how != Reentered || err != nil || m.Depth(Self()) != 2 {
+	if how, err := m.Lock(context.Background(), nil, nil, Request{}, Self()); how != Reentered || err != nil || m.Depth(Self()) != 2 {
 		t.Fatal("owner could not re-enter")
 	}
-	if ok, re := m.TryLock(Self()); !ok || !re || m.Depth(Self()) != 3 {
+	if ok, re, _ := m.TryLock(Request{}, Self()); !ok || !re || m.Depth(Self()) != 3 {
 		t.Fatal("owner's TryLock did not re-enter")
 	}
-	if run(func() bool { ok, _ := m.TryLock(Self()); return ok }) {
+	if run(func() bool { ok, _, _ := m.TryLock(Request{}, Self()); return ok }) {
 		t.Fatal("another goroutine's TryLock succeeded")
 	}
 	if err := run(func() error { return m.Unlock(Self()) }); !errors.Is(err, ErrNotOwner) {
@@ -59,7 +59,7 @@ func TestReentrancyAndOwnership(t *testing.T) {
 // Waiters get the mutex in arrival order; a waiter alone makes it busy.
 func TestFIFOHandOff(t *testing.T) {
 	var m Mutex
-	m.Lock(context.Background(), nil, nil, 0, Self())
+	m.Lock(context.Background(), nil, nil, Request{}, Self())
 	const n = 8
 	var (
 		mu    sync.Mutex
@@ -70,7 +70,7 @@ func TestFIFOHandOff(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.Lock(context.Background(), nil, nil, 0, Self())
+			m.Lock(context.Background(), nil, nil, Request{}, Self())
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
@@ -91,10 +91,10 @@ func TestFIFOHandOff(t *testing.T) {
 // counts it as a contended acquisition.
 func TestLockSaysQueued(t *testing.T) {
 	var m Mutex
-	m.Lock(context.Background(), nil, nil, 0, Self())
+	m.Lock(context.Background(), nil, nil, Request{}, Self())
 	got := make(chan How)
 	go func() {
-		how, err := m.Lock(context.Background(), nil, nil, 0, Self())
+		how, err := m.Lock(context.Background(), nil, nil, Request{}, Self())
 		if err != nil {
 			t.Error(err)
 		}
@@ -110,14 +110,14 @@ func TestLockSaysQueued(t *testing.T) {
 
 func TestWaiterIsBusyAndCancellable(t *testing.T) {
 	var m Mutex
-	m.Lock(context.Background(), nil, nil, 0, Self())
+	m.Lock(context.Background(), nil, nil, Request{}, Self())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { _, err := m.Lock(ctx, nil, nil, 0, Self()); done <- err }()
+	go func() { _, err := m.Lock(ctx, nil, nil, Request{}, Self()); done <- err }()
 	waitWaiters(t, &m, 1)
 	abort := make(chan struct{})
 	aborted := make(chan error)
-	go func() { _, err := m.Lock(context.Background(), abort, nil, 0, Self()); aborted <- err }()
+	go func() { _, err := m.Lock(context.Background(), abort, nil, Request{}, Self()); aborted <- err }()
 	waitWaiters(t, &m, 2)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -138,11 +138,11 @@ func TestWaiterIsBusyAndCancellable(t *testing.T) {
 func TestCancelRacingHandOff(t *testing.T) {
 	for range 200 {
 		var m Mutex
-		m.Lock(context.Background(), nil, nil, 0, Self())
+		m.Lock(context.Background(), nil, nil, Request{}, Self())
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error)
 		go func() {
-			_, err := m.Lock(ctx, nil, nil, 0, Self())
+			_, err := m.Lock(ctx, nil, nil, Request{}, Self())
 			if err == nil {
 				m.Unlock(Self())
 			}
@@ -160,11 +160,11 @@ func TestCancelRacingHandOff(t *testing.T) {
 
 func BenchmarkReentrantLockUnlock(b *testing.B) {
 	var m Mutex
-	m.Lock(context.Background(), nil, nil, 0, Self())
+	m.Lock(context.Background(), nil, nil, Request{}, Self())
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		m.Lock(ctx, nil, nil, 0, Self())
+		m.Lock(ctx, nil, nil, Request{}, Self())
 		m.Leave(Self())
 	}
 }
@@ -176,7 +176,7 @@ func TestHandOff(t *testing.T) {
 	if _, err := m.HandOff(Self()); err != ErrNotOwner {
 		t.Fatalf("HandOff of a free mutex: %v, want ErrNotOwner", err)
 	}
-	m.Lock(ctx, nil, nil, 0, Self())
+	m.Lock(ctx, nil, nil, Request{}, Self())
 	if ok, err := m.HandOff(Self()); ok || err != nil {
 		t.Fatalf("HandOff without waiters = %v, %v; want false, nil", ok, err)
 	}
@@ -185,7 +185,7 @@ func TestHandOff(t *testing.T) {
 	}
 	got := make(chan int)
 	go func() {
-		m.Lock(ctx, nil, nil, 0, Self())
+		m.Lock(ctx, nil, nil, Request{}, Self())
 		got <- m.Depth(Self())
 		m.Unlock(Self())
 		got <- 0
@@ -211,8 +211,8 @@ func TestRevoke(t *testing.T) {
 	ctx := context.Background()
 	owned, unlock, done := make(chan struct{}), make(chan struct{}), make(chan []error)
 	go func() {
-		m.Lock(ctx, nil, nil, 0, Self())
-		m.Lock(ctx, nil, nil, 0, Self()) // two holds
+		m.Lock(ctx, nil, nil, Request{}, Self())
+		m.Lock(ctx, nil, nil, Request{}, Self()) // two holds
 		close(owned)
 		<-unlock
 		revoked := m.Revoked(Self())
@@ -231,7 +231,7 @@ func TestRevoke(t *testing.T) {
 			if !m.Revoke(func() bool { return true }) {
 				t.Error("Revoke of an owner that is not leaving failed")
 			}
-		}), 0, Self())
+		}), Request{}, Self())
 		if err != nil {
 			t.Error(err)
 		}
@@ -253,7 +253,7 @@ func TestRevoke(t *testing.T) {
 // An owner finishing its last hold (Leave reported last) is not revoked.
 func TestRevokeSparesLeavingOwner(t *testing.T) {
 	var m Mutex
-	m.Lock(context.Background(), nil, nil, 0, Self())
+	m.Lock(context.Background(), nil, nil, Request{}, Self())
 	if last, err := m.Leave(Self()); !last || err != nil {
 		t.Fatalf("Leave = %v, %v", last, err)
 	}
@@ -263,7 +263,7 @@ func TestRevokeSparesLeavingOwner(t *testing.T) {
 	if err := m.Unlock(Self()); err != nil {
 		t.Fatal(err)
 	}
-	m.Lock(context.Background(), nil, nil, 0, Self())
+	m.Lock(context.Background(), nil, nil, Request{}, Self())
 	if !m.Revoke(func() bool { return true }) || m.Busy() {
 		t.Fatal("Revoke after a new Lock did not free the mutex")
 	}
@@ -274,33 +274,33 @@ type observer func()
 
 func (o observer) Queued() { o() }
 
-// NextTag is the tag of the goroutine that HandOff would hand the mutex to.
-func TestNextTag(t *testing.T) {
+// Next is the request of the goroutine that HandOff would hand the mutex to.
+func TestNext(t *testing.T) {
 	var m Mutex
 	ctx := context.Background()
-	m.Lock(ctx, nil, nil, 0, Self())
-	if _, ok := m.NextTag(); ok {
-		t.Fatal("NextTag without waiters reported one")
+	m.Lock(ctx, nil, nil, Request{}, Self())
+	if _, ok := m.Next(); ok {
+		t.Fatal("Next without waiters reported one")
 	}
 	first, cancel := context.WithCancel(ctx)
 	gave, got := make(chan error, 1), make(chan int64, 1)
-	go func() { _, err := m.Lock(first, nil, nil, 5, Self()); gave <- err }()
+	go func() { _, err := m.Lock(first, nil, nil, Request{TTL: 5}, Self()); gave <- err }()
 	waitWaiters(t, &m, 1)
 	go func() {
-		m.Lock(ctx, nil, nil, 7, Self())
+		m.Lock(ctx, nil, nil, Request{TTL: 7}, Self())
 		got <- 7
 		m.Unlock(Self())
 	}()
 	waitWaiters(t, &m, 2)
-	if tag, ok := m.NextTag(); !ok || tag != 5 {
-		t.Fatalf("NextTag = %d, %v; want 5, the head of the queue", tag, ok)
+	if req, ok := m.Next(); !ok || req.TTL != 5 {
+		t.Fatalf("Next = %+v, %v; want TTL 5, the head of the queue", req, ok)
 	}
 	cancel()
 	if err := <-gave; err == nil {
 		t.Fatal("the cancelled waiter got the mutex")
 	}
-	if tag, ok := m.NextTag(); !ok || tag != 7 {
-		t.Fatalf("NextTag after the head left = %d, %v; want 7", tag, ok)
+	if req, ok := m.Next(); !ok || req.TTL != 7 {
+		t.Fatalf("Next after the head left = %+v, %v; want TTL 7", req, ok)
 	}
 	m.Unlock(Self())
 	if g := <-got; g != 7 {
@@ -318,20 +318,20 @@ func TestTokenOwner(t *testing.T) {
 	if a == b || a >= 0 || b >= 0 {
 		t.Fatalf("NewOwner gave %d and %d, want two distinct negative owners", a, b)
 	}
-	if how, err := m.Lock(ctx, nil, nil, 0, a); how != Fresh || err != nil {
+	if how, err := m.Lock(ctx, nil, nil, Request{}, a); how != Fresh || err != nil {
 		t.Fatalf("Lock(a) = %v, %v", how, err)
 	}
 	if o := m.Owner(); o != a {
 		t.Fatalf("Owner %d, want token a %d", o, a)
 	}
-	if ok, _ := m.TryLock(Self()); ok {
+	if ok, _, _ := m.TryLock(Request{}, Self()); ok {
 		t.Fatal("a goroutine's TryLock succeeded while token a holds the mutex")
 	}
-	if ok, _ := m.TryLock(b); ok {
+	if ok, _, _ := m.TryLock(Request{}, b); ok {
 		t.Fatal("token b's TryLock succeeded while token a holds the mutex")
 	}
 	got := make(chan How, 1)
-	go func() { how, _ := m.Lock(ctx, nil, nil, 0, b); got <- how }()
+	go func() { how, _ := m.Lock(ctx, nil, nil, Request{}, b); got <- how }()
 	waitWaiters(t, &m, 1)
 	// Another goroutine releases a, and the mutex goes to the waiting b.
 	if err := run(func() error { return m.Unlock(a) }); err != nil {
@@ -348,5 +348,182 @@ func TestTokenOwner(t *testing.T) {
 	}
 	if _, err := m.Leave(b); !errors.Is(err, ErrRevoked) {
 		t.Fatalf("Leave(b) after Revoke = %v, want ErrRevoked", err)
+	}
+}
+
+// lockIn makes a new owner lock m as req asks, in a goroutine, and returns
+// the owner and a channel that yields Lock's error once it returns.
+func lockIn(ctx context.Context, m *Mutex, req Request) (Owner, <-chan error) {
+	who := NewOwner()
+	done := make(chan error, 1)
+	go func() { _, err := m.Lock(ctx, nil, nil, req, who); done <- err }()
+	return who, done
+}
+
+// granted fails the test unless done yields nil within 5s.
+func granted(t *testing.T, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: not granted within 5s", what)
+	}
+}
+
+// pending fails the test if done has yielded.
+func pending(t *testing.T, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Fatalf("%s returned (%v) but should still wait", what, err)
+	default:
+	}
+}
+
+func weighted(n int64) Request { return Request{Mode: Weighted, Weight: n} }
+
+// n of N: weights add up to the size at most; a release wakes the waiters
+// at the head that fit, in order.
+func TestWeighted(t *testing.T) {
+	ctx := context.Background()
+	m := NewWeighted(3)
+	a, b := NewOwner(), NewOwner()
+	if how, err := m.Lock(ctx, nil, nil, weighted(2), a); how != Fresh || err != nil {
+		t.Fatalf("Lock(2 of 3) = %v, %v", how, err)
+	}
+	if ok, _, err := m.TryLock(weighted(1), b); !ok || err != nil {
+		t.Fatalf("TryLock(1 of the 1 left) = %v, %v", ok, err)
+	}
+	if m.Owner() != 0 {
+		t.Fatalf("Owner = %d with two owners, want 0", m.Owner())
+	}
+	_, c := lockIn(ctx, m, weighted(1))
+	waitWaiters(t, m, 1)
+	_, d := lockIn(ctx, m, weighted(1))
+	waitWaiters(t, m, 2)
+	if err := m.Unlock(b); err != nil {
+		t.Fatal(err)
+	}
+	granted(t, c, "the first waiter, after 1 was given back")
+	pending(t, d, "the second waiter, with nothing free")
+	if err := m.Unlock(a); err != nil {
+		t.Fatal(err)
+	}
+	granted(t, d, "the second waiter, after 2 were given back")
+	if m.Waiters() != 0 || !m.Busy() {
+		t.Fatalf("waiters %d, busy %v", m.Waiters(), m.Busy())
+	}
+}
+
+// A waiter that does not fit yet holds up the smaller ones behind it, even
+// those that would fit now, and TryLock does not pass it either (x/sync's
+// rule: a large request is not starved).
+func TestWeightedNoBarging(t *testing.T) {
+	ctx := context.Background()
+	m := NewWeighted(3)
+	a := NewOwner()
+	m.Lock(ctx, nil, nil, weighted(2), a)
+	big, bigDone := lockIn(ctx, m, weighted(3))
+	waitWaiters(t, m, 1)
+	_, small := lockIn(ctx, m, weighted(1))
+	waitWaiters(t, m, 2)
+	if ok, _, _ := m.TryLock(weighted(1), NewOwner()); ok {
+		t.Fatal("TryLock(1) passed a waiter that was queued first")
+	}
+	pending(t, small, "a small waiter behind a large one")
+	m.Unlock(a)
+	granted(t, bigDone, "the large waiter")
+	pending(t, small, "the small waiter while the large one holds all")
+	m.Unlock(big)
+	granted(t, small, "the small waiter")
+}
+
+// The head of the queue giving up lets those behind it that fit go.
+func TestWeightedHeadGivesUp(t *testing.T) {
+	ctx := context.Background()
+	m := NewWeighted(2)
+	m.Lock(ctx, nil, nil, weighted(1), NewOwner())
+	cctx, cancel := context.WithCancel(ctx)
+	_, big := lockIn(cctx, m, weighted(2))
+	waitWaiters(t, m, 1)
+	_, small := lockIn(ctx, m, weighted(1))
+	waitWaiters(t, m, 2)
+	pending(t, small, "a small waiter behind a large one")
+	cancel()
+	if err := <-big; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the large waiter: %v, want context.Canceled", err)
+	}
+	granted(t, small, "the small waiter once the head gave up")
+}
+
+// Shared owners hold together; an exclusive waiter waits for all of them,
+// and shared requests after it wait for it (readers do not starve a
+// writer).
+func TestSharedAndExclusive(t *testing.T) {
+	ctx := context.Background()
+	var m Mutex
+	r1, r2 := NewOwner(), NewOwner()
+	for _, r := range []Owner{r1, r2} {
+		if how, err := m.Lock(ctx, nil, nil, Request{Mode: Shared}, r); how != Fresh || err != nil {
+			t.Fatalf("shared Lock = %v, %v", how, err)
+		}
+	}
+	w, wDone := lockIn(ctx, &m, Request{})
+	waitWaiters(t, &m, 1)
+	_, r3 := lockIn(ctx, &m, Request{Mode: Shared})
+	waitWaiters(t, &m, 2)
+	m.Unlock(r1)
+	pending(t, wDone, "the exclusive waiter while a shared owner holds")
+	m.Unlock(r2)
+	granted(t, wDone, "the exclusive waiter")
+	pending(t, r3, "a shared waiter behind the exclusive one")
+	if m.Owner() != w {
+		t.Fatalf("Owner = %d, want the exclusive owner %d", m.Owner(), w)
+	}
+	m.Unlock(w)
+	granted(t, r3, "the shared waiter")
+}
+
+// A request that can never fit is refused at once.
+func TestTooHeavy(t *testing.T) {
+	m := NewWeighted(2)
+	for _, req := range []Request{weighted(3), weighted(0), weighted(-1)} {
+		if _, err := m.Lock(context.Background(), nil, nil, req, NewOwner()); !errors.Is(err, ErrTooHeavy) {
+			t.Errorf("Lock(%+v) = %v, want ErrTooHeavy", req, err)
+		}
+		if ok, _, err := m.TryLock(req, NewOwner()); ok || !errors.Is(err, ErrTooHeavy) {
+			t.Errorf("TryLock(%+v) = %v, %v; want ErrTooHeavy", req, ok, err)
+		}
+	}
+	if m.Busy() {
+		t.Fatal("a refused request left the mutex busy")
+	}
+}
+
+// HandOff passes an owner's part only if the head of the queue then fits;
+// RevokeOwner takes one owner's part among several.
+func TestWeightedHandOffAndRevoke(t *testing.T) {
+	ctx := context.Background()
+	m := NewWeighted(2)
+	a, b := NewOwner(), NewOwner()
+	m.Lock(ctx, nil, nil, weighted(1), a)
+	m.Lock(ctx, nil, nil, weighted(1), b)
+	_, big := lockIn(ctx, m, weighted(2))
+	waitWaiters(t, m, 1)
+	if ok, err := m.HandOff(a); ok || err != nil {
+		t.Fatalf("HandOff(a) = %v, %v; the waiter needs b's part too", ok, err)
+	}
+	if !m.RevokeOwner(a, func() bool { return true }) || !m.Revoked(a) || m.Depth(b) != 1 {
+		t.Fatal("RevokeOwner(a) did not take a's part alone")
+	}
+	if ok, err := m.HandOff(b); !ok || err != nil {
+		t.Fatalf("HandOff(b) = %v, %v; with a's part back the waiter fits", ok, err)
+	}
+	granted(t, big, "the waiter after both parts came back")
+	if err := m.Unlock(a); !errors.Is(err, ErrRevoked) {
+		t.Fatalf("Unlock(a) = %v, want ErrRevoked", err)
 	}
 }
