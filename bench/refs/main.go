@@ -89,8 +89,26 @@ func run(dir string, verbose bool) error {
 	for e := range edges {
 		adj[e[0]] = append(adj[e[0]], e[1])
 	}
-	loop := largestSCC(nodes, adj)
-	fmt.Printf("files %d, edges %d, largest loop %d files\n", len(nodes), len(edges), len(loop))
+	comps := sccs(nodes, adj)
+	compOf := map[string]int{}
+	var loop []string
+	for i, c := range comps {
+		for _, f := range c {
+			compOf[f] = i
+		}
+		if len(c) > len(loop) {
+			loop = c
+		}
+	}
+	// An edge lies on a reference loop when both ends are in one
+	// strongly connected component: these are the back-references.
+	inLoops := 0
+	for e := range edges {
+		if compOf[e[0]] == compOf[e[1]] {
+			inLoops++
+		}
+	}
+	fmt.Printf("files %d, edges %d, edges on loops %d, largest loop %d files\n", len(nodes), len(edges), inLoops, len(loop))
 	slices.Sort(loop)
 	fmt.Printf("loop: %s\n", strings.Join(loop, " "))
 	if verbose {
@@ -104,11 +122,12 @@ func run(dir string, verbose bool) error {
 	return nil
 }
 
-// largestSCC returns the biggest strongly connected component (Tarjan).
-func largestSCC(nodes []string, adj map[string][]string) []string {
+// sccs returns the strongly connected components (Tarjan).
+func sccs(nodes []string, adj map[string][]string) [][]string {
 	index, low := map[string]int{}, map[string]int{}
 	onStack := map[string]bool{}
-	var stack, best []string
+	var stack []string
+	var all [][]string
 	n := 0
 	var visit func(v string)
 	visit = func(v string) {
@@ -135,9 +154,7 @@ func largestSCC(nodes []string, adj map[string][]string) []string {
 					break
 				}
 			}
-			if len(comp) > len(best) {
-				best = comp
-			}
+			all = append(all, comp)
 		}
 	}
 	for _, v := range nodes {
@@ -145,5 +162,5 @@ func largestSCC(nodes []string, adj map[string][]string) []string {
 			visit(v)
 		}
 	}
-	return best
+	return all
 }
