@@ -1,8 +1,9 @@
 // Command refs counts the references between the files of one Go package:
 // file A refers to file B when A uses a name (a function, type, method,
 // field, variable or constant) that B declares. It prints the number of
-// files, the number of such file-to-file edges, and the largest reference
-// loop (the biggest strongly connected component), with its files.
+// files, the number of such file-to-file edges, how many of them lie on a
+// reference loop (both ends in one strongly connected component), and the
+// largest loop, with its files.
 // Test files are left out.
 //
 //	cd bench && go run ./refs ../registry
