@@ -11,7 +11,7 @@ import (
 	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"golang.org/x/sys/unix"
 )
 

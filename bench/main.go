@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/lockyard/lockyard/bench/internal/stat"
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 )
 
 func main() {

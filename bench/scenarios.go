@@ -13,7 +13,7 @@ import (
 
 	redigo "github.com/gomodule/redigo/redis"
 
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 )
 
 // env is what every run shares: the private servers and the run counter

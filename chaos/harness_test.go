@@ -18,7 +18,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"golang.org/x/sys/unix"
 
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
 

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lockyard/lockyard/election"
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
 

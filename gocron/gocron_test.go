@@ -19,7 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	gocronlock "github.com/lockyard/lockyard/gocron"
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
 

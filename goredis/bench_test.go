@@ -4,10 +4,10 @@ import (
 	"testing"
 
 	"github.com/lockyard/lockyard/goredis"
-	"github.com/lockyard/lockyard/internal/clienttest"
+	"github.com/lockyard/lockyard/internal/testkit/clienttest"
 )
 
-// BenchLockUnlock (internal/clienttest) on go-redis.
+// BenchLockUnlock (internal/testkit/clienttest) on go-redis.
 
 // One node through go-redis.
 func BenchmarkSingleLockUnlock(b *testing.B) {

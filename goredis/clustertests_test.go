@@ -3,10 +3,10 @@ package goredis_test
 import (
 	"testing"
 
-	"github.com/lockyard/lockyard/internal/clienttest"
+	"github.com/lockyard/lockyard/internal/testkit/clienttest"
 )
 
-// The scenarios every adapter runs (internal/clienttest), on go-redis.
+// The scenarios every adapter runs (internal/testkit/clienttest), on go-redis.
 
 func TestClusterMutualExclusion(t *testing.T) { clienttest.ClusterMutualExclusion(t, adapter) }
 func TestClusterWakeups(t *testing.T)         { clienttest.ClusterWakeups(t, adapter) }

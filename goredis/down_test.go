@@ -7,8 +7,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockyard/lockyard/goredis"
-	"github.com/lockyard/lockyard/internal/clienttest"
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/clienttest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 )
 
 // With the go-redis options the package doc recommends (MaxRetries -1,

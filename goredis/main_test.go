@@ -9,8 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/lockyard/lockyard/internal/clienttest"
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/clienttest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 )
 
 // single is the redis-server of the single-node tests.

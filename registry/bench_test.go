@@ -3,8 +3,8 @@ package registry_test
 import (
 	"testing"
 
-	"github.com/lockyard/lockyard/internal/clienttest"
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/clienttest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
 

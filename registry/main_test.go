@@ -7,7 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 )
 
 // real is the redis-server shared by the real tier. Each test uses its own

@@ -3,11 +3,11 @@ package rueidislock_test
 import (
 	"testing"
 
-	"github.com/lockyard/lockyard/internal/clienttest"
+	"github.com/lockyard/lockyard/internal/testkit/clienttest"
 	rueidislock "github.com/lockyard/lockyard/rueidis"
 )
 
-// BenchLockUnlock (internal/clienttest) on rueidis.
+// BenchLockUnlock (internal/testkit/clienttest) on rueidis.
 
 // One node through rueidis.
 func BenchmarkSingleLockUnlock(b *testing.B) {

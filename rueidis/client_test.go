@@ -3,10 +3,10 @@ package rueidislock_test
 import (
 	"testing"
 
-	"github.com/lockyard/lockyard/internal/clienttest"
+	"github.com/lockyard/lockyard/internal/testkit/clienttest"
 )
 
-// The single-node scenarios every adapter runs (internal/clienttest), on
+// The single-node scenarios every adapter runs (internal/testkit/clienttest), on
 // rueidis.
 
 func TestSingleNode(t *testing.T) { clienttest.SingleNode(t, adapter, single.Addr) }

@@ -8,7 +8,7 @@ import (
 
 	redigo "github.com/gomodule/redigo/redis"
 
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/registry"
 	rueidislock "github.com/lockyard/lockyard/rueidis"
 )

@@ -3,10 +3,10 @@ package rueidislock_test
 import (
 	"testing"
 
-	"github.com/lockyard/lockyard/internal/clienttest"
+	"github.com/lockyard/lockyard/internal/testkit/clienttest"
 )
 
-// The scenarios every adapter runs (internal/clienttest), on rueidis.
+// The scenarios every adapter runs (internal/testkit/clienttest), on rueidis.
 
 func TestClusterMutualExclusion(t *testing.T) { clienttest.ClusterMutualExclusion(t, adapter) }
 func TestClusterWakeups(t *testing.T)         { clienttest.ClusterWakeups(t, adapter) }

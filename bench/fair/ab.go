@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/lockyard/lockyard/bench/internal/stat"
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 )
 
 // build is one lockyard revision under test: a binary of this program.

@@ -15,7 +15,7 @@ import (
 	redigo "github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/bench/internal/stat"
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
 

@@ -18,7 +18,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"go.uber.org/goleak"
 
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
 

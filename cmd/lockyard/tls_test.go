@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 )
 
 // writeCerts writes a CA and a server certificate for 127.0.0.1 signed by

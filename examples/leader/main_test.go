@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockyard/lockyard/internal/redistest"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 )
 
 // Replica processes are this test binary re-executed with these variables.
