@@ -9,7 +9,7 @@ import (
 )
 
 // Acquiring in Redis: the head of the local queue tries the obtain until it
-// is granted, sleeping as the store says between tries, and leaves the
+// is granted, sleeping as the protocol says between tries, and leaves the
 // wait queue if it gives up (lifecycle.go: the phases around it).
 
 // acquire runs the obtain script until it succeeds, sleeping between tries
@@ -127,7 +127,7 @@ func (l *RedisLock) leaveQueue() {
 	l.turn.queued, l.turn.waitUntil = false, 0
 	r := l.reg
 	leave := func(ctx context.Context) {
-		if err := r.store.leave(ctx, l.key, l.waiter); err != nil {
+		if err := r.mutex.leave(ctx, l.key, l.waiter); err != nil {
 			r.log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", l.key, "err", err)
 		}
 	}
@@ -155,17 +155,17 @@ func (l *RedisLock) waitErr(end, lastErr error) error {
 	return wrapKey("waiting for", l.key, fmt.Errorf("%w (last error: %w)", end, lastErr))
 }
 
-// attempt runs the store's obtain once, for a key that lives ttl. On
+// attempt runs the mutex protocol's obtain once, for a key that lives ttl. On
 // success the new hold begins; on failure the grant carries the holder's
 // remaining TTL. first says this is the acquisition's first attempt: the
 // key is expected free unless the last acquisition found it taken. waits
 // says the caller waits if it fails (see hint).
 func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits bool) (grant, error) {
 	r := l.reg
-	r.eviction.check(ctx, r.store, r.log)
+	r.eviction.check(ctx, r.exec, r.log)
 	token := r.newToken()
 	sent := r.now()
-	g, err := r.store.obtain(ctx, l.key, token, ttl, l.hint(first && !l.turn.taken, waits))
+	g, err := r.mutex.obtain(ctx, l.key, token, ttl, l.hint(first && !l.turn.taken, waits))
 	if err == nil {
 		r.eviction.answered()
 		if g.ok {
@@ -201,7 +201,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 	return g, nil
 }
 
-// hint describes an obtain or pass of this lock instance for the store. An
+// hint describes an obtain or pass of this lock instance for the protocol. An
 // instance that is not the cached one (evicted, and kept by its caller)
 // hears no release message: the subscriber wakes the cached instance. It
 // queues as a poller, so that no turn is given to it that it would not

@@ -9,7 +9,7 @@ import (
 )
 
 // core is what every acquisition of a registry shares, whatever kind of
-// lock made it: the clock, the store, the watchdog, the counters, the group
+// lock made it: the clock, the executor, the watchdog, the counters, the group
 // of background goroutines and the log (as etcd's concurrency.Session is
 // shared by its Mutex and Election). A Registry is a core plus its key
 // layout, its options and its cache of locks; a hold (hold.go) knows its
@@ -18,7 +18,10 @@ type core struct {
 	epoch    time.Time     // origin of now, read on the monotonic clock
 	clientID string        // random UUID, the first part of every token of this registry
 	seq      atomic.Uint64 // acquisitions, the second part of every token
-	store    store
+	// exec runs the calls of every lock kind; mutex is the protocol of
+	// RedisLock and Lease, through which holds renew and release.
+	exec     executor
+	mutex    *mutexProto
 	watchdog watchdog
 	stats    *stats
 	bg       *group

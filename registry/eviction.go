@@ -32,11 +32,11 @@ func (e *eviction) answered() {
 // logged at debug level and tried again once Redis answers an obtain; one
 // that the server refuses (INFO denied or renamed) is logged and not tried
 // again, and a client without INFO (Redlock) is not checked.
-func (e *eviction) check(ctx context.Context, st store, log *slog.Logger) {
+func (e *eviction) check(ctx context.Context, x executor, log *slog.Logger) {
 	if e.done.Load() || !e.pending.CompareAndSwap(false, true) {
 		return
 	}
-	info, err := st.info(ctx, "memory")
+	info, err := x.info(ctx, "memory")
 	switch {
 	case errors.Is(err, errNoInfo):
 		e.done.Store(true)

@@ -20,7 +20,7 @@ import (
 //     command was sent less than freePassSpan ago. Without fencing only:
 //     the next goroutine inherits the hold, its token and its fencing
 //     token.
-//   - Pass (store.pass, pass.lua): one round trip sets the TTL that the next
+//   - Pass (mutexProto.pass, pass.lua): one round trip sets the TTL that the next
 //     goroutine asked for (LockFor; else expireAfter) and, with fencing,
 //     gives the next goroutine a new fencing token. If a waiter of another
 //     lock instance is in line (lua/prelude.lua, nextTurn), the script
@@ -153,7 +153,7 @@ func (l *RedisLock) giveLocal(who reentrant.Owner) handoffResult {
 	return handedOver
 }
 
-// pass runs the store's pass for h, setting the key's TTL to ttl; force
+// pass runs the protocol's pass for h, setting the key's TTL to ttl; force
 // releases it even with nobody in line (the run of local holds is over).
 // When the key is kept it replaces h with a hold of ttl renewed from the
 // pass's send time (and, with fencing, a new token).
@@ -171,7 +171,7 @@ func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration, force 
 	defer h.renewing.Unlock()
 	l.turn.mark = l.wake.mark() // release messages from now on count for the next holder's wait
 	sent := r.now()
-	p, err := r.store.pass(context.WithoutCancel(ctx), l.key, h.token, ttl, l.hint(false, true), force)
+	p, err := r.mutex.pass(context.WithoutCancel(ctx), l.key, h.token, ttl, l.hint(false, true), force)
 	if err != nil {
 		return notHandedOver, err
 	}

@@ -96,10 +96,13 @@ func (h *hold) lose() {
 		h.cancel(ErrLockLost)
 	}
 	h.mu.Unlock()
-	h.r.stats.lostHold(h)
+	h.countLost()
 	h.r.watchdog.untrack(h)
 	h.kind.holdLost(h)
 }
+
+// countLost counts h lost in Stats, once.
+func (h *hold) countLost() { h.r.stats.lostOnce(&h.lostCounted) }
 
 // renewed applies a renewal that set the key's TTL to ttl and was sent at
 // sent: the hold's TTL becomes ttl and its deadline sent+ttl-drift, earlier

@@ -233,7 +233,7 @@ func (l *RedisLock) expire(ctx context.Context, d time.Duration, who reentrant.O
 	h.renewing.Lock()
 	defer h.renewing.Unlock()
 	ok, _, err := l.reg.retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
-		return l.reg.store.renew(ctx, l.key, h.token, d)
+		return l.reg.mutex.renew(ctx, l.key, h.token, d)
 	})
 	if errors.Is(err, ErrReplicaAck) {
 		ok, err = true, nil // it ran on the master: the key expires by d, or by its TTL
@@ -276,7 +276,7 @@ func (r *core) nudgeAfter(lk, token string, d time.Duration) {
 func (r *core) nudgeIn(lk, token string, d time.Duration, tries int) {
 	time.AfterFunc(d+nudgeMargin, func() {
 		r.bg.spawn(func() {
-			left, err := r.store.nudge(r.bg.ctx, lk, token)
+			left, err := r.mutex.nudge(r.bg.ctx, lk, token)
 			if err == nil && left >= 0 && tries > 1 {
 				r.nudgeIn(lk, token, left, tries-1)
 			}

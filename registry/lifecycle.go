@@ -183,7 +183,7 @@ func (l *RedisLock) lostAtRelease(h *hold) error {
 func (l *RedisLock) teardown(h *hold, err error, who reentrant.Owner) error {
 	h.retire()
 	if errors.Is(err, ErrLockLost) {
-		l.reg.stats.lostHold(h)
+		h.countLost()
 	}
 	l.hold.Store(nil)
 	l.abandon(who)

@@ -18,7 +18,7 @@ import (
 // when done; Close stops its background goroutines but deletes no key.
 //
 // A registry is built from parts, each with its own file and its own
-// locking: the core that every acquisition shares (core.go: the store,
+// locking: the core that every acquisition shares (core.go: the executor,
 // where locks live in Redis, the watchdog, the counters, and the group of
 // background goroutines that Close stops), the cache of locks and the
 // subscriber.
@@ -41,14 +41,14 @@ func NewWithClient(client Client, registryKey string, opts ...Option) (*Registry
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
 	}
-	return build(registryKey, opts, func(cfg config, s scripts, st *stats) (store, error) {
-		return newScriptStore(client, s, cfg, st), nil
+	return build(registryKey, opts, func(cfg config, st *stats) executor {
+		return &clientExec{client: client, timeout: cfg.commandTimeout, stats: st}
 	})
 }
 
 // build checks the registry key and the options, and assembles a registry
-// on the store that newStore makes.
-func build(registryKey string, opts []Option, newStore func(config, scripts, *stats) (store, error)) (*Registry, error) {
+// on the executor that newExec makes.
+func build(registryKey string, opts []Option, newExec func(config, *stats) executor) (*Registry, error) {
 	if err := checkRegistryKey(registryKey); err != nil {
 		return nil, err
 	}
@@ -67,9 +67,8 @@ func build(registryKey string, opts []Option, newStore func(config, scripts, *st
 		layout: wire.Layout{Registry: registryKey, HashTag: cfg.hashTag},
 		cfg:    cfg,
 	}
-	if r.store, err = newStore(cfg, newScripts(r.layout, cfg), r.stats); err != nil {
-		return nil, err
-	}
+	r.exec = newExec(cfg, r.stats)
+	r.mutex = newMutexProto(r.exec, newScripts(r.layout, cfg), cfg, r.stats)
 	r.cache.capacity = cfg.capacity
 	r.watchdog = newWatchdog(&r.core, cfg.autoRenew)
 	r.subscriber.r = r
@@ -174,7 +173,7 @@ func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx co
 		lost := h.lost(r.now())
 		uerr := l.UnlockContext(ctx)
 		if lost {
-			r.stats.lostHold(h)
+			h.countLost()
 		}
 		if lost && !errors.Is(uerr, ErrLockLost) {
 			uerr = errors.Join(uerr, fmt.Errorf("%w: validity of %q ended before release", ErrLockLost, key))

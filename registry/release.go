@@ -26,7 +26,7 @@ const netTries = 10
 func (r *core) deleteToken(ctx context.Context, lk, token string) (done, others bool, first, err error) {
 	done, first, err = r.retried(ctx, func(ctx context.Context) (bool, error) {
 		var d bool
-		d, others, err = r.store.release(ctx, lk, token)
+		d, others, err = r.mutex.release(ctx, lk, token)
 		return d, err
 	})
 	return done, others, first, err

@@ -34,7 +34,7 @@ func (w *watchdog) renew(batch []*hold) {
 			lastErr error
 			failed  int
 		)
-		for i, res := range r.store.renewBatch(r.bg.ctx, calls) {
+		for i, res := range r.mutex.renewBatch(r.bg.ctx, calls) {
 			h := todo[i]
 			switch {
 			case isStaleConn(res.err) && !errors.Is(res.err, ErrReplicaAck) && try < netTries && !r.bg.isClosed():
@@ -92,7 +92,7 @@ func (h *hold) renew(ctx context.Context, ttl time.Duration) error {
 		h.lose()
 		return fmt.Errorf("%w: validity of %q ended before renewal", ErrLockLost, h.key)
 	}
-	ok, err := r.store.renew(ctx, h.key, h.token, ttl)
+	ok, err := r.mutex.renew(ctx, h.key, h.token, ttl)
 	if err != nil && ttl < h.TTL() && (isAmbiguous(err) || errors.Is(err, ErrReplicaAck)) {
 		// The shorter TTL may be the key's now: believe the worse. Its
 		// validity ends no later than the renewal's would, and later

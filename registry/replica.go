@@ -15,23 +15,13 @@ type ack struct {
 	timeout  time.Duration
 }
 
-// evalWait runs one script call followed by WAIT, bounded by the command
-// timeout, and returns the script's reply and the acknowledging replicas.
-func (st *scriptStore) evalWait(ctx context.Context, s *Script, c Call) (any, int, error) {
-	ctx, cancel := bound(ctx, st.timeout)
-	defer cancel()
-	v, acked, err := st.client.EvalWait(ctx, s, c.Keys, c.Args, st.ack.replicas, st.ack.timeout)
-	st.stats.redisError(err)
-	return v, acked, err
-}
-
 // obtainAcked runs obtain.lua, then WAIT on the same connection (so it
 // waits for this script's writes). A lock that too few replicas
 // acknowledged is released at once and reported as an error matching
 // ErrReplicaAck: a failover to a replica that lacks the key would grant the
 // lock a second time.
-func (st *scriptStore) obtainAcked(ctx context.Context, lk, token string, c Call) (grant, error) {
-	v, acked, err := st.evalWait(ctx, obtainScript, c)
+func (st *mutexProto) obtainAcked(ctx context.Context, lk, token string, c Call) (grant, error) {
+	v, acked, err := st.one.evalWait(ctx, obtainScript, c, st.ack.replicas, st.ack.timeout)
 	var g grant
 	if v != nil {
 		var derr error
@@ -60,8 +50,8 @@ func (st *scriptStore) obtainAcked(ctx context.Context, lk, token string, c Call
 // ErrReplicaAck: a replica promoted now would expire the key at the old
 // deadline, so the hold's validity must not move. The key itself keeps its
 // new TTL on the master.
-func (st *scriptStore) renewAcked(ctx context.Context, lk string, c Call) (bool, error) {
-	v, acked, err := st.evalWait(ctx, renewScript, c)
+func (st *mutexProto) renewAcked(ctx context.Context, lk string, c Call) (bool, error) {
+	v, acked, err := st.one.evalWait(ctx, renewScript, c, st.ack.replicas, st.ack.timeout)
 	done, err := decodeDone(v, err)
 	switch {
 	case err != nil:
@@ -82,7 +72,7 @@ const ackRenewWorkers = 16
 // a Cluster a batch spans several masters, each needing its own; EvalWait
 // already handles both. With many held locks this costs a round trip per
 // lock and period instead of one per batch.
-func (st *scriptStore) renewEach(ctx context.Context, calls []renewCall) []renewReply {
+func (st *mutexProto) renewEach(ctx context.Context, calls []renewCall) []renewReply {
 	out := make([]renewReply, len(calls))
 	sem := make(chan struct{}, ackRenewWorkers)
 	var wg sync.WaitGroup

@@ -6,9 +6,62 @@ import (
 	"time"
 )
 
-// Decoding of the scripts' replies, as a Client returns them (RESP types:
-// an integer is an int64, an array a []any). Stores return decoded values,
-// so nothing above them sees a raw reply.
+// The mutex protocol's outcomes, and the decoding of its scripts' replies
+// as a Client returns them (RESP types: an integer is an int64, an array a
+// []any). The protocol returns decoded values, so nothing above it sees a
+// raw reply.
+
+// grant is the outcome of an obtain: acquired with a fencing token (0
+// without fencing), or not, with how long the caller sleeps before it tries
+// again by itself and after how many release messages its turn may have
+// come (lua/obtain.lua).
+type grant struct {
+	ok    bool
+	fence int64
+	// sleep is how long to wait before the next try; negative when the
+	// store does not say (pollDelay then decides).
+	sleep time.Duration
+	// after: the number of release messages after which the caller's turn
+	// may have come; negative when unknown (every message may be it).
+	after int
+}
+
+// unknown is a failed grant that says nothing about when to try again.
+var unknown = grant{sleep: -1, after: -1}
+
+// passOutcome says what a pass did.
+type passOutcome int
+
+const (
+	passDeclined passOutcome = iota // no pass under Redlock: release as usual
+	passKept                        // the key is kept, renewed, for the next local holder
+	passReleased                    // released for another waiter's turn; this instance is queued
+	passFreed                       // released with nobody in line (force)
+	passGone                        // the key was gone or another holder's: nothing changed
+)
+
+// passReply is the reply of a pass: fence is the next holder's fencing
+// token when the key was kept; after passReleased, sleep and after are
+// those of a failed obtain (grant), for the next local holder's wait.
+type passReply struct {
+	outcome passOutcome
+	fence   int64
+	sleep   time.Duration
+	after   int
+}
+
+// renewCall is one renewal of a batch.
+type renewCall struct {
+	lk, token string
+	ttl       time.Duration
+}
+
+// renewReply is the outcome of one renewCall: ok when renewed, false when
+// the key was gone or another holder's, or the error.
+type renewReply struct {
+	ok  bool
+	err error
+}
 
 // replyInt returns the integer reply v.
 func replyInt(v any) (int64, error) {

@@ -41,6 +41,29 @@ var (
 	nudgeScript   = newScript("nudge", preludeSrc+nudgeSrc)
 )
 
+// hint is what the per-key path knows of an obtain or a pass.
+type hint struct {
+	// free: lk is expected free. A store may then try a cheaper command
+	// first, and obtain as usual only if that fails.
+	free bool
+	// waits: the caller waits for the lock if this attempt fails (Lock,
+	// Acquire), rather than giving up (TryLock, TryAcquire). Only a
+	// waiting caller is queued.
+	waits bool
+	// waiter is the lock instance's id in the wait queue: registry id "/"
+	// instance number.
+	waiter string
+	// deaf: the waiter hears no release message (a PubSubLock instance
+	// that is no longer the cached one): it queues as a poller.
+	deaf bool
+	// spread is the jitter taken off a full poll interval when the
+	// caller sleeps one (lua/prelude.lua, pause).
+	spread time.Duration
+	// rtt is the instance's last round trip to the server: a poller's next
+	// try reaches it that long after its sleep.
+	rtt time.Duration
+}
+
 // scripts builds the KEYS and ARGV of each script for a registry: its key
 // layout, its fencing, and the arguments that never change, converted to
 // interfaces once. Every script that touches the queue takes the same keys

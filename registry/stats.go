@@ -108,9 +108,9 @@ func (s *stats) redisError(err error) {
 	}
 }
 
-// lostHold counts h as lost, once.
-func (s *stats) lostHold(h *hold) {
-	if h.lostCounted.CompareAndSwap(false, true) {
+// lostOnce counts a lost hold, once: counted records that it was.
+func (s *stats) lostOnce(counted *atomic.Bool) {
+	if counted.CompareAndSwap(false, true) {
 		s.lost.Add(1)
 	}
 }

@@ -63,7 +63,7 @@ func (s *subscriber) loop() {
 // the receive).
 func (s *subscriber) session(bo *backoff) error {
 	r := s.r
-	sub, err := r.store.subscribe(r.bg.ctx)
+	sub, err := r.exec.subscribe(r.bg.ctx, r.layout.ChannelPattern())
 	if err != nil {
 		return err
 	}

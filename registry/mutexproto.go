@@ -1,0 +1,219 @@
+package registry
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// mutexProto is the protocol of the exclusive lock (RedisLock and Lease)
+// on any executor: its scripts (lua/), the KEYS and ARGV of each
+// (scripts.go), the decoding of their replies (reply.go), and the rule of
+// each operation:
+//   - obtain, renew and release need a majority of the nodes (on one
+//     node, its reply; Redlock's obtain in redlock.go);
+//   - leave and nudge run on every node, best effort;
+//   - a pass needs one node's view of the waiters: a Redlock registry
+//     declines it (passDeclined), and its holders release instead.
+//
+// On one Client it also uses that Client's plain commands and WAIT
+// (replica.go). The per-key path calls it and never asks which executor
+// it has. A Redlock operation counts once in Stats, by its outcome.
+type mutexProto struct {
+	x   executor
+	one *clientExec // x, when it is one Client (nil: Redlock)
+	s   scripts
+	// timeout is the command timeout; nodeTimeout bounds one Redlock
+	// node's call at the registry's TTL.
+	timeout, nodeTimeout time.Duration
+	stats                *stats
+	setNX                SetNXClient    // the Client's plain SET NX PX, when it has one and fencing is off
+	setNXGet             SetNXGetClient // its SET NX GET PX, under the same conditions
+	noGet                atomic.Bool    // the server refused SET NX GET (before Redis 7.0)
+	ack                  ack            // replicas to wait for; zero without WithReplicaAck
+}
+
+func newMutexProto(x executor, s scripts, cfg config, st *stats) *mutexProto {
+	p := &mutexProto{x: x, s: s, timeout: cfg.commandTimeout, nodeTimeout: nodeTimeout(cfg.commandTimeout, cfg.expireAfter),
+		stats: st, ack: ack{replicas: cfg.ackReplicas, timeout: cfg.ackTimeout}}
+	p.one, _ = x.(*clientExec)
+	if p.one != nil && !cfg.fencing && cfg.ackReplicas == 0 {
+		p.setNX, p.setNXGet = p.one.plain() // else the obtain script, always
+	}
+	return p
+}
+
+// count counts the outcome of a Redlock operation (a clientExec counts
+// each of its calls itself).
+func (p *mutexProto) count(err error) {
+	if p.one == nil {
+		p.stats.redisError(err)
+	}
+}
+
+// obtain takes lk for token if it is free (or already token's) and not
+// another waiter's turn. When the caller expects lk to be free and nothing
+// but the SET is needed, it first sends a plain command, which does what
+// the script's first lines do with less work for the server:
+//   - a waiting caller (Lock) sends SET NX PX; only if the key is taken
+//     does the script run, to queue it and say how long it sleeps;
+//   - a caller that does not wait (TryLock) sends SET NX GET PX, one round
+//     trip whether it succeeds or fails: the value it returns is the
+//     holder's, this token's own after a resend that followed a lost
+//     reply.
+//
+// Either skips the turn of a waiter that the key may be kept for: a lock
+// instance expects its key free only while its acquisitions find it free
+// and its releases find nobody queued.
+func (p *mutexProto) obtain(ctx context.Context, lk, token string, ttl time.Duration, h hint) (grant, error) {
+	if p.one == nil {
+		return p.obtainQuorum(ctx, lk, token, ttl, h)
+	}
+	switch {
+	case h.free && !h.waits && p.setNXGet != nil && !p.noGet.Load():
+		g, err := p.plainSetNXGet(ctx, lk, token, ttl)
+		if !isSyntaxError(err) {
+			return g, err
+		}
+		p.noGet.Store(true) // an older server: the script from now on
+	case h.free && p.setNX != nil:
+		if ok, err := p.plainSetNX(ctx, lk, token, ttl); err != nil || ok {
+			return grant{ok: ok, sleep: -1, after: -1}, err
+		}
+	}
+	c := p.s.obtain(lk, token, ttl, h)
+	if p.ack.replicas > 0 {
+		return p.obtainAcked(ctx, lk, token, c)
+	}
+	v, err := p.one.one(ctx, obtainScript, c)
+	if err != nil {
+		return unknown, err
+	}
+	return decodeGrant(v)
+}
+
+// plainSetNX sends SET lk token NX PX ttl, bounded by the command timeout.
+func (p *mutexProto) plainSetNX(ctx context.Context, lk, token string, ttl time.Duration) (bool, error) {
+	ctx, cancel := bound(ctx, p.timeout)
+	defer cancel()
+	ok, err := p.setNX.SetNX(ctx, lk, token, ttl)
+	p.stats.redisError(err)
+	return ok, err
+}
+
+// plainSetNXGet sends SET lk token NX GET PX ttl, bounded by the command
+// timeout: acquired if the key was absent, or held token already.
+func (p *mutexProto) plainSetNXGet(ctx context.Context, lk, token string, ttl time.Duration) (grant, error) {
+	ctx, cancel := bound(ctx, p.timeout)
+	defer cancel()
+	old, existed, err := p.setNXGet.SetNXGet(ctx, lk, token, ttl)
+	if !isSyntaxError(err) {
+		p.stats.redisError(err)
+	}
+	if err != nil {
+		return unknown, err
+	}
+	if !existed || old == token {
+		return grant{ok: true}, nil
+	}
+	return unknown, nil
+}
+
+// pass keeps lk, held by token, for the next holder of this lock instance,
+// unless another waiter is in line for it, or force is set (then it
+// releases it).
+func (p *mutexProto) pass(ctx context.Context, lk, token string, ttl time.Duration, h hint, force bool) (passReply, error) {
+	if p.one == nil {
+		return passReply{outcome: passDeclined}, nil
+	}
+	v, err := p.one.one(ctx, passScript, p.s.pass(lk, token, ttl, h, force))
+	if err != nil {
+		return passReply{}, err
+	}
+	return decodePass(v)
+}
+
+// renew resets the TTL of lk if token holds it, and reports whether it
+// did.
+func (p *mutexProto) renew(ctx context.Context, lk, token string, ttl time.Duration) (bool, error) {
+	c := p.s.renew(lk, token, ttl)
+	switch {
+	case p.ack.replicas > 0:
+		return p.renewAcked(ctx, lk, c)
+	case p.one != nil:
+		return decodeDone(p.one.one(ctx, renewScript, c))
+	}
+	ok, err := majorityDone(p.x.eval(ctx, nodeTimeout(p.timeout, ttl), renewScript, c))
+	p.count(err)
+	return ok, err
+}
+
+// renewBatch renews many holds together (the watchdog), pipelined: one
+// reply per call, in order. With WithReplicaAck it renews them one by one
+// instead (see renewEach).
+func (p *mutexProto) renewBatch(ctx context.Context, calls []renewCall) []renewReply {
+	if p.ack.replicas > 0 {
+		return p.renewEach(ctx, calls)
+	}
+	batch := make([]Call, len(calls))
+	for i, x := range calls {
+		batch[i] = p.s.renew(x.lk, x.token, x.ttl)
+	}
+	per := p.x.evalBatch(ctx, 0, renewScript, batch)
+	out := make([]renewReply, len(calls))
+	col := make([]Result, len(per))
+	for j := range calls {
+		for i := range per {
+			col[i] = per[i][j]
+		}
+		out[j].ok, out[j].err = majorityDone(col)
+		p.count(out[j].err)
+	}
+	return out
+}
+
+// release deletes lk and publishes the release if token holds it, and
+// reports whether it did, and whether waiters are queued for lk (as far as
+// one node can tell: never under Redlock).
+func (p *mutexProto) release(ctx context.Context, lk, token string) (done, others bool, err error) {
+	c := p.s.release(lk, token)
+	if p.one != nil {
+		return decodeRelease(p.one.one(ctx, releaseScript, c))
+	}
+	done, err = majorityDone(p.x.eval(ctx, 0, releaseScript, c))
+	p.count(err)
+	return done, false, err
+}
+
+// leave takes waiter out of lk's wait queue, when it stops waiting, on
+// every node, best effort: a node that misses it lets the entry lapse.
+func (p *mutexProto) leave(ctx context.Context, lk, waiter string) error {
+	return firstErr(p.x.eval(ctx, 0, leaveScript, p.s.leave(lk, waiter)))
+}
+
+// nudge tells waiters that lk, left to expire by token (ReleaseAfter), is
+// free, once it is; left is how long the key still lives, if it does, or
+// negative: it was free, or another holder's, and nothing is left to do.
+// Under Redlock it runs on every node, best effort (each keeps a queue of
+// its own), and a node whose key still lives lets its waiters poll.
+func (p *mutexProto) nudge(ctx context.Context, lk, token string) (left time.Duration, err error) {
+	res := p.x.eval(ctx, 0, nudgeScript, p.s.nudge(lk, token))
+	if err := firstErr(res); err != nil || len(res) > 1 {
+		return -1, err
+	}
+	n, err := replyInt(res[0].Reply)
+	if n < 0 {
+		return -1, err
+	}
+	return time.Duration(n) * time.Millisecond, err
+}
+
+// firstErr returns the first error of res, or nil.
+func firstErr(res []Result) error {
+	for _, r := range res {
+		if r.Err != nil {
+			return r.Err
+		}
+	}
+	return nil
+}
