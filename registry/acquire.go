@@ -197,7 +197,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 		l.turn.span = min(time.Duration(sent-l.turn.freed)-l.turn.grace, maxChainSpan)
 		l.turn.freed = 0
 	}
-	l.begin(newHold(&r.core, l.key, token, g.fence, ttl, deadline, (*queueHook)(l)))
+	l.begin(newHold(&r.core, l.key, token, g.fence, ttl, deadline, (*queueHook)(l), r.mutex))
 	return g, nil
 }
 

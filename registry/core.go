@@ -12,16 +12,13 @@ import (
 // lock made it: the clock, the executor, the watchdog, the counters, the group
 // of background goroutines and the log (as etcd's concurrency.Session is
 // shared by its Mutex and Election). A Registry is a core plus its key
-// layout, its options and its cache of locks; a hold (hold.go) knows its
-// core, never its lock.
+// layout, its options, the mutex protocol and its cache of locks; a hold
+// (hold.go) knows its core and its kind's renewer, never its lock.
 type core struct {
 	epoch    time.Time     // origin of now, read on the monotonic clock
 	clientID string        // random UUID, the first part of every token of this registry
 	seq      atomic.Uint64 // acquisitions, the second part of every token
-	// exec runs the calls of every lock kind; mutex is the protocol of
-	// RedisLock and Lease, through which holds renew and release.
-	exec     executor
-	mutex    *mutexProto
+	exec     executor      // runs the calls of every lock kind
 	watchdog watchdog
 	stats    *stats
 	bg       *group

@@ -180,7 +180,7 @@ func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration, force 
 	switch p.outcome {
 	case passKept:
 		l.turn.passes = 0
-		l.install(newHold(&r.core, l.key, h.token, p.fence, ttl, validUntil(sent, ttl), (*queueHook)(l)))
+		l.install(newHold(&r.core, l.key, h.token, p.fence, ttl, validUntil(sent, ttl), (*queueHook)(l), r.mutex))
 		return handedOver, nil
 	case passReleased:
 		l.turn.waitUntil, l.turn.after = sent+int64(p.sleep), p.after

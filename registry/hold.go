@@ -15,10 +15,11 @@ import (
 // TTL changes only by a renewal to another TTL (RenewLockFor, Lease.Renew).
 type hold struct {
 	r     *core
-	key   string // the Redis key
-	token string // the value stored at key
-	fence int64  // fencing token, 0 without WithFencing
-	kind  holder // told when the hold is lost
+	key   string  // the Redis key
+	token string  // the value stored at key
+	fence int64   // fencing token, 0 without WithFencing
+	kind  holder  // told when the hold is lost
+	proto renewer // renews it
 	ttl   atomic.Int64
 	// deadline is the end of validity on the registry clock (see
 	// Registry.now): the send time of the obtain, or of the latest successful
@@ -57,8 +58,8 @@ func drift(ttl time.Duration) time.Duration {
 	return min(ttl/100+2*time.Millisecond, ttl/10)
 }
 
-func newHold(r *core, key, token string, fence int64, ttl time.Duration, deadline int64, kind holder) *hold {
-	h := &hold{r: r, key: key, token: token, fence: fence, kind: kind}
+func newHold(r *core, key, token string, fence int64, ttl time.Duration, deadline int64, kind holder, proto renewer) *hold {
+	h := &hold{r: r, key: key, token: token, fence: fence, kind: kind, proto: proto}
 	h.ttl.Store(int64(ttl))
 	h.deadline.Store(deadline)
 	return h

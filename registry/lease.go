@@ -267,13 +267,13 @@ const maxNudge = time.Minute
 // the nudge runs in the registry's background group, so Close stops it,
 // and a timer that fires after Close does nothing. If the key still lives
 // (the clocks differ), it tries again when it should not, at most twice.
-func (r *core) nudgeAfter(lk, token string, d time.Duration) {
+func (r *Registry) nudgeAfter(lk, token string, d time.Duration) {
 	if d <= maxNudge {
 		r.nudgeIn(lk, token, d, 3)
 	}
 }
 
-func (r *core) nudgeIn(lk, token string, d time.Duration, tries int) {
+func (r *Registry) nudgeIn(lk, token string, d time.Duration, tries int) {
 	time.AfterFunc(d+nudgeMargin, func() {
 		r.bg.spawn(func() {
 			left, err := r.mutex.nudge(r.bg.ctx, lk, token)

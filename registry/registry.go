@@ -28,6 +28,7 @@ type Registry struct {
 	cfg       config
 	instances atomic.Uint64 // lock instances made, numbering their wait queue ids
 
+	mutex      *mutexProto // the protocol of RedisLock and Lease
 	cache      cache
 	subscriber subscriber
 	eviction   eviction

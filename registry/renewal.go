@@ -7,19 +7,63 @@ import (
 	"time"
 )
 
+// renewer is how the holds of one lock kind are renewed: its protocol
+// (mutexProto for RedisLock and Lease). Each hold carries its own, so the
+// watchdog renews the holds of every kind, batch by kind.
+type renewer interface {
+	// renew resets the TTL of lk to ttl if token holds it, and reports
+	// whether it did.
+	renew(ctx context.Context, lk, token string, ttl time.Duration) (bool, error)
+	// renewBatch renews many holds together: one reply per call, in
+	// order.
+	renewBatch(ctx context.Context, calls []renewCall) []renewReply
+}
+
+// renewCall is one renewal of a batch.
+type renewCall struct {
+	lk, token string
+	ttl       time.Duration
+}
+
+// renewReply is the outcome of one renewCall: ok when renewed, false when
+// the key was gone or another holder's, or the error.
+type renewReply struct {
+	ok  bool
+	err error
+}
+
 // renew renews one batch of the watchdog and applies the replies. A hold
 // whose renewal is already in flight (RenewLock, a pass) is skipped: that
 // one renews it. A renewal that failed on a pooled connection the server
 // had closed (restart, CLIENT KILL) is sent again at once rather than a
 // period later: renewing is idempotent.
 func (w *watchdog) renew(batch []*hold) {
-	r := w.r
-	batch = w.lockRenewing(batch)
+	locked := w.lockRenewing(batch)
 	defer func() {
-		for _, h := range batch {
+		for _, h := range locked {
 			h.renewing.Unlock()
 		}
 	}()
+	for todo := locked; len(todo) > 0; {
+		// The holds of one kind, in one batch: most registries have one.
+		kind := todo[0].proto
+		var same, rest []*hold
+		for _, h := range todo {
+			if h.proto == kind {
+				same = append(same, h)
+			} else {
+				rest = append(rest, h)
+			}
+		}
+		w.renewKind(kind, same)
+		todo = rest
+	}
+}
+
+// renewKind renews holds of one kind, whose renewing locks the caller
+// holds.
+func (w *watchdog) renewKind(kind renewer, batch []*hold) {
+	r := w.r
 	todo := batch
 	for try := 1; len(todo) > 0; try++ {
 		calls := make([]renewCall, len(todo))
@@ -34,7 +78,7 @@ func (w *watchdog) renew(batch []*hold) {
 			lastErr error
 			failed  int
 		)
-		for i, res := range r.mutex.renewBatch(r.bg.ctx, calls) {
+		for i, res := range kind.renewBatch(r.bg.ctx, calls) {
 			h := todo[i]
 			switch {
 			case isStaleConn(res.err) && !errors.Is(res.err, ErrReplicaAck) && try < netTries && !r.bg.isClosed():
@@ -92,7 +136,7 @@ func (h *hold) renew(ctx context.Context, ttl time.Duration) error {
 		h.lose()
 		return fmt.Errorf("%w: validity of %q ended before renewal", ErrLockLost, h.key)
 	}
-	ok, err := r.mutex.renew(ctx, h.key, h.token, ttl)
+	ok, err := h.proto.renew(ctx, h.key, h.token, ttl)
 	if err != nil && ttl < h.TTL() && (isAmbiguous(err) || errors.Is(err, ErrReplicaAck)) {
 		// The shorter TTL may be the key's now: believe the worse. Its
 		// validity ends no later than the renewal's would, and later

@@ -50,19 +50,6 @@ type passReply struct {
 	after   int
 }
 
-// renewCall is one renewal of a batch.
-type renewCall struct {
-	lk, token string
-	ttl       time.Duration
-}
-
-// renewReply is the outcome of one renewCall: ok when renewed, false when
-// the key was gone or another holder's, or the error.
-type renewReply struct {
-	ok  bool
-	err error
-}
-
 // replyInt returns the integer reply v.
 func replyInt(v any) (int64, error) {
 	if n, ok := v.(int64); ok {
