@@ -178,7 +178,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 	}
 	if err != nil {
 		if isAmbiguous(err) && !errors.Is(err, ErrReplicaAck) {
-			r.cleanup(l.key, token) // the script may have set the key before the reply was lost
+			r.releaseLater(l.key, token) // the script may have set the key before the reply was lost
 		}
 		return unknown, err
 	}
@@ -188,7 +188,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 	}
 	deadline := validUntil(sent, ttl)
 	if r.now() >= deadline { // the reply came too late to be of use
-		r.cleanup(l.key, token)
+		r.releaseLater(l.key, token)
 		return grant{sleep: 0, after: -1}, nil
 	}
 	l.turn.passes, l.turn.since, l.turn.lastCmd = 0, sent, sent

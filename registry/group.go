@@ -8,7 +8,7 @@ import (
 )
 
 // group owns a registry's background goroutines (the watchdog, the
-// subscriber, best-effort cleanups) and its shutdown. Close closes closed,
+// subscriber, best-effort releases) and its shutdown. Close closes closed,
 // cancels ctx and waits for every goroutine started with spawn.
 type group struct {
 	closed chan struct{}

@@ -97,7 +97,7 @@ const (
 	notHandedOver     handoffResult = iota // release as usual
 	handedOver                             // the next local goroutine holds the lock
 	releasedForOthers                      // the pass released the key for another registry
-	passFailed                             // the pass failed (the error says why); cleanup started
+	passFailed                             // the pass failed (the error says why); releaseLater started
 	releaseAfterPass                       // the pass failed on the network or transiently: release instead
 )
 
@@ -131,7 +131,7 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold, who reentrant.Owner) (
 	case err != nil:
 		// The key may or may not still be ours: free it in the
 		// background rather than wait for a second command now.
-		l.reg.cleanup(l.key, h.token)
+		l.reg.releaseLater(l.key, h.token)
 		return passFailed, l.releaseFailed(err)
 	case res == handedOver:
 		return l.giveLocal(who), nil
@@ -223,7 +223,7 @@ func (l *RedisLock) inherit(ctx context.Context, ttl time.Duration) bool {
 	h.lose() // the caller owns the mutex, not yet held: nothing is revoked
 	h.retire()
 	l.hold.Store(nil)
-	l.reg.cleanup(l.key, h.token)
+	l.reg.releaseLater(l.key, h.token)
 	return false
 }
 

@@ -189,9 +189,9 @@ func (h *hold) check() {
 	}
 }
 
-// stop records that nothing renews h any more (its registry was closed)
+// orphan records that nothing renews h any more (its registry was closed)
 // and ends its watch context with cause, ahead of the loss to come.
-func (h *hold) stop(cause error) {
+func (h *hold) orphan(cause error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ended || h.stopped != nil {

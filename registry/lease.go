@@ -192,7 +192,7 @@ func (le *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if err != nil || !last {
 		return err
 	}
-	return le.l.expire(ctx, d, le.who)
+	return le.l.releaseAfter(ctx, d, le.who)
 }
 
 // Release ends the lease: it passes the hold to the next local owner
@@ -221,10 +221,10 @@ func (le *Lease) begin() bool {
 	return true
 }
 
-// expire ends the hold of who without deleting its key, whose TTL becomes
+// releaseAfter ends the hold of who without deleting its key, whose TTL becomes
 // d (ReleaseAfter), and frees the local mutex: the next local owner
 // obtains the key in Redis once it has expired.
-func (l *RedisLock) expire(ctx context.Context, d time.Duration, who reentrant.Owner) error {
+func (l *RedisLock) releaseAfter(ctx context.Context, d time.Duration, who reentrant.Owner) error {
 	h := l.hold.Load()
 	l.setPhase(releasing)
 	// As for a pass: no renewal (the watchdog, RenewLock) may reach Redis

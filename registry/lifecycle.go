@@ -14,7 +14,7 @@ import (
 //
 //	idle        → acquiring    the head of the local queue obtains the key (lock, TryLock)
 //	acquiring   → held         obtained (begin)
-//	acquiring   → idle         failed: ctx ended, Close, a final Redis error (abandon)
+//	acquiring   → idle         failed: ctx ended, Close, a final Redis error (unlockLocal)
 //	held        → handingOver  the outermost Unlock finds goroutines queued locally
 //	handingOver → held         the next goroutine inherits the hold (a free pass, or the pass kept the key)
 //	handingOver → acquiring    the inherited hold had lost its validity: the next goroutine obtains anew
@@ -67,14 +67,14 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration, 
 		return nil
 	}
 	if r.bg.isClosed() { // the wait was handed the mutex as Close aborted it
-		l.abandon(who)
+		l.unlockLocal(who)
 		return ErrClosed
 	}
 	l.setPhase(acquiring)
 	waited, err := l.acquire(ctx, retryAll, ttl)
 	if err != nil {
 		l.leaveQueue()
-		l.abandon(who)
+		l.unlockLocal(who)
 		return err
 	}
 	r.stats.acquired(waited || how == reentrant.Queued, time.Duration(r.now()-start))
@@ -186,12 +186,12 @@ func (l *RedisLock) teardown(h *hold, err error, who reentrant.Owner) error {
 		h.countLost()
 	}
 	l.hold.Store(nil)
-	l.abandon(who)
+	l.unlockLocal(who)
 	return err
 }
 
-// abandon frees the local mutex of who, holding nothing in Redis.
-func (l *RedisLock) abandon(who reentrant.Owner) {
+// unlockLocal frees the local mutex of who, holding nothing in Redis.
+func (l *RedisLock) unlockLocal(who reentrant.Owner) {
 	l.setPhase(idle)
 	l.touch()
 	if err := l.local.Unlock(who); err != nil {

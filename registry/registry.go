@@ -209,6 +209,6 @@ func (r *Registry) Done() <-chan struct{} { return r.bg.closed }
 // idempotent and always returns nil.
 func (r *Registry) Close() error {
 	r.bg.close()
-	r.watchdog.stopAll()
+	r.watchdog.orphanAll()
 	return nil
 }

@@ -26,10 +26,10 @@ func (r *Registry) deleteToken(ctx context.Context, lk, token string) (done, oth
 	return done, others, first, err
 }
 
-// cleanup deletes, in the background and best effort, the lock key lk that
+// releaseLater deletes, in the background and best effort, the lock key lk that
 // this registry may have set with token without knowing it, so that it does not block
 // others until its TTL runs out.
-func (r *Registry) cleanup(lk, token string) {
+func (r *Registry) releaseLater(lk, token string) {
 	r.bg.spawn(func() {
 		// bg.ctx: Close does not wait for a server that is down; the key
 		// then expires by its TTL.

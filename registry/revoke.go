@@ -75,7 +75,7 @@ func (l *RedisLock) revoke(h *hold) bool {
 	}
 	h.retire()
 	if l.hold.CompareAndSwap(h, nil) {
-		r.cleanup(l.key, h.token)
+		r.releaseLater(l.key, h.token)
 	}
 	r.log.Warn("lockyard: lock lost while held; passed on to the next goroutine", "key", l.key, "token", h.fence)
 	return true

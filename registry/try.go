@@ -40,10 +40,10 @@ func (l *RedisLock) tryLock(ctx context.Context, ttl time.Duration, who reentran
 	g, err := l.attempt(ctx, ttl, true, false)
 	switch {
 	case err != nil:
-		l.abandon(who)
+		l.unlockLocal(who)
 		return tryFailed, err
 	case !g.ok:
-		l.abandon(who)
+		l.unlockLocal(who)
 		return tryRedisOwner, nil
 	}
 	l.reg.stats.acquired(false, -1)

@@ -53,8 +53,8 @@ func (w *watchdog) track(h *hold) {
 	if early {
 		w.signal()
 	}
-	if w.r.bg.isClosed() { // Close ran meanwhile: see stopAll
-		h.stop(errRenewalsStopped)
+	if w.r.bg.isClosed() { // Close ran meanwhile: see orphanAll
+		h.orphan(errRenewalsStopped)
 	}
 }
 
@@ -156,16 +156,16 @@ func (renewalsStopped) Error() string {
 
 func (renewalsStopped) Is(target error) bool { return target == ErrClosed || target == ErrLockLost }
 
-// stopAll tells every hold the watchdog renews that it renews them no more
+// orphanAll tells every hold the watchdog renews that it renews them no more
 // (Close): their Lost channels close, and ExecuteLocked's fn sees its context
 // end with errRenewalsStopped, instead of a TTL later.
-func (w *watchdog) stopAll() {
+func (w *watchdog) orphanAll() {
 	if !w.enabled {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for h := range w.held {
-		h.stop(errRenewalsStopped)
+		h.orphan(errRenewalsStopped)
 	}
 }

@@ -164,6 +164,17 @@ func buildAt(rev string) (string, func(), error) {
 		cleanup()
 		return "", nil, fmt.Errorf("git archive %s: %w: %s", rev, err, out)
 	}
+	// A revision from before the test harnesses moved under
+	// internal/testkit gets this checkout's copy of redistest, which
+	// imports nothing of the library.
+	kit := filepath.Join(src, "internal", "testkit", "redistest")
+	if _, err := os.Stat(kit); os.IsNotExist(err) {
+		cp := exec.Command("cp", "-r", filepath.Join(root, "internal", "testkit"), filepath.Join(src, "internal", "testkit"))
+		if out, err := cp.CombinedOutput(); err != nil {
+			cleanup()
+			return "", nil, fmt.Errorf("copying internal/testkit: %w: %s", err, out)
+		}
+	}
 	work := fmt.Sprintf(`go 1.26.0
 
 use (
