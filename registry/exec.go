@@ -106,6 +106,9 @@ func (x *clientExec) info(ctx context.Context, section string) (string, error) {
 	return ic.Info(ctx, section)
 }
 
+// errShortBatch: a Client's EvalBatch returned fewer results than calls.
+var errShortBatch = errors.New("lockyard: the client returned fewer batch replies than calls")
+
 // errNoInfo: the executor cannot read INFO (a Client without an Info method,
 // or Redlock).
 var errNoInfo = errors.New("lockyard: the client cannot read INFO")

@@ -233,7 +233,7 @@ func (l *RedisLock) releaseAfter(ctx context.Context, d time.Duration, who reent
 	h.renewing.Lock()
 	defer h.renewing.Unlock()
 	ok, _, err := l.reg.retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
-		return l.reg.mutex.renew(ctx, l.key, h.token, d)
+		return h.proto.renew(ctx, l.key, h.token, d)
 	})
 	if errors.Is(err, ErrReplicaAck) {
 		ok, err = true, nil // it ran on the master: the key expires by d, or by its TTL

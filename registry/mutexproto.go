@@ -11,7 +11,7 @@ import (
 // (scripts.go), the decoding of their replies (reply.go), and the rule of
 // each operation:
 //   - obtain, renew and release need a majority of the nodes (on one
-//     node, its reply; Redlock's obtain in redlock.go);
+//     node, its reply; Redlock's obtain in mutexquorum.go);
 //   - leave and nudge run on every node, best effort;
 //   - a pass needs one node's view of the waiters: a Redlock registry
 //     declines it (passDeclined), and its holders release instead.
@@ -23,19 +23,18 @@ type mutexProto struct {
 	x   executor
 	one *clientExec // x, when it is one Client (nil: Redlock)
 	s   scripts
-	// timeout is the command timeout; nodeTimeout bounds one Redlock
-	// node's call at the registry's TTL.
-	timeout, nodeTimeout time.Duration
-	stats                *stats
-	setNX                SetNXClient    // the Client's plain SET NX PX, when it has one and fencing is off
-	setNXGet             SetNXGetClient // its SET NX GET PX, under the same conditions
-	noGet                atomic.Bool    // the server refused SET NX GET (before Redis 7.0)
-	ack                  ack            // replicas to wait for; zero without WithReplicaAck
+	// timeout is the command timeout.
+	timeout  time.Duration
+	stats    *stats
+	setNX    SetNXClient    // the Client's plain SET NX PX, when it has one and fencing is off
+	setNXGet SetNXGetClient // its SET NX GET PX, under the same conditions
+	noGet    atomic.Bool    // the server refused SET NX GET (before Redis 7.0)
+	ack      ack            // replicas to wait for; zero without WithReplicaAck
 }
 
 func newMutexProto(x executor, s scripts, cfg config, st *stats) *mutexProto {
-	p := &mutexProto{x: x, s: s, timeout: cfg.commandTimeout, nodeTimeout: nodeTimeout(cfg.commandTimeout, cfg.expireAfter),
-		stats: st, ack: ack{replicas: cfg.ackReplicas, timeout: cfg.ackTimeout}}
+	p := &mutexProto{x: x, s: s, timeout: cfg.commandTimeout, stats: st,
+		ack: ack{replicas: cfg.ackReplicas, timeout: cfg.ackTimeout}}
 	p.one, _ = x.(*clientExec)
 	if p.one != nil && !cfg.fencing && cfg.ackReplicas == 0 {
 		p.setNX, p.setNXGet = p.one.plain() // else the obtain script, always
@@ -164,7 +163,11 @@ func (p *mutexProto) renewBatch(ctx context.Context, calls []renewCall) []renewR
 	col := make([]Result, len(per))
 	for j := range calls {
 		for i := range per {
-			col[i] = per[i][j]
+			if j < len(per[i]) {
+				col[i] = per[i][j]
+			} else { // a Client that broke its contract
+				col[i] = Result{Err: errShortBatch}
+			}
 		}
 		out[j].ok, out[j].err = majorityDone(col)
 		p.count(out[j].err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -38,24 +39,25 @@ type renewReply struct {
 // had closed (restart, CLIENT KILL) is sent again at once rather than a
 // period later: renewing is idempotent.
 func (w *watchdog) renew(batch []*hold) {
-	locked := w.lockRenewing(batch)
-	defer func() {
+	for todo := batch; len(todo) > 0; {
+		// The holds of one kind, in one batch: most registries have one.
+		kind, same, rest := todo[0].proto, todo, []*hold(nil)
+		if slices.ContainsFunc(todo, func(h *hold) bool { return h.proto != kind }) {
+			same = nil
+			for _, h := range todo {
+				if h.proto == kind {
+					same = append(same, h)
+				} else {
+					rest = append(rest, h)
+				}
+			}
+		}
+		// Each kind's holds are locked only while their own batch runs.
+		locked := w.lockRenewing(same)
+		w.renewKind(kind, locked)
 		for _, h := range locked {
 			h.renewing.Unlock()
 		}
-	}()
-	for todo := locked; len(todo) > 0; {
-		// The holds of one kind, in one batch: most registries have one.
-		kind := todo[0].proto
-		var same, rest []*hold
-		for _, h := range todo {
-			if h.proto == kind {
-				same = append(same, h)
-			} else {
-				rest = append(rest, h)
-			}
-		}
-		w.renewKind(kind, same)
 		todo = rest
 	}
 }
