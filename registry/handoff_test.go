@@ -273,3 +273,51 @@ func TestTurnsAlternate(t *testing.T) {
 		}
 	})
 }
+
+// slowScript answers the runs of one script late, by delay: the script
+// runs at once, its reply takes longer (a slow network).
+type slowScript struct {
+	registry.Client
+	script string
+	delay  time.Duration
+}
+
+func (c *slowScript) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	v, err := c.Client.Eval(ctx, s, keys, args)
+	if s.Name() == c.script {
+		select {
+		case <-time.After(c.delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return v, err
+}
+
+// A hold whose validity ends while its pass is in flight, and which the
+// pass keeps for the next goroutine, is not a loss: a goroutine that
+// queues meanwhile leaves it to the pass, and nothing is counted lost.
+func TestPassKeptAcrossDeadline(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	c := &slowScript{Client: registry.NewPoolClient(realBackend().pool(t)), script: "pass", delay: 150 * time.Millisecond}
+	r := newRegClient(t, c, registry.WithExpireAfter(ttl), registry.WithRuns(0, 10*time.Second), registry.WithLogger(slogFor(&logRecorder{})))
+	l := obtain(t, r, "k")
+	start := time.Now()
+	h, ok := holdIn(t, l)
+	if !ok {
+		t.Fatal("TryLock failed")
+	}
+	second := lockInBackground(t, l)
+	waitFor(t, 5*time.Second, "a local waiter", func() bool { return l.Waiters() == 1 })
+	waitFor(t, 5*time.Second, "two thirds of the hold's validity", func() bool { return time.Since(start) >= 2*ttl/3 })
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- h.unlock() }() // the pass, answered 150ms late
+	waitFor(t, 5*time.Second, "the first hold's validity to end during its pass", l.HoldLost)
+	third := lockInBackground(t, l) // queues while the pass is in flight
+	mustNil(t, recvWithin(t, unlocked, 5*time.Second, "the first holder's unlock"))
+	mustNil(t, recvWithin(t, second, 5*time.Second, "the second goroutine, given the kept key"))
+	mustNil(t, recvWithin(t, third, 5*time.Second, "the third goroutine"))
+	if n := r.Stats().LostLocks; n != 0 {
+		t.Fatalf("LostLocks = %d after a pass that kept the key, want 0", n)
+	}
+}
