@@ -38,8 +38,17 @@ type executor interface {
 // that runs on one node only (plain, evalWait).
 type clientExec struct {
 	client  Client
-	timeout time.Duration // the command timeout
+	nx      SetNXClient    // client's plain SET NX, if it has one
+	nxGet   SetNXGetClient // client's plain SET NX GET, if it has one
+	timeout time.Duration  // the command timeout
 	stats   *stats
+}
+
+func newClientExec(c Client, timeout time.Duration, st *stats) *clientExec {
+	x := &clientExec{client: c, timeout: timeout, stats: st}
+	x.nx, _ = c.(SetNXClient)
+	x.nxGet, _ = c.(SetNXGetClient)
+	return x
 }
 
 var _ executor = (*clientExec)(nil)
@@ -82,12 +91,33 @@ func (x *clientExec) evalWait(ctx context.Context, s *Script, c Call, replicas i
 	return v, acked, err
 }
 
-// plain returns the Client's plain SET NX and SET NX GET commands, those
-// it has.
-func (x *clientExec) plain() (SetNXClient, SetNXGetClient) {
-	setNX, _ := x.client.(SetNXClient)
-	setNXGet, _ := x.client.(SetNXGetClient)
-	return setNX, setNXGet
+// plain reports which plain SET commands the Client has: SetNXClient,
+// SetNXGetClient.
+func (x *clientExec) plain() (setNX, setNXGet bool) {
+	return x.nx != nil, x.nxGet != nil
+}
+
+// setNXCmd sends SET lk token NX PX ttl, bounded by the command timeout. The
+// Client must have it (plain).
+func (x *clientExec) setNXCmd(ctx context.Context, lk, token string, ttl time.Duration) (bool, error) {
+	ctx, cancel := bound(ctx, x.timeout)
+	defer cancel()
+	set, err := x.nx.SetNX(ctx, lk, token, ttl)
+	x.stats.redisError(err)
+	return set, err
+}
+
+// setNXGetCmd sends SET lk token NX GET PX ttl, bounded by the command
+// timeout. The Client must have it (plain). A syntax error (a server
+// before Redis 7.0) is not counted as a failure.
+func (x *clientExec) setNXGetCmd(ctx context.Context, lk, token string, ttl time.Duration) (old string, existed bool, err error) {
+	ctx, cancel := bound(ctx, x.timeout)
+	defer cancel()
+	old, existed, err = x.nxGet.SetNXGet(ctx, lk, token, ttl)
+	if !isSyntaxError(err) {
+		x.stats.redisError(err)
+	}
+	return old, existed, err
 }
 
 func (x *clientExec) subscribe(ctx context.Context, pattern string) (Subscription, error) {

@@ -24,12 +24,14 @@ type mutexProto struct {
 	one *clientExec // x, when it is one Client (nil: Redlock)
 	s   scripts
 	// timeout is the command timeout.
-	timeout  time.Duration
-	stats    *stats
-	setNX    SetNXClient    // the Client's plain SET NX PX, when it has one and fencing is off
-	setNXGet SetNXGetClient // its SET NX GET PX, under the same conditions
-	noGet    atomic.Bool    // the server refused SET NX GET (before Redis 7.0)
-	ack      ack            // replicas to wait for; zero without WithReplicaAck
+	timeout time.Duration
+	stats   *stats
+	// setNX, setNXGet: a free key may be taken with the Client's plain
+	// SET NX PX or SET NX GET PX (it has them; one Client, no fencing, no
+	// WithReplicaAck).
+	setNX, setNXGet bool
+	noGet           atomic.Bool // the server refused SET NX GET (before Redis 7.0)
+	ack             ack         // replicas to wait for; zero without WithReplicaAck
 }
 
 func newMutexProto(x executor, s scripts, cfg config, st *stats) *mutexProto {
@@ -69,15 +71,21 @@ func (p *mutexProto) obtain(ctx context.Context, lk, token string, ttl time.Dura
 		return p.obtainQuorum(ctx, lk, token, ttl, h)
 	}
 	switch {
-	case h.free && !h.waits && p.setNXGet != nil && !p.noGet.Load():
-		g, err := p.plainSetNXGet(ctx, lk, token, ttl)
-		if !isSyntaxError(err) {
-			return g, err
+	case h.free && !h.waits && p.setNXGet && !p.noGet.Load():
+		old, existed, err := p.one.setNXGetCmd(ctx, lk, token, ttl)
+		switch {
+		case isSyntaxError(err):
+			p.noGet.Store(true) // an older server: the script from now on
+		case err != nil:
+			return unknown, err
+		case !existed || old == token: // set, or already ours after a resend
+			return grant{ok: true}, nil
+		default:
+			return unknown, nil
 		}
-		p.noGet.Store(true) // an older server: the script from now on
-	case h.free && p.setNX != nil:
-		if ok, err := p.plainSetNX(ctx, lk, token, ttl); err != nil || ok {
-			return grant{ok: ok, sleep: -1, after: -1}, err
+	case h.free && p.setNX:
+		if set, err := p.one.setNXCmd(ctx, lk, token, ttl); err != nil || set {
+			return grant{ok: set, sleep: -1, after: -1}, err
 		}
 	}
 	c := p.s.obtain(lk, token, ttl, h)
@@ -89,33 +97,6 @@ func (p *mutexProto) obtain(ctx context.Context, lk, token string, ttl time.Dura
 		return unknown, err
 	}
 	return decodeGrant(v)
-}
-
-// plainSetNX sends SET lk token NX PX ttl, bounded by the command timeout.
-func (p *mutexProto) plainSetNX(ctx context.Context, lk, token string, ttl time.Duration) (bool, error) {
-	ctx, cancel := bound(ctx, p.timeout)
-	defer cancel()
-	ok, err := p.setNX.SetNX(ctx, lk, token, ttl)
-	p.stats.redisError(err)
-	return ok, err
-}
-
-// plainSetNXGet sends SET lk token NX GET PX ttl, bounded by the command
-// timeout: acquired if the key was absent, or held token already.
-func (p *mutexProto) plainSetNXGet(ctx context.Context, lk, token string, ttl time.Duration) (grant, error) {
-	ctx, cancel := bound(ctx, p.timeout)
-	defer cancel()
-	old, existed, err := p.setNXGet.SetNXGet(ctx, lk, token, ttl)
-	if !isSyntaxError(err) {
-		p.stats.redisError(err)
-	}
-	if err != nil {
-		return unknown, err
-	}
-	if !existed || old == token {
-		return grant{ok: true}, nil
-	}
-	return unknown, nil
 }
 
 // pass keeps lk, held by token, for the next holder of this lock instance,

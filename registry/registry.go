@@ -43,7 +43,7 @@ func NewWithClient(client Client, registryKey string, opts ...Option) (*Registry
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
 	}
 	return build(registryKey, opts, func(cfg config, st *stats) executor {
-		return &clientExec{client: client, timeout: cfg.commandTimeout, stats: st}
+		return newClientExec(client, cfg.commandTimeout, st)
 	})
 }
 

@@ -34,11 +34,11 @@ func (q *queueHook) Queued() {
 	l := (*RedisLock)(q)
 	h := l.hold.Load()
 	switch {
-	case h == nil, h.released():
-	case h.lost(l.reg.now()):
+	case h == nil:
+	case !h.lost(l.reg.now()):
+		h.guard() // does nothing once h is released
+	case !h.released():
 		h.lose()
-	default:
-		h.guard()
 	}
 }
 
@@ -55,7 +55,7 @@ func (q *queueHook) holdLost(h *hold) {
 // it did (TryLock then tries again).
 func (l *RedisLock) revokeLost() bool {
 	h := l.hold.Load()
-	if h == nil || h.released() || !h.lost(l.reg.now()) {
+	if h == nil || !h.lost(l.reg.now()) || h.released() {
 		return false
 	}
 	h.lose()
