@@ -19,7 +19,9 @@ var (
 	// RenewLock: this registry does not hold it).
 	ErrNotOwner = errors.New("lockyard: not the lock owner")
 	// ErrInvalidKey means the key is empty, longer than MaxKeyLen, or (for a
-	// registry key) begins with '{', which is reserved for fence counters.
+	// registry key) begins with '{', which is reserved for fence counters;
+	// or that the registry uses the key for another kind (Obtain of a key
+	// that is a Semaphore, or the reverse).
 	ErrInvalidKey = errors.New("lockyard: invalid key")
 	// ErrCacheFull means the lock cache is at capacity and every cached lock
 	// is held or waited for.

@@ -33,12 +33,29 @@ import (
 // All methods are safe for concurrent use; Release may run while another
 // goroutine calls Renew.
 type Lease struct {
-	l   *RedisLock
-	who reentrant.Owner // the lease's owner in l's local mutex
+	of  leased          // the lock or semaphore it holds a part of
+	who reentrant.Owner // the lease's owner in that kind's local mutex
 	h   *hold           // the lease's hold: the same from Acquire to Release
 	// done is set by the first Release; Renew reads it under h.renewing,
 	// so that no Renew of the lease reaches Redis after Release began.
 	done atomic.Bool
+}
+
+// leased is the lock kind that a Lease holds a part of: a RedisLock (its
+// key) or a Semaphore (one permit). The Lease's own rules (one Release,
+// Renew ordered with it) are kept by Lease; what the kind does locally and
+// in Redis is the kind's.
+type leased interface {
+	// key returns the full Redis key.
+	leaseKey() string
+	// holds reports whether le still holds its part: not lost and
+	// passed on to another owner.
+	holds(le *Lease) bool
+	// endLease ends le (Release), with Release's errors.
+	endLease(ctx context.Context, le *Lease) error
+	// endLeaseAfter ends le, leaving its part in Redis for d
+	// (ReleaseAfter).
+	endLeaseAfter(ctx context.Context, le *Lease, d time.Duration) error
 }
 
 // Acquire waits until this registry holds key in Redis, or ctx ends, and
@@ -106,11 +123,28 @@ func (l *RedisLock) newLease(who reentrant.Owner) (*Lease, error) {
 		_ = l.local.Unlock(who) // consumes the revoked hold
 		return nil, fmt.Errorf("%w: %q was lost as it was acquired", ErrLockLost, l.key)
 	}
-	return &Lease{l: l, who: who, h: h}, nil
+	return &Lease{of: l, who: who, h: h}, nil
+}
+
+// The RedisLock as the kind of its leases.
+func (l *RedisLock) leaseKey() string { return l.key }
+
+func (l *RedisLock) holds(le *Lease) bool {
+	return l.hold.Load() == le.h && !l.local.Revoked(le.who)
+}
+
+func (l *RedisLock) endLease(ctx context.Context, le *Lease) error { return l.unlockAs(ctx, le.who) }
+
+func (l *RedisLock) endLeaseAfter(ctx context.Context, le *Lease, d time.Duration) error {
+	last, err := l.leave(le.who)
+	if err != nil || !last {
+		return err
+	}
+	return l.expireAfter(ctx, d, le.who)
 }
 
 // Key returns the full Redis key of the lease, as RedisLock.Key.
-func (le *Lease) Key() string { return le.l.key }
+func (le *Lease) Key() string { return le.of.leaseKey() }
 
 // Token returns the fencing token of the lease (WithFencing), as
 // RedisLock.Token: 0 once the lease is released or was lost and passed on,
@@ -137,7 +171,7 @@ func (le *Lease) Lost() <-chan struct{} {
 // current reports whether the lease still holds its lock: not released, and
 // not lost and passed on.
 func (le *Lease) current() bool {
-	return !le.done.Load() && le.l.hold.Load() == le.h && !le.l.local.Revoked(le.who)
+	return !le.done.Load() && le.of.holds(le)
 }
 
 // Renew resets the key's time to live, as RenewLock does for a lock, and
@@ -160,9 +194,9 @@ func (le *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	defer h.renewing.Unlock()
 	switch {
 	case le.done.Load():
-		return fmt.Errorf("%w: the lease of %q was released", ErrNotOwner, le.l.key)
-	case h.released() || le.l.hold.Load() != h:
-		return fmt.Errorf("%w: the lease of %q was lost and passed on", ErrLockLost, le.l.key)
+		return fmt.Errorf("%w: the lease of %q was released", ErrNotOwner, le.Key())
+	case h.released() || !le.of.holds(le):
+		return fmt.Errorf("%w: the lease of %q was lost and passed on", ErrLockLost, le.Key())
 	}
 	return h.renew(ctx, ttl)
 }
@@ -186,13 +220,9 @@ func (le *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	if !le.begin() {
-		return fmt.Errorf("%w: the lease of %q was already released", ErrNotOwner, le.l.key)
+		return fmt.Errorf("%w: the lease of %q was already released", ErrNotOwner, le.Key())
 	}
-	last, err := le.l.leave(le.who)
-	if err != nil || !last {
-		return err
-	}
-	return le.l.releaseAfter(ctx, d, le.who)
+	return le.of.endLeaseAfter(ctx, le, d)
 }
 
 // Release ends the lease: it passes the hold to the next local owner
@@ -203,9 +233,9 @@ func (le *Lease) ReleaseAfter(ctx context.Context, d time.Duration) error {
 // flight (Renew, or the watchdog's batch) is waited for.
 func (le *Lease) Release(ctx context.Context) error {
 	if !le.begin() {
-		return fmt.Errorf("%w: the lease of %q was already released", ErrNotOwner, le.l.key)
+		return fmt.Errorf("%w: the lease of %q was already released", ErrNotOwner, le.Key())
 	}
-	return le.l.unlockAs(ctx, le.who)
+	return le.of.endLease(ctx, le)
 }
 
 // begin starts the one release of the lease, and reports whether this call
@@ -221,10 +251,10 @@ func (le *Lease) begin() bool {
 	return true
 }
 
-// releaseAfter ends the hold of who without deleting its key, whose TTL becomes
+// expireAfter ends the hold of who without deleting its key, whose TTL becomes
 // d (ReleaseAfter), and frees the local mutex: the next local owner
 // obtains the key in Redis once it has expired.
-func (l *RedisLock) releaseAfter(ctx context.Context, d time.Duration, who reentrant.Owner) error {
+func (l *RedisLock) expireAfter(ctx context.Context, d time.Duration, who reentrant.Owner) error {
 	h := l.hold.Load()
 	l.setPhase(releasing)
 	// As for a pass: no renewal (the watchdog, RenewLock) may reach Redis

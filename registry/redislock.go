@@ -112,6 +112,12 @@ func (l *RedisLock) Lost() <-chan struct{} {
 
 func (l *RedisLock) touch() { l.lastUsed.Store(l.reg.now()) }
 
+// The RedisLock as a cache entry.
+func (l *RedisLock) cacheKey() string { return l.name }
+func (l *RedisLock) busy() bool       { return l.local.Busy() }
+func (l *RedisLock) used() int64      { return l.lastUsed.Load() }
+func (l *RedisLock) signal(k int64)   { l.wake.signal(k) }
+
 // Lock blocks until the calling goroutine holds the lock. Redis errors do not
 // make it fail: it logs them and retries with capped backoff (use
 // LockContext to see them). It panics with an error wrapping ErrClosed if the

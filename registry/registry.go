@@ -100,10 +100,19 @@ func (r *Registry) Obtain(key string) (*RedisLock, error) {
 	if err := checkLockKey(r.layout, key); err != nil {
 		return nil, err
 	}
-	if l, ok := r.cache.get(key); ok {
-		return l, nil
+	e, ok := r.cache.peek(key)
+	if !ok {
+		var err error
+		if e, err = r.cache.getOrInsert(key, func() cached { return newRedisLock(r, key) }); err != nil {
+			return nil, err
+		}
 	}
-	return r.cache.getOrInsert(key, func() *RedisLock { return newRedisLock(r, key) })
+	l, ok := e.(*RedisLock)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q is a semaphore in this registry", ErrInvalidKey, key)
+	}
+	l.touch()
+	return l, nil
 }
 
 // ExpireUnusedOlderThan removes from the cache every lock that nobody holds
@@ -122,7 +131,7 @@ func (r *Registry) RenewLock(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	l, ok := r.cache.peek(key)
+	l, ok := r.cache.lock(key)
 	if !ok {
 		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, key)
 	}
@@ -141,7 +150,7 @@ func (r *Registry) RenewLockFor(ctx context.Context, key string, ttl time.Durati
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	l, ok := r.cache.peek(key)
+	l, ok := r.cache.lock(key)
 	if !ok {
 		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, key)
 	}

@@ -100,7 +100,8 @@ func (s *subscriber) session(bo *backoff) error {
 	}
 }
 
-// deliver wakes the waiter of the lock that channel ch names, if cached.
+// deliver wakes the waiters of the lock or semaphore that channel ch
+// names, if cached.
 func (s *subscriber) deliver(ch string) {
 	r := s.r
 	lk, ok := r.layout.LockKeyOfChannel(ch)
@@ -108,15 +109,15 @@ func (s *subscriber) deliver(ch string) {
 		return
 	}
 	if name, ok := r.layout.UserKey(lk); ok {
-		if l, ok := r.cache.peek(name); ok {
-			l.wake.signal(1)
+		if e, ok := r.cache.peek(name); ok {
+			e.signal(1)
 		}
 	}
 }
 
-// wakeAll makes every cached lock's waiter try at once: messages may have
-// been lost.
-func (s *subscriber) wakeAll() { s.r.cache.each(func(l *RedisLock) { l.wake.signal(everyTurn) }) }
+// wakeAll makes every cached lock's and semaphore's waiters try at once:
+// messages may have been lost.
+func (s *subscriber) wakeAll() { s.r.cache.each(func(e cached) { e.signal(everyTurn) }) }
 
 // everyTurn is a count of release messages that passes any waiter's turn.
 const everyTurn = 1 << 30
