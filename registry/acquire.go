@@ -89,30 +89,10 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 	}
 }
 
-// await sleeps for d, or until release messages say that the waiter's turn
-// may have come: after `after` of them since mark, the count before its
-// last attempt (any one, when after < 0). A PubSubLock waiter behind others
-// in the queue thus sleeps through the releases that are their turns, and
-// the server runs one obtain per release, not one per waiter.
+// await sleeps for d, or until release messages say that the waiter's
+// turn may have come (core.await).
 func (l *RedisLock) await(ctx context.Context, d time.Duration, mark int64, after int) error {
-	r := l.reg
-	want := mark + max(int64(after), 1)
-	if l.wake.expect(want) {
-		return nil
-	}
-	deadline := r.now() + int64(d)
-	for {
-		left := time.Duration(deadline - r.now())
-		if left <= 0 {
-			return nil
-		}
-		if err := r.bg.sleep(ctx, left, l.wake.notices()); err != nil {
-			return err
-		}
-		if l.wake.reached(want) {
-			return nil
-		}
-	}
+	return l.reg.await(ctx, l.wake, d, mark, after)
 }
 
 // leaveQueue takes this lock instance out of the key's wait queue, in the

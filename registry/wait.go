@@ -53,3 +53,29 @@ func ctxEnded(ctx context.Context) error {
 	}
 	return nil
 }
+
+// await sleeps for d, or until release messages that w counts say that a
+// waiter's turn may have come: after `after` of them since mark, the count
+// before its last attempt (any one, when after < 0). A PubSubLock waiter
+// behind others in the queue thus sleeps through the releases that are
+// their turns, and the server runs one attempt per release, not one per
+// waiter. A nil w (SpinLock) sleeps d.
+func (c *core) await(ctx context.Context, w *waker, d time.Duration, mark int64, after int) error {
+	want := mark + max(int64(after), 1)
+	if w.expect(want) {
+		return nil
+	}
+	deadline := c.now() + int64(d)
+	for {
+		left := time.Duration(deadline - c.now())
+		if left <= 0 {
+			return nil
+		}
+		if err := c.bg.sleep(ctx, left, w.notices()); err != nil {
+			return err
+		}
+		if w.reached(want) {
+			return nil
+		}
+	}
+}
