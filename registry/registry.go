@@ -28,7 +28,8 @@ type Registry struct {
 	cfg       config
 	instances atomic.Uint64 // lock instances made, numbering their wait queue ids
 
-	mutex      *mutexProto // the protocol of RedisLock and Lease
+	mutex      *mutexProto // the protocol of RedisLock and its Leases
+	sem        *semProto   // the protocol of Semaphore; nil under Redlock
 	cache      cache
 	subscriber subscriber
 	eviction   eviction
@@ -70,6 +71,9 @@ func build(registryKey string, opts []Option, newExec func(config, *stats) execu
 	}
 	r.exec = newExec(cfg, r.stats)
 	r.mutex = newMutexProto(r.exec, newScripts(r.layout, cfg), cfg, r.stats)
+	if one, ok := r.exec.(*clientExec); ok {
+		r.sem = &semProto{one: one, s: newScripts(r.layout, cfg)}
+	}
 	r.cache.capacity = cfg.capacity
 	r.watchdog = newWatchdog(&r.core, cfg.autoRenew)
 	r.subscriber.r = r

@@ -261,3 +261,109 @@ local function queueRules()
   end
   return {ms = ms, qcall = qcall, waiter = waiter, drop = drop, enqueue = enqueue, describe = describe, nextTurn = nextTurn, announce = announce, turnOf = turnOf, grant = grant, pause = pause}
 end
+
+-- permitRules returns the rules of a semaphore (the sem*.lua scripts); its
+-- admit takes the wait queue's rules R. A semaphore key is a sorted set:
+-- token -> the server time (ms) at which that permit expires. It has the
+-- wait queue of a lock key (q.order, q.polls, q.info; no turn key): the
+-- waiters first in line that are sure to try soon (as for nextTurn) are
+-- admitted, as many as permits are free, and a caller that is not in line
+-- only while fewer wait than permits are free.
+local function permitRules()
+  local function ms(n)
+    return string.format('%d', n)
+  end
+
+  -- held drops the expired permits of key, and returns how many are held.
+  local function held(key, now)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', ms(now))
+    return redis.call('ZCARD', key)
+  end
+
+  -- hold sets permit token of key to expire ttl ms after now, and keeps
+  -- key alive at least as long (and the fence counter, if given: it is
+  -- seeded from the clock again after it expires, see nextFence).
+  local function hold(key, token, now, ttl, fence)
+    redis.call('ZADD', key, ms(now + ttl), token)
+    for _, k in ipairs({key, fence}) do
+      if redis.call('PTTL', k) < ttl then
+        redis.call('PEXPIRE', k, ttl)
+      end
+    end
+  end
+
+  -- admit reports whether self (a waiter id, or nil for a caller not in
+  -- line) may take one of free permits: fewer than free waiters ahead of it
+  -- are sure to try soon (a listener; a poller due within r.ahead ms; a
+  -- poller due later is passed over and keeps its place). Each of those
+  -- whose turn was not yet given gets it (marked to end as nextTurn marks
+  -- it): the second result counts them, for the caller to announce. Entries
+  -- that lapsed, cannot be read, or were given a turn that ended more than
+  -- r.window ago are dropped, at most 64; the third result counts the
+  -- listeners among them (places moved up, to announce too). At most 64
+  -- live entries beyond free are examined: past them, self is not admitted.
+  local function admit(R, q, now, free, self, r)
+    if free <= 0 then
+      return false, 0, 0
+    end
+    if self then
+      local rank = R.qcall('ZRANK', q.order, self)
+      if rank and rank < free then -- fewer in line ahead of it than free permits
+        return true, 0, 0
+      end
+    end
+    local ahead, told, moved, dropped, seen, start = 0, 0, 0, 0, 0, 0
+    while dropped < 64 and seen < free + 64 do
+      local ids = R.qcall('ZRANGE', q.order, start, start + 15)
+      if not ids or #ids == 0 then
+        return true, told, moved
+      end
+      for _, id in ipairs(ids) do
+        if id == self then
+          return true, told, moved
+        end
+        local kind, due, lapse, ended = R.waiter(q, id)
+        if not kind or lapse <= now or (ended > 0 and ended + r.window < now) then
+          R.drop(q, id)
+          dropped = dropped + 1
+          if kind ~= 'p' then
+            moved = moved + 1
+          end
+        else
+          start, seen = start + 1, seen + 1
+          local n = nil
+          if kind == 'l' then
+            n = r.window
+          elseif due - now <= r.ahead then
+            n = math.max(due - now, 0) + r.slack
+          end
+          if n then
+            ahead = ahead + 1
+            if ended == 0 then
+              R.qcall('HSET', q.info, id, kind .. ' ' .. R.ms(due) .. ' ' .. R.ms(lapse) .. ' ' .. R.ms(now + n))
+              told = told + 1
+            end
+            if ahead >= free then
+              return false, told, moved
+            end
+          end
+        end
+        if dropped >= 64 then
+          break
+        end
+      end
+    end
+    return false, told, moved
+  end
+
+  -- soonest returns the ms until the first permit of key expires, or -2
+  -- when none is held.
+  local function soonest(key, now)
+    local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+    if #first == 0 then
+      return -2
+    end
+    return math.max(math.floor(tonumber(first[2]) - now), 0)
+  end
+  return {held = held, hold = hold, admit = admit, soonest = soonest}
+end

@@ -1,0 +1,96 @@
+-- semacquire: take a permit of a semaphore if one is free and the waiters
+-- in line ahead of the caller do not need it; otherwise queue the caller
+-- (unless it does not wait) and say how long it sleeps before it tries
+-- again by itself. Runs after prelude.lua (permitRules).
+--
+-- KEYS     as obtain.lua, with the semaphore key (a sorted set: token ->
+--          expiry, server ms) for the lock key: semaphore key, wait queue,
+--          queue info, turn (unused), pollers, fence counter
+-- ARGV[1]  token, unique to this acquisition
+-- ARGV[2]  time to live in ms
+-- ARGV[3]  waiter id: registryId/n, one per waiting acquisition
+-- ARGV[4]  how the caller waits if it fails: 0 it does not, 1 it polls
+--          (SpinLock), 2 it is woken by the release message (PubSubLock)
+-- ARGV[5]  the caller's poll interval in ms
+-- ARGV[6]  jitter in ms, taken off a full poll interval
+-- ARGV[7]  1 to take a fencing token, 0 not to
+-- ARGV[8]  release channel (registryKey-channel:semaphoreKey)
+-- ARGV[9]  a listening waiter's turn, in ms
+-- ARGV[10] how soon (ms) a polling waiter must be due to get a turn
+-- ARGV[11] ms added to a polling waiter's turn
+-- ARGV[12] the caller's round trip in ms
+-- ARGV[13] permits: the caller admits itself only while fewer than this
+--          many permits are held (processes that disagree each keep their
+--          own bound)
+--
+-- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
+--        fencing); the caller leaves the queue. The same, with the
+--        counter's current value, when the permit is already ARGV[1]'s (a
+--        resend after a lost reply).
+--        {0, sleep, after} every permit is held; {2, sleep, after} one is
+--        free, but waiters ahead of the caller are in line for it. sleep
+--        and after as in obtain.lua (after: -1 when not queued).
+-- Error: WRONGTYPE when KEYS[1] is not a sorted set (a lock's key); an
+--        error when the script may not call TIME (see docs/SECURITY.md).
+local token, id = ARGV[1], ARGV[3]
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t ~= 'zset' and t ~= 'none' then
+  return redis.error_reply('WRONGTYPE semaphore key holds a value that is not a sorted set')
+end
+local now = clock()
+if not now then
+  return redis.error_reply('ERR lockyard: a semaphore needs the TIME command')
+end
+local fenceKey = nil
+if ARGV[7] == '1' then
+  fenceKey = KEYS[6]
+end
+local P = permitRules()
+local held, ttl = P.held(KEYS[1], now), tonumber(ARGV[2])
+if redis.call('ZSCORE', KEYS[1], token) then
+  return {1, tonumber(fenceKey and redis.call('GET', fenceKey) or '0')}
+end
+local free = tonumber(ARGV[13]) - held
+if free > 0 and queueEmpty(KEYS[2]) then -- free, nobody waiting
+  P.hold(KEYS[1], token, now, ttl, fenceKey)
+  return {1, fenceKey and nextFence(fenceKey) or 0}
+end
+local R = queueRules()
+local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
+local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11])}
+local mode, idle, spread = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local ok, told, moved = true, 0, 0
+if free <= 0 then
+  ok = false
+else
+  ok, told, moved = P.admit(R, q, now, free, id, rules)
+end
+if ok then
+  P.hold(KEYS[1], token, now, ttl, fenceKey)
+  local kind, _, _, ended = R.waiter(q, id)
+  if R.drop(q, id) and (not kind or ended == 0) then
+    moved = moved + 1 -- it took a permit unannounced: those behind move up
+  end
+  R.announce(ARGV[8], KEYS[1], told + moved)
+  return {1, fenceKey and nextFence(fenceKey) or 0}
+end
+R.announce(ARGV[8], KEYS[1], told + moved)
+
+-- Not acquired: every permit is held (0), or the free ones are others'
+-- turns (2).
+local status, pttl, turnLeft = 0, P.soonest(KEYS[1], now), nil
+if free > 0 then
+  status, pttl, turnLeft = 2, -2, rules.window
+end
+if mode == 0 then
+  return {status, R.pause(pttl, 2, turnLeft, idle, spread), -1}
+end
+local kind = 'p'
+if mode == 2 then
+  kind = 'l'
+end
+local ahead = R.enqueue(q, id, kind, now)
+local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
+local due = now + sleep + tonumber(ARGV[12])
+R.describe(q, id, kind, now, due, due + idle)
+return {status, sleep, math.max(ahead - told, 0) + 1 + moved}

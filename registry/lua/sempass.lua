@@ -1,0 +1,57 @@
+-- sempass: the holder of a permit has goroutines of its own process
+-- waiting for one. Keep the permit for them (its expiry reset) unless
+-- waiters in line need it, or the run of local holds has reached its bound
+-- (ARGV[9]): then give it back as semrelease.lua does. Runs after
+-- prelude.lua.
+--
+-- KEYS     as semacquire.lua: semaphore key, wait queue, queue info, turn
+--          (unused), pollers, fence counter
+-- ARGV[1]  token of the permit
+-- ARGV[2]  time to live in ms, for the next holder
+-- ARGV[3]  release channel
+-- ARGV[4]  a listening waiter's turn, in ms
+-- ARGV[5]  how soon (ms) a polling waiter must be due to get a turn
+-- ARGV[6]  ms added to a polling waiter's turn
+-- ARGV[7]  1 to take a fencing token for the next holder, 0 not to
+-- ARGV[8]  permits
+-- ARGV[9]  1 to give it back even if nobody is in line, 0 not to
+--
+-- Reply: {1, fence} kept for the next holder (fence: its fencing token, 0
+--        without fencing); {2} given back, waiters are in line; {3} given
+--        back, nobody in line; {0} the permit was gone or had expired.
+local score = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
+if type(score) ~= 'string' then
+  return {0}
+end
+local now = clock()
+if not now or tonumber(score) <= now then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return {0}
+end
+local fenceKey = nil
+if ARGV[7] == '1' then
+  fenceKey = KEYS[6]
+end
+local P = permitRules()
+local keep, told, moved = true, 0, 0
+local R = nil
+if not queueEmpty(KEYS[2]) then
+  R = queueRules()
+  -- Would the waiters in line be admitted with this permit given back?
+  -- Then the free permits cover them: keep it.
+  local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
+  local free = tonumber(ARGV[8]) - P.held(KEYS[1], now) + 1
+  keep, told, moved = P.admit(R, q, now, free, nil, {window = tonumber(ARGV[4]), ahead = tonumber(ARGV[5]), slack = tonumber(ARGV[6])})
+end
+if R then
+  R.announce(ARGV[3], KEYS[1], told + moved)
+end
+if keep and ARGV[9] ~= '1' then
+  P.hold(KEYS[1], ARGV[1], now, tonumber(ARGV[2]), fenceKey)
+  return {1, fenceKey and nextFence(fenceKey) or 0}
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if keep then
+  return {3}
+end
+return {2}

@@ -1,0 +1,45 @@
+-- semrelease: give back a permit of a semaphore if this holder still has
+-- it, and give the turns of the permits now free to the waiters in line
+-- (prelude.lua, permitRules), each announced by a message on the release
+-- channel. With nobody in line nothing is published. Runs after
+-- prelude.lua.
+--
+-- KEYS     as semacquire.lua: semaphore key, wait queue, queue info, turn
+--          (unused), pollers, fence counter
+-- ARGV[1]  token of the permit
+-- ARGV[2]  release channel
+-- ARGV[3]  a listening waiter's turn, in ms
+-- ARGV[4]  how soon (ms) a polling waiter must be due to get a turn
+-- ARGV[5]  ms added to a polling waiter's turn
+-- ARGV[6]  permits
+-- ARGV[7]  1 when the semaphore is fenced: the last permit given back,
+--          with nobody in line, deletes the fence counter too (the next
+--          acquisition seeds it from the clock again: see nextFence)
+--
+-- Reply: 1 given back; 2 the same, and waiters are queued; 0 the permit
+--        was gone or had expired (it is removed; nothing else changes).
+local score = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
+if type(score) ~= 'string' then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+local now = clock()
+if not now or tonumber(score) <= now then
+  return 0
+end
+if queueEmpty(KEYS[2]) then
+  if ARGV[7] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then
+    redis.call('DEL', KEYS[6])
+  end
+  return 1
+end
+local R = queueRules()
+local P = permitRules()
+local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
+local free = tonumber(ARGV[6]) - P.held(KEYS[1], now)
+local _, told, moved = P.admit(R, q, now, free, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])})
+R.announce(ARGV[2], KEYS[1], told + moved)
+if queueEmpty(KEYS[2]) then
+  return 1
+end
+return 2

@@ -1,0 +1,107 @@
+package registry
+
+import (
+	"context"
+	_ "embed"
+	"time"
+)
+
+// The semaphore's scripts (lua/sem*.lua): permits in a sorted set scored
+// by their expiry on the server's clock, and the wait queue of a lock key
+// (prelude.lua, permitRules).
+var (
+	//go:embed lua/semacquire.lua
+	semAcquireSrc string
+	//go:embed lua/semrelease.lua
+	semReleaseSrc string
+	//go:embed lua/sempass.lua
+	semPassSrc string
+	//go:embed lua/semrenew.lua
+	semRenewSrc string
+
+	semAcquireScript = newScript("semacquire", preludeSrc+semAcquireSrc)
+	semReleaseScript = newScript("semrelease", preludeSrc+semReleaseSrc)
+	semPassScript    = newScript("sempass", preludeSrc+semPassSrc)
+	semRenewScript   = newScript("semrenew", semRenewSrc)
+)
+
+// semProto is the protocol of a Semaphore, on one Client (a single node,
+// a Sentinel master, or a Cluster: a semaphore's keys share its slot). It
+// builds each script's KEYS and ARGV from the registry's scripts, and
+// decodes the replies into the mutex protocol's outcomes (reply.go). The
+// wait queue's leave is the lock's (leave.lua touches only the queue).
+type semProto struct {
+	one *clientExec
+	s   scripts
+}
+
+var _ renewer = (*semProto)(nil)
+
+// acquire takes a permit of lk for token if one is free for the caller,
+// out of permits.
+func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, permits int, h hint) (grant, error) {
+	s := &p.s
+	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
+		s.fenceArg, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits}}
+	v, err := p.one.one(ctx, semAcquireScript, c)
+	if err != nil {
+		return unknown, err
+	}
+	return decodeGrant(v)
+}
+
+// pass keeps token's permit for the next local holder, with a TTL of ttl,
+// unless waiters in line need it or force is set: then it gives it back
+// (passReleased: waiters are in line; passFreed: nobody is).
+func (p *semProto) pass(ctx context.Context, lk, token string, ttl time.Duration, permits int, force bool) (passReply, error) {
+	s := &p.s
+	f := 0
+	if force {
+		f = 1
+	}
+	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg,
+		s.fenceArg, permits, f}}
+	v, err := p.one.one(ctx, semPassScript, c)
+	if err != nil {
+		return passReply{}, err
+	}
+	return decodePass(v)
+}
+
+// release gives token's permit back, and reports whether it held one,
+// and whether waiters are in line.
+func (p *semProto) release(ctx context.Context, lk, token string, permits int) (done, others bool, err error) {
+	s := &p.s
+	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, permits, s.fenceArg}}
+	return decodeRelease(p.one.one(ctx, semReleaseScript, c))
+}
+
+// renew resets the expiry of token's permit to ttl from now, and reports
+// whether it still held one.
+func (p *semProto) renew(ctx context.Context, lk, token string, ttl time.Duration) (bool, error) {
+	return decodeDone(p.one.one(ctx, semRenewScript, Call{Keys: []string{lk}, Args: []any{token, p.s.ttlOf(ttl)}}))
+}
+
+// renewBatch renews many permits in one pipeline (the watchdog).
+func (p *semProto) renewBatch(ctx context.Context, calls []renewCall) []renewReply {
+	batch := make([]Call, len(calls))
+	for i, x := range calls {
+		batch[i] = Call{Keys: []string{x.lk}, Args: []any{x.token, p.s.ttlOf(x.ttl)}}
+	}
+	res := p.one.evalBatch(ctx, 0, semRenewScript, batch)[0]
+	out := make([]renewReply, len(calls))
+	for i := range calls {
+		if i >= len(res) { // a Client that broke its contract
+			out[i].err = errShortBatch
+			continue
+		}
+		out[i].ok, out[i].err = decodeDone(res[i].Reply, res[i].Err)
+	}
+	return out
+}
+
+// leave takes waiter out of lk's wait queue.
+func (p *semProto) leave(ctx context.Context, lk, waiter string) error {
+	_, err := p.one.one(ctx, leaveScript, p.s.leave(lk, waiter))
+	return err
+}
