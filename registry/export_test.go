@@ -80,3 +80,6 @@ func (r *Registry) Renewing() int {
 	defer r.watchdog.mu.Unlock()
 	return len(r.watchdog.held)
 }
+
+// Waiting returns the number of leases queued on s's local semaphore.
+func (s *Semaphore) Waiting() int { return s.local.Waiters() }

@@ -29,7 +29,8 @@ var (
 // a Sentinel master, or a Cluster: a semaphore's keys share its slot). It
 // builds each script's KEYS and ARGV from the registry's scripts, and
 // decodes the replies into the mutex protocol's outcomes (reply.go). The
-// wait queue's leave is the lock's (leave.lua touches only the queue).
+// wait queue's leave is the lock's (leave.lua), which also deletes a fenced
+// semaphore's counter when nothing is left.
 type semProto struct {
 	one *clientExec
 	s   scripts
@@ -102,6 +103,8 @@ func (p *semProto) renewBatch(ctx context.Context, calls []renewCall) []renewRep
 
 // leave takes waiter out of lk's wait queue.
 func (p *semProto) leave(ctx context.Context, lk, waiter string) error {
-	_, err := p.one.one(ctx, leaveScript, p.s.leave(lk, waiter))
+	s := &p.s
+	c := Call{Keys: s.lockKeys(lk, true), Args: []any{waiter, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, s.fenceArg}}
+	_, err := p.one.one(ctx, leaveScript, c)
 	return err
 }

@@ -10,6 +10,9 @@
 -- ARGV[3]  a listening waiter's turn, in ms
 -- ARGV[4]  how soon (ms) a polling waiter must be due to get a turn
 -- ARGV[5]  ms added to a polling waiter's turn
+-- ARGV[6]  (a fenced semaphore only) '1': when the queue is left empty
+--          and no permit is held, the fence counter KEYS[6] is deleted too
+--          (semrelease.lua)
 --
 -- Reply: 1 when its entry was removed, 0 when it had none.
 local R = queueRules()
@@ -22,6 +25,9 @@ if R.turnOf(q) == ARGV[1] then
   redis.call('DEL', q.turn)
 end
 if (R.qcall('ZCARD', q.order) or 0) == 0 then
+  if ARGV[6] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then
+    redis.call('DEL', KEYS[6])
+  end
   return 1
 end
 local moved = 1 -- the waiters behind it move up a place

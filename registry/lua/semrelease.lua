@@ -27,10 +27,15 @@ local now = clock()
 if not now or tonumber(score) <= now then
   return 0
 end
-if queueEmpty(KEYS[2]) then
+-- forget deletes the fence counter of a fenced semaphore that nobody
+-- holds or waits for.
+local function forget()
   if ARGV[7] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then
     redis.call('DEL', KEYS[6])
   end
+end
+if queueEmpty(KEYS[2]) then
+  forget()
   return 1
 end
 local R = queueRules()
@@ -40,6 +45,7 @@ local free = tonumber(ARGV[6]) - P.held(KEYS[1], now)
 local _, told, moved = P.admit(R, q, now, free, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])})
 R.announce(ARGV[2], KEYS[1], told + moved)
 if queueEmpty(KEYS[2]) then
+  forget()
   return 1
 end
 return 2

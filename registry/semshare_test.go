@@ -1,0 +1,178 @@
+package registry_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+// Permits are never exceeded: 8 goroutines in each of 3 registries (two
+// woken by release messages, one polling) on 3 permits. Occupancy is
+// counted in Redis at every entry.
+func TestSemaphoreNeverOverLimit(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		const regs, goroutines, iters, permits = 3, 8, 8, 3
+		pfx := prefix(t)
+		occ := pfx + ":occupancy"
+		var over, done atomic.Int64
+		var wg sync.WaitGroup
+		for i := range regs {
+			lt := registry.PubSubLock
+			if i == regs-1 {
+				lt = registry.SpinLock
+			}
+			r := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(lt), registry.WithIdleBetweenTries(20*time.Millisecond))
+			s := semaphore(t, r, "exports", permits)
+			for range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range iters {
+						le, err := s.Acquire(bg(t), 0)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if n, _ := redis.Int(redistest.Do(b.addr, "INCR", occ)); n > permits {
+							over.Add(1)
+						}
+						_, _ = redistest.Do(b.addr, "DECR", occ)
+						if err := le.Release(bg(t)); err != nil {
+							t.Error(err)
+						}
+						done.Add(1)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		if over.Load() > 0 {
+			t.Fatalf("%d entries over the limit of %d", over.Load(), permits)
+		}
+		if done.Load() != regs*goroutines*iters {
+			t.Fatalf("%d acquisitions, want %d", done.Load(), regs*goroutines*iters)
+		}
+		b.do(t, "DEL", occ)
+		assertNoKeys(t, b, pfx)
+	})
+}
+
+// Waiters of several registries take turns: on one permit, each of four
+// registries (one goroutine each, mixed PubSubLock and SpinLock) gets a
+// fair share of the acquisitions; none starves.
+func TestSemaphoreTurnsAcrossRegistries(t *testing.T) {
+	b := realBackend()
+	const regs = 4
+	pfx := prefix(t)
+	counts := make([]atomic.Int64, regs)
+	ctx, cancel := context.WithTimeout(bg(t), 1500*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range regs {
+		lt := registry.PubSubLock
+		if i%2 == 1 {
+			lt = registry.SpinLock
+		}
+		r := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(lt), registry.WithIdleBetweenTries(20*time.Millisecond))
+		s := semaphore(t, r, "one", 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				le, err := s.Acquire(ctx, 0)
+				if err != nil {
+					return
+				}
+				counts[i].Add(1)
+				time.Sleep(time.Millisecond) // the work under the permit
+				_ = le.Release(context.Background())
+			}
+		}()
+	}
+	wg.Wait()
+	var all []int64
+	var total int64
+	for i := range counts {
+		all = append(all, counts[i].Load())
+		total += counts[i].Load()
+	}
+	share := float64(slices.Min(all)) / float64(total)
+	t.Logf("acquisitions per registry %v; smallest share %.3f (fair: %.3f)", all, share, 1.0/regs)
+	if share < 0.5/regs {
+		t.Fatalf("smallest share %.3f, want at least half of the fair %.3f", share, 1.0/regs)
+	}
+}
+
+// Processes that disagree on the count (a rolling change of the limit)
+// each admit themselves only while fewer than their own count hold.
+func TestSemaphorePermitsDisagree(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		one := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 1)
+		two := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 2)
+		a, err := one.TryAcquire(bg(t), 0)
+		mustNil(t, err)
+		c, err := two.TryAcquire(bg(t), 0) // 1 held < 2
+		mustNil(t, err)
+		_, err = two.TryAcquire(bg(t), 0)
+		mustIs(t, err, registry.ErrNotObtained)
+		mustNil(t, a.Release(bg(t)))
+		_, err = one.TryAcquire(bg(t), 0) // 1 held, not < 1
+		mustIs(t, err, registry.ErrNotObtained)
+		mustNil(t, c.Release(bg(t)))
+		a, err = one.TryAcquire(bg(t), 0)
+		mustNil(t, err)
+		mustNil(t, a.Release(bg(t)))
+	})
+}
+
+// A permit released while another lease of the same registry waits passes
+// to it without a command (a free pass); with fencing, with one command
+// that gives it a new token. Nobody else waits, so the permit is kept.
+func TestSemaphoreLocalPass(t *testing.T) {
+	for _, fencing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fencing=%v", fencing), func(t *testing.T) {
+			b := realBackend()
+			cp := &redistest.CountingPool{Pool: b.pool(t)}
+			// Free passes go on for a minute after the last command, so
+			// that the wait for the lease to queue does not end them.
+			opts := []registry.Option{registry.WithRuns(time.Minute, time.Minute)}
+			if fencing {
+				opts = append(opts, registry.WithFencing())
+			}
+			r := newReg(t, cp, opts...)
+			s := semaphore(t, r, "k", 1)
+			a, err := s.Acquire(bg(t), 0)
+			mustNil(t, err)
+			next := acquirePermit(bg(t), s, 0)
+			waitFor(t, 5*time.Second, "the second lease to queue", func() bool { return s.Waiting() == 1 })
+			cp.Commands()
+			mustNil(t, a.Release(bg(t)))
+			c := recvWithin(t, next, 5*time.Second, "the passed permit")
+			cmds := slices.DeleteFunc(cp.Commands(), func(c string) bool { return c == "EVAL" }) // after NOSCRIPT: the same script
+			want := 0
+			if fencing {
+				want = 1
+				if c.Token() <= a.Token() {
+					t.Errorf("token %d after a pass from %d", c.Token(), a.Token())
+				}
+			}
+			if len(cmds) != want {
+				t.Fatalf("commands of the pass: %v, want %d", cmds, want)
+			}
+			if n := zcard(t, b, s.Key()); n != 1 {
+				t.Fatalf("%d permits in Redis after the pass, want 1", n)
+			}
+			mustNil(t, c.Release(bg(t)))
+		})
+	}
+}
