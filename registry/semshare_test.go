@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -175,4 +176,62 @@ func TestSemaphoreLocalPass(t *testing.T) {
 			mustNil(t, c.Release(bg(t)))
 		})
 	}
+}
+
+// A permit released while a lease of the same registry and a waiter of
+// another registry wait goes to the waiter in line first: the local lease
+// waits for its turn.
+func TestSemaphorePassYieldsToWaitersInLine(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		// No free pass (it would not look in Redis): the pass script.
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithRuns(time.Nanosecond, time.Minute)}
+		s := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
+		other := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
+		a, err := s.Acquire(bg(t), 0)
+		mustNil(t, err)
+		theirs := acquirePermit(bg(t), other, 0)
+		waitFor(t, 5*time.Second, "the other registry to queue in Redis", func() bool {
+			n, _ := redis.Int(b.do(t, "ZCARD", queueKey(s.Key(), false)), nil)
+			return n == 1
+		})
+		ours := acquirePermit(bg(t), s, 0)
+		waitFor(t, 5*time.Second, "the local lease to queue", func() bool { return s.Waiting() == 1 })
+		mustNil(t, a.Release(bg(t)))
+		c := recvWithin(t, theirs, 5*time.Second, "the permit, for the waiter in line")
+		notWithin(t, ours, 100*time.Millisecond, "the local lease, while the other holds")
+		mustNil(t, c.Release(bg(t)))
+		d := recvWithin(t, ours, 5*time.Second, "the local lease after the other's release")
+		mustNil(t, d.Release(bg(t)))
+	})
+}
+
+// A free permit is kept for the waiter first in line while its turn lasts:
+// a newcomer's TryAcquire is refused. A waiter that does not come in its
+// turn (it vanished) is dropped once the turn is over, and the newcomer
+// gets the permit.
+func TestSemaphoreTurnKeptForWaiterInLine(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		s := semaphore(t, newReg(t, b.pool(t), registry.WithTurns(300*time.Millisecond, 0)), "k", 1)
+		qk := queueKey(s.Key(), false)
+		wk := strings.TrimSuffix(qk, ":queue") + ":waiters"
+		now := serverMillis(t, b)
+		b.do(t, "ZADD", qk, now-1000, "vanished/1")
+		b.do(t, "HSET", wk, "vanished/1", fmt.Sprintf("l %d %d", now+60000, now+120000))
+		start := time.Now()
+		_, err := s.TryAcquire(bg(t), 0)
+		mustIs(t, err, registry.ErrNotObtained)
+		var le *registry.Lease
+		waitFor(t, 5*time.Second, "the permit after the vanished waiter's turn", func() bool {
+			le, err = s.TryAcquire(bg(t), 0)
+			return err == nil
+		})
+		if d := time.Since(start); d < 300*time.Millisecond {
+			t.Fatalf("the newcomer got the permit %v after the turn began, before the turn ended", d)
+		}
+		mustNil(t, le.Release(bg(t)))
+		if n := queueLen(t, b, s.Key(), false); n != 0 {
+			t.Fatalf("%d entries left in the queue", n)
+		}
+	})
 }
