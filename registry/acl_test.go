@@ -21,7 +21,8 @@ func aclFor(registryKey string) []any {
 		"~" + registryKey + ":*", "~{" + registryKey + ":*", "~{*}" + registryKey + ":*", "&" + registryKey + "-channel:*",
 		"-@all", "+evalsha", "+eval", "+psubscribe", "+ping", "+info",
 		"+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+publish",
-		"+zadd", "+zrank", "+zrem", "+zrange", "+zcard", "+zscore", "+zcount", "+hget", "+hset", "+hdel", "+time"}
+		"+zadd", "+zrank", "+zrem", "+zrange", "+zcard", "+zscore", "+zcount", "+hget", "+hset", "+hdel", "+time",
+		"+type", "+zremrangebyscore", "+exists"} // a semaphore's
 }
 
 // userPool returns a pool that authenticates as user.
@@ -159,4 +160,32 @@ func TestACLWithoutQueueCommand(t *testing.T) {
 	if !errors.As(err, &re) || !strings.Contains(err.Error(), "NOPERM") && !strings.Contains(err.Error(), "can't run this command") {
 		t.Fatalf("a waiter under an ACL without +zscore: %v, want the server's refusal", err)
 	}
+}
+
+// A semaphore works under the least-privilege ACL: permits with fencing and
+// renewals, a waiter woken by the release message, a local pass, and no key
+// left afterwards.
+func TestLeastPrivilegeACLSemaphore(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	b.do(t, "ACL", append([]any{"SETUSER", pfx}, aclFor(pfx)...)...)
+	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
+	opts := []registry.Option{registry.WithFencing(), registry.WithAutoRenew(), registry.WithExpireAfter(300 * time.Millisecond),
+		registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
+	s1 := semaphore(t, newRegPrefix(t, userPool(t, pfx), pfx, opts...), "k", 1)
+	s2 := semaphore(t, newRegPrefix(t, userPool(t, pfx), pfx, opts...), "k", 1)
+	a, err := s1.Acquire(bg(t), 0)
+	mustNil(t, err)
+	theirs := acquirePermit(bg(t), s2, 0)
+	ours := acquirePermit(bg(t), s1, 0)
+	notWithin(t, a.Lost(), 400*time.Millisecond, "Lost under the ACL: renewals denied?")
+	mustNil(t, a.Release(bg(t)))
+	c := recvWithin(t, theirs, 3*time.Second, "the waiter woken by the release")
+	if c == nil || c.Token() <= a.Token() {
+		t.Fatalf("lease %v under the ACL", c)
+	}
+	mustNil(t, c.Release(bg(t)))
+	d := recvWithin(t, ours, 3*time.Second, "the local lease")
+	mustNil(t, d.Release(bg(t)))
+	assertNoKeys(t, b, pfx)
 }
