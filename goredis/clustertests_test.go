@@ -12,4 +12,5 @@ func TestClusterMutualExclusion(t *testing.T) { clienttest.ClusterMutualExclusio
 func TestClusterWakeups(t *testing.T)         { clienttest.ClusterWakeups(t, adapter) }
 func TestClusterHashTagFencing(t *testing.T)  { clienttest.ClusterHashTagFencing(t, adapter) }
 func TestClusterSlotMigration(t *testing.T)   { clienttest.ClusterSlotMigration(t, adapter) }
+func TestClusterSemaphore(t *testing.T)       { clienttest.ClusterSemaphore(t, adapter) }
 func TestSentinelFailover(t *testing.T)       { clienttest.SentinelFailover(t, adapter) }

@@ -2,6 +2,7 @@ package clienttest
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -228,5 +229,55 @@ func ClusterSlotMigration(t *testing.T, a Adapter) {
 		slot, steps, took.Round(time.Millisecond), acq.Load(), errs.Load(), iv.Overlaps())
 	if errs.Load() != 0 || iv.Overlaps() != 0 {
 		t.Fatalf("%d errors, %d overlaps", errs.Load(), iv.Overlaps())
+	}
+}
+
+// ClusterSemaphore: a fenced semaphore on a key of every master, in both key
+// forms and with a key that has braces of its own: every key its scripts
+// touch lies in its slot (no CROSSSLOT), the permits are bounded, a waiter
+// of another registry is woken by a release, and tokens increase.
+func ClusterSemaphore(t *testing.T, a Adapter) {
+	c := redistest.SharedCluster(t)
+	rc := a.cluster(t, c.Addrs)
+	for _, hashTag := range []bool{false, true} {
+		opts := []registry.Option{registry.WithFencing(), registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
+		if hashTag {
+			opts = append(opts, registry.WithHashTag())
+		}
+		pfx := prefix(t)
+		r1, r2 := NewRegistry(t, rc, pfx, opts...), NewRegistry(t, rc, pfx, opts...)
+		keys := []string{"user:{42}:exports"}
+		for _, ks := range c.KeysPerMaster(t, 1) {
+			keys = append(keys, ks[0])
+		}
+		for _, k := range keys {
+			s1, err := r1.Semaphore(k, 2)
+			redistest.MustNil(t, err)
+			s2, err := r2.Semaphore(k, 2)
+			redistest.MustNil(t, err)
+			a1, err := s1.Acquire(redistest.CtxFor(t, 5*time.Second), 0)
+			redistest.MustNil(t, err)
+			a2, err := s2.Acquire(redistest.CtxFor(t, 5*time.Second), 0)
+			redistest.MustNil(t, err)
+			if _, err := s2.TryAcquire(redistest.CtxFor(t, 5*time.Second), 0); !errors.Is(err, registry.ErrNotObtained) {
+				t.Fatalf("a third permit of %q: %v, want ErrNotObtained", k, err)
+			}
+			got := make(chan *registry.Lease, 1)
+			go func() {
+				le, _ := s2.Acquire(redistest.CtxFor(t, 5*time.Second), 0)
+				got <- le
+			}()
+			redistest.WaitFor(t, 5*time.Second, "the waiter in the queue", func() bool {
+				n, _ := redis.Int(c.DoKey(s1.Key(), "EXISTS", wire.Layout{HashTag: hashTag}.QueueKey(s1.Key())))
+				return n == 1
+			})
+			redistest.MustNil(t, a1.Release(redistest.CtxFor(t, 5*time.Second)))
+			a3 := redistest.Next(t, got, 5*time.Second, "the waiter's permit", func(*registry.Lease) bool { return true })
+			if a3 == nil || a3.Token() <= a2.Token() || a2.Token() <= a1.Token() {
+				t.Fatalf("%q: leases %v %v %v", k, a1, a2, a3)
+			}
+			redistest.MustNil(t, a2.Release(redistest.CtxFor(t, 5*time.Second)))
+			redistest.MustNil(t, a3.Release(redistest.CtxFor(t, 5*time.Second)))
+		}
 	}
 }
