@@ -30,6 +30,9 @@ const (
 
 // runChild is the body of a child process; it returns the exit code.
 func runChild() int {
+	if os.Getenv(childEnv) == "semhold" {
+		return semHolder()
+	}
 	iters, _ := strconv.Atoi(os.Getenv(childItersEnv))
 	pool := redistest.NewPool(os.Getenv(childAddrEnv))
 	defer pool.Close()
