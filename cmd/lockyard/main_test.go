@@ -451,3 +451,72 @@ func TestRunWaitSeconds(t *testing.T) {
 		t.Fatalf("-w soon: exit %d (%s), want %d", code, out, exitUsage)
 	}
 }
+
+// `lockyard run --permits 2`: of four runs at most two commands run at
+// once, and two do; a fifth with -n while two permits are held elsewhere
+// exits 75; a negative count is a usage error.
+func TestRunPermits(t *testing.T) {
+	key, log := newKey(t), filepath.Join(t.TempDir(), "log")
+	script := fmt.Sprintf(`echo start >> %[1]s; sleep 0.3; echo end >> %[1]s`, log)
+	var cmds []*exec.Cmd
+	for range 4 {
+		c := lockyard("run", "--permits", "2", "--wait", "20s", "--pubsub", "--fencing", key, "--", "sh", "-c", script)
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, c)
+	}
+	for _, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("lockyard run: %v", err)
+		}
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	most, now := 0, 0
+	for _, w := range strings.Fields(string(b)) {
+		if w == "start" {
+			now++
+		} else {
+			now--
+		}
+		most = max(most, now)
+	}
+	if most != 2 {
+		t.Fatalf("at most %d commands ran at once, want 2: %v", most, strings.Fields(string(b)))
+	}
+	if exists(t, key) {
+		t.Fatal("the semaphore still holds permits after the last run")
+	}
+
+	pool := server.Pool()
+	t.Cleanup(func() { _ = pool.Close() })
+	reg, err := registry.New(pool, "lockyard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reg.Close() })
+	s, err := reg.Semaphore(key, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		le, err := s.Acquire(context.Background(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = le.Release(context.Background()) })
+	}
+	code, out := exitCode(t, lockyard("status", key))
+	if code != 0 || strings.Count(out, " permit ") != 2 || !strings.Contains(out, "semaphore: 2 held, 0 waiting") {
+		t.Fatalf("status of the semaphore (exit %d): want two permits held:\n%s", code, out)
+	}
+	if code, out := exitCode(t, lockyard("run", "--permits", "2", "-n", key, "--", "true")); code != 75 || !strings.Contains(out, "every permit") {
+		t.Fatalf("-n with every permit held: exit %d, %q; want 75", code, out)
+	}
+	if code, _ := exitCode(t, lockyard("run", "--permits", "-1", key, "--", "true")); code != 64 {
+		t.Fatalf("--permits -1: exit %d, want 64", code)
+	}
+}

@@ -29,6 +29,7 @@ type runFlags struct {
 	onLost    string
 	killAfter time.Duration
 	minHold   time.Duration
+	permits   int // 0: a lock; N: one of N permits of a semaphore
 }
 
 // optDuration is a duration flag that knows whether it was set.
@@ -61,7 +62,10 @@ func (o *optDuration) Set(s string) error {
 
 const runUsage = `usage: lockyard run [flags] KEY [--] COMMAND [ARGS...]
 
-Runs COMMAND while holding the lock on KEY, renewed every ttl/3. Like flock(1),
+Runs COMMAND while holding the lock on KEY, renewed every ttl/3. With
+--permits N it holds one of N permits of the semaphore on KEY instead: at most
+N copies run at once across hosts; everything below holds for a permit as for
+the lock. Like flock(1),
 it waits until the lock is free; -n fails at once, -w/--wait gives up after a
 while (a duration, or a number of seconds as flock's -w). The "--" is
 optional; it is needed when COMMAND or its first argument begins with "-".
@@ -104,6 +108,7 @@ func cmdRun(args []string) int {
 	fs.DurationVar(&f.killAfter, "kill-after", 10*time.Second, "if the command still runs this long after the --on-lost signal, send it SIGKILL, as timeout(1) --kill-after (0: never)")
 	fs.BoolVar(&f.pubsub, "pubsub", false, "wait with pub/sub wake-ups instead of polling")
 	fs.BoolVar(&f.fencing, "fencing", false, "take a fencing token, passed to the command as $LOCKYARD_TOKEN")
+	fs.IntVar(&f.permits, "permits", 0, "hold one of `N` permits of the semaphore on KEY instead of the lock: at most N commands run at once (all callers of KEY should agree on N)")
 	fs.StringVar(&f.onLost, "on-lost", "TERM", "signal sent to the command if the lock is lost, or on Linux if lockyard dies (TERM, INT, KILL, HUP, or none)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), runUsage)
@@ -140,6 +145,8 @@ func (f *runFlags) check() error {
 		return fmt.Errorf("-n and --wait %v: choose one", f.wait.d)
 	case f.killAfter < 0:
 		return fmt.Errorf("--kill-after %v is negative", f.killAfter)
+	case f.permits < 0:
+		return fmt.Errorf("--permits %d is negative", f.permits)
 	case f.minHold < 0 || f.minHold > registry.MaxDuration:
 		return fmt.Errorf("--min-hold %v out of range [0, %v]", f.minHold, registry.MaxDuration)
 	}
@@ -203,10 +210,11 @@ func (f *runFlags) run(key string, argv []string, lostSig os.Signal) int {
 		return fail("run", exitUsage, err)
 	}
 	defer reg.Close()
-	if _, err := reg.Obtain(key); err != nil {
+	take, err := f.taker(reg, key)
+	if err != nil {
 		return fail("run", exitUsage, err)
 	}
-	le, code := f.acquire(reg, key, sigs)
+	le, code := f.acquire(take, f.layout().LockKey(key), sigs)
 	if le == nil {
 		return code
 	}
@@ -231,16 +239,49 @@ func (f *runFlags) run(key string, argv []string, lostSig os.Signal) int {
 	return code
 }
 
-// acquire takes the lock as a lease: at once with -n or --wait 0, within
+// taker is how run takes its lease: Acquire (wait) or TryAcquire of the
+// lock on a key, or of a permit of the semaphore on it.
+type taker func(ctx context.Context, wait bool) (*registry.Lease, error)
+
+// taker checks key and returns how to take a lease of it: the lock, or
+// with --permits a permit.
+func (f *runFlags) taker(reg *registry.Registry, key string) (taker, error) {
+	if f.permits > 0 {
+		s, err := reg.Semaphore(key, f.permits)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, wait bool) (*registry.Lease, error) {
+			if wait {
+				return s.Acquire(ctx, 0)
+			}
+			return s.TryAcquire(ctx, 0)
+		}, nil
+	}
+	if _, err := reg.Obtain(key); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, wait bool) (*registry.Lease, error) {
+		if wait {
+			return reg.Acquire(ctx, key, 0)
+		}
+		return reg.TryAcquire(ctx, key, 0)
+	}, nil
+}
+
+// acquire takes the lease on lk: at once with -n or --wait 0, within
 // --wait, or whenever it is free. A signal ends the wait. It returns the
 // lease, or nil and the exit status.
-func (f *runFlags) acquire(reg *registry.Registry, key string, sigs <-chan os.Signal) (*registry.Lease, int) {
-	lk := f.layout().LockKey(key)
+func (f *runFlags) acquire(take taker, lk string, sigs <-chan os.Signal) (*registry.Lease, int) {
 	if f.nonblock || (f.wait.set && f.wait.d == 0) {
-		le, err := reg.TryAcquire(context.Background(), key, 0)
+		le, err := take(context.Background(), false)
 		switch {
 		case errors.Is(err, registry.ErrNotObtained):
-			fmt.Fprintf(os.Stderr, "lockyard run: %s is held by another holder\n", lk)
+			if f.permits > 0 {
+				fmt.Fprintf(os.Stderr, "lockyard run: every permit of %s is held\n", lk)
+			} else {
+				fmt.Fprintf(os.Stderr, "lockyard run: %s is held by another holder\n", lk)
+			}
 			return nil, exitNotAcquired
 		case err != nil:
 			return nil, fail("run", exitUnavailable, err)
@@ -262,7 +303,7 @@ func (f *runFlags) acquire(reg *registry.Registry, key string, sigs <-chan os.Si
 		case <-stop:
 		}
 	}()
-	le, err := reg.Acquire(ctx, key, 0)
+	le, err := take(ctx, true)
 	close(stop)
 	<-done
 	switch {

@@ -108,7 +108,13 @@ func printStatus(w io.Writer, c redis.Conn, f *common, keys []string) error {
 		switch {
 		case errors.Is(err, redis.ErrNil):
 			fmt.Fprintf(tw, "%s\tfree\t-\t%s\t-\n", printable(k), fence(v[2]))
-		case errors.As(err, &re): // WRONGTYPE: a hash, a list, ...
+		case errors.As(err, &re): // WRONGTYPE: a semaphore, or a hash, a list, ...
+			if ok, err := printSemaphore(tw, c, layout, k, fence(v[2])); err != nil || ok {
+				if err != nil {
+					return err
+				}
+				continue
+			}
 			fmt.Fprintf(tw, "%s\tnot a lock (not a string)\t%s\t%s\t-\n", printable(k), ttlString(pttl), fence(v[2]))
 		case err != nil:
 			return err
@@ -119,6 +125,46 @@ func printStatus(w io.Writer, c redis.Conn, f *common, keys []string) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// printSemaphore prints the permits of the semaphore on k, one line each
+// (its TTL by the server's clock, and its holder), and how many wait, if
+// k's key is a sorted set (a semaphore: wire.Layout); it reports whether
+// it was one.
+func printSemaphore(w io.Writer, c redis.Conn, layout wire.Layout, k, fence string) (bool, error) {
+	lk := layout.LockKey(k)
+	c.Send("TYPE", lk)
+	c.Send("TIME")
+	c.Send("ZRANGE", lk, 0, -1, "WITHSCORES")
+	c.Send("ZCARD", layout.QueueKey(lk))
+	v, err := redis.Values(c.Do(""))
+	if err != nil {
+		return false, err
+	}
+	if t, _ := redis.String(v[0], nil); t != "zset" {
+		return false, nil
+	}
+	tv, err := redis.Int64s(v[1], nil)
+	if err != nil || len(tv) != 2 {
+		return false, fmt.Errorf("TIME: %v", err)
+	}
+	now := tv[0]*1000 + tv[1]/1000
+	permits, err := redis.Strings(v[2], nil)
+	if err != nil {
+		return false, err
+	}
+	held := 0
+	for i := 0; i+1 < len(permits); i += 2 {
+		expiry, err := strconv.ParseInt(permits[i+1], 10, 64)
+		if err != nil || expiry <= now {
+			continue // expired: pruned by the next attempt
+		}
+		held++
+		fmt.Fprintf(w, "%s\tpermit\t%s\t%s\t%s\n", printable(k), ttlString(expiry-now), fence, printable(wire.Holder(permits[i])))
+	}
+	waiting, _ := redis.Int(v[3], nil)
+	fmt.Fprintf(w, "%s\tsemaphore: %d held, %d waiting\t-\t%s\t-\n", printable(k), held, waiting, fence)
+	return true, nil
 }
 
 // printable returns s as it is if it is valid UTF-8 of printable
