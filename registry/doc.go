@@ -73,6 +73,11 @@
 // and pass the Redis hold between them. Package election builds leader
 // election on leases.
 //
+// A Semaphore (Registry.Semaphore) admits at most N holders of a key at
+// once across every registry: each Acquire returns a Lease that is one
+// permit, with its own TTL and fencing token, expiring by the server's
+// clock, so that a crashed holder's permit comes back after its TTL.
+//
 // # TTL and validity
 //
 // Each hold has a TTL: expireAfter, or the ttl of LockFor, for that

@@ -21,6 +21,13 @@ import (
 //	turn             {R:KEY}:turn                R:{KEY}:turn
 //	release channel  R-channel:LOCKKEY           R-channel:LOCKKEY
 //
+// A semaphore (registry.Semaphore) uses the same names: its key is the lock
+// key of its name, holding a sorted set whose members are lock values
+// (NewToken), one per permit, each scored by the server time in ms (TIME)
+// at which it expires; expired members are removed by the next attempt. It
+// has the wait queue keys (not the turn), the fence counter and the release
+// channel of a lock key.
+//
 // Every key of one lock lies in the lock key's Redis Cluster slot, braces
 // or not. In the default layout a lock key with a hash tag of its own
 // (user:{42}) names its side keys {TAG}R:KEY:fence and so on, and one with
