@@ -252,3 +252,32 @@ func ExampleRedisLock_TryLockContext() {
 	<-finished
 	// Output: skipped: another worker runs it
 }
+
+// A semaphore admits at most N holders at once across every replica; each
+// permit is a Lease.
+func ExampleRegistry_Semaphore() {
+	pool, done := exampleRedis()
+	defer done()
+
+	reg, err := registry.New(pool, "exports", registry.WithFencing())
+	if err != nil {
+		panic(err)
+	}
+	defer reg.Close()
+
+	sem, err := reg.Semaphore("partner-api", 2)
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	first, _ := sem.Acquire(ctx, 10*time.Second)
+	second, _ := sem.TryAcquire(ctx, 0)
+	_, err = sem.TryAcquire(ctx, 0)
+	fmt.Println("third permit:", errors.Is(err, registry.ErrNotObtained))
+	fmt.Println("tokens increase:", second.Token() > first.Token())
+	_ = first.Release(ctx)
+	_ = second.Release(ctx)
+	// Output:
+	// third permit: true
+	// tokens increase: true
+}
