@@ -282,13 +282,17 @@ local function permitRules()
 
   -- hold sets permit token of key to expire ttl ms after now, and keeps
   -- key alive at least as long (and the fence counter, if given: it is
-  -- seeded from the clock again after it expires, see nextFence).
-  local function hold(key, token, now, ttl, fence)
+  -- seeded from the clock again after it expires, see nextFence); held is
+  -- how many permits key held (0: the key is new).
+  local function hold(key, token, now, ttl, fence, held)
     redis.call('ZADD', key, ms(now + ttl), token)
-    for _, k in ipairs({key, fence}) do
-      if redis.call('PTTL', k) < ttl then
-        redis.call('PEXPIRE', k, ttl)
-      end
+    if held == 0 then
+      redis.call('PEXPIRE', key, ttl)
+    elseif redis.call('PTTL', key) < ttl then
+      redis.call('PEXPIRE', key, ttl)
+    end
+    if fence and redis.call('PTTL', fence) < ttl then
+      redis.call('PEXPIRE', fence, ttl)
     end
   end
 

@@ -24,17 +24,21 @@
 --          own bound)
 --
 -- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
---        fencing); the caller leaves the queue. The same, with the
---        counter's current value, when the permit is already ARGV[1]'s (a
---        resend after a lost reply).
+--        fencing); the caller leaves the queue. The same when the permit
+--        is already ARGV[1]'s (a resend after a lost reply): with the
+--        counter's current value if every permit is held, else a new one.
+--
+-- The uncontended path runs ZCARD, TIME, the queue's ZRANGE, ZADD and
+-- PEXPIRE: expired permits are pruned only when they would refuse the
+-- caller.
 --        {0, sleep, after} every permit is held; {2, sleep, after} one is
 --        free, but waiters ahead of the caller are in line for it. sleep
 --        and after as in obtain.lua (after: -1 when not queued).
 -- Error: WRONGTYPE when KEYS[1] is not a sorted set (a lock's key); an
 --        error when the script may not call TIME (see docs/SECURITY.md).
 local token, id = ARGV[1], ARGV[3]
-local t = redis.call('TYPE', KEYS[1])['ok']
-if t ~= 'zset' and t ~= 'none' then
+local held = redis.pcall('ZCARD', KEYS[1])
+if type(held) ~= 'number' then
   return redis.error_reply('WRONGTYPE semaphore key holds a value that is not a sorted set')
 end
 local now = clock()
@@ -46,13 +50,17 @@ if ARGV[7] == '1' then
   fenceKey = KEYS[6]
 end
 local P = permitRules()
-local held, ttl = P.held(KEYS[1], now), tonumber(ARGV[2])
-if redis.call('ZSCORE', KEYS[1], token) then
-  return {1, tonumber(fenceKey and redis.call('GET', fenceKey) or '0')}
+local permits, ttl = tonumber(ARGV[13]), tonumber(ARGV[2])
+if held >= permits then
+  -- Expired permits matter only when they would refuse the caller.
+  held = P.held(KEYS[1], now)
+  if redis.call('ZSCORE', KEYS[1], token) then -- a resend after a lost reply
+    return {1, tonumber(fenceKey and redis.call('GET', fenceKey) or '0')}
+  end
 end
-local free = tonumber(ARGV[13]) - held
+local free = permits - held
 if free > 0 and queueEmpty(KEYS[2]) then -- free, nobody waiting
-  P.hold(KEYS[1], token, now, ttl, fenceKey)
+  P.hold(KEYS[1], token, now, ttl, fenceKey, held)
   return {1, fenceKey and nextFence(fenceKey) or 0}
 end
 local R = queueRules()
@@ -66,7 +74,7 @@ else
   ok, told, moved = P.admit(R, q, now, free, id, rules)
 end
 if ok then
-  P.hold(KEYS[1], token, now, ttl, fenceKey)
+  P.hold(KEYS[1], token, now, ttl, fenceKey, held)
   local kind, _, _, ended = R.waiter(q, id)
   if R.drop(q, id) and (not kind or ended == 0) then
     moved = moved + 1 -- it took a permit unannounced: those behind move up

@@ -47,7 +47,7 @@ if R then
   R.announce(ARGV[3], KEYS[1], told + moved)
 end
 if keep and ARGV[9] ~= '1' then
-  P.hold(KEYS[1], ARGV[1], now, tonumber(ARGV[2]), fenceKey)
+  P.hold(KEYS[1], ARGV[1], now, tonumber(ARGV[2]), fenceKey, 1)
   return {1, fenceKey and nextFence(fenceKey) or 0}
 end
 redis.call('ZREM', KEYS[1], ARGV[1])

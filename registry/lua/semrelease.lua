@@ -17,14 +17,12 @@
 --          acquisition seeds it from the clock again: see nextFence)
 --
 -- Reply: 1 given back; 2 the same, and waiters are queued; 0 the permit
---        was gone or had expired (it is removed; nothing else changes).
-local score = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
-if type(score) ~= 'string' then
-  return 0
-end
-redis.call('ZREM', KEYS[1], ARGV[1])
-local now = clock()
-if not now or tonumber(score) <= now then
+--        was gone (pruned after it expired), or the key is not a sorted
+--        set: nothing changes. A permit that expired but was not pruned
+--        yet is given back as one that had not: the releasing client
+--        learns of the loss from its own deadline, which ends before the
+--        permit's expiry.
+if redis.pcall('ZREM', KEYS[1], ARGV[1]) ~= 1 then
   return 0
 end
 -- forget deletes the fence counter of a fenced semaphore that nobody
@@ -37,6 +35,10 @@ end
 if queueEmpty(KEYS[2]) then
   forget()
   return 1
+end
+local now = clock()
+if not now then
+  return 2
 end
 local R = queueRules()
 local P = permitRules()
