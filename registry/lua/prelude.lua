@@ -304,27 +304,30 @@ local function permitRules()
   -- it): the second result counts them, for the caller to announce. Entries
   -- that lapsed, cannot be read, or were given a turn that ended more than
   -- r.window ago are dropped, at most 64; the third result counts the
-  -- listeners among them (places moved up, to announce too). At most 64
-  -- live entries beyond free are examined: past them, self is not admitted.
+  -- listeners among them (places moved up, to announce too). The fourth
+  -- counts the listeners ahead whose turn was given before this script
+  -- (their message is past: a waiter that counts messages from now on does
+  -- not count it). At most 64 live entries beyond free are examined: past
+  -- them, self is not admitted.
   local function admit(R, q, now, free, self, r)
     if free <= 0 then
-      return false, 0, 0
+      return false, 0, 0, 0
     end
     if self then
       local rank = R.qcall('ZRANK', q.order, self)
       if rank and rank < free then -- fewer in line ahead of it than free permits
-        return true, 0, 0
+        return true, 0, 0, 0
       end
     end
-    local ahead, told, moved, dropped, seen, start = 0, 0, 0, 0, 0, 0
+    local ahead, told, moved, given, dropped, seen, start = 0, 0, 0, 0, 0, 0, 0
     while dropped < 64 and seen < free + 64 do
       local ids = R.qcall('ZRANGE', q.order, start, start + 15)
       if not ids or #ids == 0 then
-        return true, told, moved
+        return true, told, moved, given
       end
       for _, id in ipairs(ids) do
         if id == self then
-          return true, told, moved
+          return true, told, moved, given
         end
         local kind, due, lapse, ended = R.waiter(q, id)
         if not kind or lapse <= now or (ended > 0 and ended + r.window < now) then
@@ -346,9 +349,11 @@ local function permitRules()
             if ended == 0 then
               R.qcall('HSET', q.info, id, kind .. ' ' .. R.ms(due) .. ' ' .. R.ms(lapse) .. ' ' .. R.ms(now + n))
               told = told + 1
+            elseif kind == 'l' then
+              given = given + 1
             end
             if ahead >= free then
-              return false, told, moved
+              return false, told, moved, given
             end
           end
         end
@@ -357,7 +362,7 @@ local function permitRules()
         end
       end
     end
-    return false, told, moved
+    return false, told, moved, given
   end
 
   -- soonest returns the ms until the first permit of key expires, or -2

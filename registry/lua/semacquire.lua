@@ -67,11 +67,11 @@ local R = queueRules()
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
 local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11])}
 local mode, idle, spread = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local ok, told, moved = true, 0, 0
+local ok, told, moved, given = true, 0, 0, 0
 if free <= 0 then
   ok = false
 else
-  ok, told, moved = P.admit(R, q, now, free, id, rules)
+  ok, told, moved, given = P.admit(R, q, now, free, id, rules)
 end
 if ok then
   P.hold(KEYS[1], token, now, ttl, fenceKey, held)
@@ -101,4 +101,7 @@ local ahead = R.enqueue(q, id, kind, now)
 local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
 local due = now + sleep + tonumber(ARGV[12])
 R.describe(q, id, kind, now, due, due + idle)
-return {status, sleep, math.max(ahead - told, 0) + 1 + moved}
+-- after: a message for each listener ahead and one for the caller's own
+-- turn, less those already sent (given), plus those this script sent for
+-- the listeners it dropped (they are no longer ahead).
+return {status, sleep, math.max(ahead - given, 0) + 1 + moved}
