@@ -23,13 +23,16 @@ demo: ## the oversell story on an embedded Redis (or REDIS_ADDR)
 	$(GO) run ./examples/oversell
 
 FAIRFLAGS ?= -reps 1
+SEMFLAGS ?= -reps 5 -dur 2s -peer sem/peer
 
-bench: redis-server ## micro-benchmarks, lockyard vs redsync and bsm/redislock (bench/, about 6 min), then the fairness scenarios (bench/fair, about 2.5 min; FAIRFLAGS='-base REV' runs them against REV too, interleaved)
+bench: redis-server ## micro-benchmarks, lockyard vs redsync and bsm/redislock (bench/, about 6 min), the fairness scenarios (bench/fair, about 2.5 min; FAIRFLAGS='-base REV' runs them against REV too, interleaved), then the semaphore against npm redis-semaphore (bench/sem, about 2 min; needs node and npm)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./internal/reentrant/ ./registry/
 	cd goredis && $(GO) test -run '^$$' -bench . -count 1 .
 	cd rueidis && $(GO) test -run '^$$' -bench . -count 1 .
 	cd bench && $(GO) run . $(BENCHFLAGS)
 	cd bench && $(GO) run ./fair $(FAIRFLAGS)
+	cd bench/sem/peer && npm ci --no-audit --no-fund --loglevel=error
+	cd bench && $(GO) run ./sem $(SEMFLAGS)
 
 CHAOS_REPORT ?= $(CURDIR)/chaos/figures.txt
 

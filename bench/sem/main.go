@@ -1,0 +1,312 @@
+// Command sem compares lockyard's Semaphore with the npm package
+// redis-semaphore (its Semaphore on ioredis, with its defaults) on one
+// private redis-server: the same shapes, the contenders interleaved in
+// short alternating runs, medians over the repetitions. What is compared
+// is the server's work, the waits and the fairness, not Go against Node:
+// Redis CPU and server calls (INFO commandstats, commands run by scripts
+// included) per acquisition, acquisitions/s, wait p50 and p99, the
+// smallest share of the acquisitions across processes, and how long a
+// SIGKILLed holder's permit stays taken.
+//
+// It needs node and the peer installed in bench/sem/peer (`make bench`
+// runs npm install there). Run it from bench/: go run ./sem.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	redigo "github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/bench/internal/stat"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
+)
+
+// shape is one load: procs processes, each with inflight acquisitions in
+// flight, on a semaphore of permits, each holding its permit hold.
+type shape struct {
+	name                     string
+	procs, inflight, permits int
+	hold                     time.Duration
+}
+
+// contender is one semaphore implementation.
+type contender struct {
+	name string
+	// cmd returns the command of one process: mode "loop" (acquire, hold,
+	// release for dur), "hold" (acquire one permit and wait to be
+	// killed) or "once" (acquire one permit, print the wait).
+	cmd func(addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd
+}
+
+// report is what a process prints: its acquisitions and their waits (ms).
+type report struct {
+	Acquisitions int       `json:"acquisitions"`
+	Waits        []float64 `json:"waits"`
+}
+
+func main() {
+	var (
+		reps   = flag.Int("reps", 5, "repetitions of every shape per contender, alternating")
+		dur    = flag.Duration("dur", 2*time.Second, "length of one run")
+		ttl    = flag.Duration("ttl", 2*time.Second, "permit TTL (lockTimeout of the peer), also of the crash scenario")
+		worker = flag.String("worker", "", "internal: run one lockyard process (JSON spec)")
+		peer   = flag.String("peer", "peer", "the folder of the peer (npm install done)")
+	)
+	flag.Parse()
+	if *worker != "" {
+		if err := runWorker(*worker); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(*reps, *dur, *ttl, *peer); err != nil {
+		fmt.Fprintln(os.Stderr, "sem:", err)
+		os.Exit(1)
+	}
+}
+
+func run(reps int, dur, ttl time.Duration, peerDir string) error {
+	peerJS, err := filepath.Abs(filepath.Join(peerDir, "peer.js"))
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(peerDir, "node_modules", "redis-semaphore")); err != nil {
+		return fmt.Errorf("the peer is not installed: run npm install in %s (make bench does)", peerDir)
+	}
+	srv, err := redistest.Start()
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	contenders := []contender{
+		{"lockyard pubsub", lockyardCmd(self, "pubsub")},
+		{"lockyard spin 10ms", lockyardCmd(self, "spin")}, // polls as often as the peer
+		{"redis-semaphore", func(addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd {
+			return exec.Command("node", peerJS, addr, key, strconv.Itoa(sh.permits), strconv.Itoa(sh.inflight),
+				strconv.FormatInt(dur.Milliseconds(), 10), strconv.FormatInt(sh.hold.Milliseconds(), 10),
+				strconv.FormatInt(ttl.Milliseconds(), 10), mode)
+		}},
+	}
+	shapes := []shape{
+		{name: "uncontended: 1 process x 1, 1 permit, no hold", procs: 1, inflight: 1, permits: 1},
+		{name: "4 processes x 4 in flight on 2 permits, 2ms hold", procs: 4, inflight: 4, permits: 2, hold: 2 * time.Millisecond},
+		{name: "4 processes x 4 in flight on 4 permits, 2ms hold", procs: 4, inflight: 4, permits: 4, hold: 2 * time.Millisecond},
+	}
+	fmt.Printf("semaphore bench: %d reps of %v per shape and contender, alternating; redis-server %s\n", reps, dur, srv.Addr)
+	for _, sh := range shapes {
+		res := map[string][]metrics{}
+		for rep := range reps {
+			order := slices.Clone(contenders)
+			if rep%2 == 1 {
+				slices.Reverse(order)
+			}
+			for i, c := range order {
+				m, err := measure(srv.Addr, fmt.Sprintf("sem%d-%d", rep, i), c, sh, dur, ttl)
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", sh.name, c.name, err)
+				}
+				res[c.name] = append(res[c.name], m)
+			}
+		}
+		printShape(sh, contenders, res)
+	}
+	return crash(srv.Addr, contenders, ttl, reps)
+}
+
+// metrics is one run of one contender.
+type metrics struct {
+	acqPerSec, callsPerAcq, scriptsPerAcq, cpuPerAcq, p50, p99, minShare float64
+}
+
+// measure runs sh once for c and measures it from the server's counters.
+func measure(addr, key string, c contender, sh shape, dur, ttl time.Duration) (metrics, error) {
+	conn, err := redigo.Dial("tcp", addr)
+	if err != nil {
+		return metrics{}, err
+	}
+	defer conn.Close()
+	calls0, cpu0 := serverCalls(conn), serverCPU(conn)
+	scripts0 := scriptCalls(conn)
+	cmds := make([]*exec.Cmd, sh.procs)
+	outs := make([]*strings.Builder, sh.procs)
+	for i := range cmds {
+		cmds[i] = c.cmd(addr, key, sh, dur, ttl, "loop")
+		outs[i] = &strings.Builder{}
+		cmds[i].Stdout, cmds[i].Stderr = outs[i], os.Stderr
+		if err := cmds[i].Start(); err != nil {
+			return metrics{}, err
+		}
+	}
+	var (
+		total int
+		waits []float64
+		per   []float64
+	)
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			return metrics{}, fmt.Errorf("process %d: %w", i, err)
+		}
+		var r report
+		if err := json.Unmarshal([]byte(strings.TrimSpace(outs[i].String())), &r); err != nil {
+			return metrics{}, fmt.Errorf("process %d: %w: %q", i, err, outs[i].String())
+		}
+		total += r.Acquisitions
+		waits = append(waits, r.Waits...)
+		per = append(per, float64(r.Acquisitions))
+	}
+	if total == 0 {
+		return metrics{}, fmt.Errorf("no acquisition")
+	}
+	calls, cpu := serverCalls(conn)-calls0-1, serverCPU(conn)-cpu0
+	scripts := scriptCalls(conn) - scripts0
+	return metrics{
+		acqPerSec:     float64(total) / dur.Seconds(),
+		callsPerAcq:   float64(calls) / float64(total),
+		scriptsPerAcq: float64(scripts) / float64(total),
+		cpuPerAcq:     float64(cpu.Microseconds()) / float64(total),
+		p50:           stat.Percentile(waits, 50),
+		p99:           stat.Percentile(waits, 99),
+		minShare:      slices.Min(per) / float64(total),
+	}, nil
+}
+
+func printShape(sh shape, cs []contender, res map[string][]metrics) {
+	fmt.Printf("\n#### %s (medians)\n\n", sh.name)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "| contender\t acq/s\t srv calls/acq\t scripts/acq\t Redis CPU us/acq\t wait p50 ms\t wait p99 ms\t min share\t")
+	col := func(name string, f func(metrics) float64) float64 {
+		var xs []float64
+		for _, m := range res[name] {
+			xs = append(xs, f(m))
+		}
+		return stat.Median(xs)
+	}
+	for _, c := range cs {
+		fmt.Fprintf(tw, "| %s\t %s\t %s\t %s\t %s\t %s\t %s\t %.3f\t\n", c.name,
+			stat.Format(col(c.name, func(m metrics) float64 { return m.acqPerSec })),
+			stat.Format(col(c.name, func(m metrics) float64 { return m.callsPerAcq })),
+			stat.Format(col(c.name, func(m metrics) float64 { return m.scriptsPerAcq })),
+			stat.Format(col(c.name, func(m metrics) float64 { return m.cpuPerAcq })),
+			stat.Format(col(c.name, func(m metrics) float64 { return m.p50 })),
+			stat.Format(col(c.name, func(m metrics) float64 { return m.p99 })),
+			col(c.name, func(m metrics) float64 { return m.minShare }))
+	}
+	tw.Flush()
+	peer := cs[len(cs)-1].name
+	for _, c := range cs[:len(cs)-1] {
+		// Ratios per rep (runs of one rep were adjacent), then the median.
+		ratio := func(f func(metrics) float64) float64 {
+			var xs []float64
+			for i, m := range res[c.name] {
+				if p := f(res[peer][i]); p > 0 {
+					xs = append(xs, f(m)/p)
+				}
+			}
+			return stat.Median(xs)
+		}
+		fmt.Printf("%s / %s: acq/s %.2f, Redis CPU/acq %.2f, srv calls/acq %.2f, wait p99 %.2f\n", c.name, peer,
+			ratio(func(m metrics) float64 { return m.acqPerSec }), ratio(func(m metrics) float64 { return m.cpuPerAcq }),
+			ratio(func(m metrics) float64 { return m.callsPerAcq }), ratio(func(m metrics) float64 { return m.p99 }))
+	}
+}
+
+// crash measures, for each contender, how long after a holder is
+// SIGKILLed (right after it acquired, so that no renewal moved its expiry)
+// a permit of a 1-permit semaphore is acquired again by a new process.
+func crash(addr string, cs []contender, ttl time.Duration, reps int) error {
+	fmt.Printf("\n#### a SIGKILLed holder's permit (TTL %v): taken again after (medians of %d)\n\n", ttl, reps)
+	sh := shape{procs: 1, inflight: 1, permits: 1}
+	for _, c := range cs {
+		var xs []float64
+		for rep := range reps {
+			key := fmt.Sprintf("crash-%d-%s", rep, strings.ReplaceAll(c.name, " ", "-"))
+			holder := c.cmd(addr, key, sh, 0, ttl, "hold")
+			out, err := holder.StdoutPipe()
+			if err != nil {
+				return err
+			}
+			holder.Stderr = os.Stderr
+			if err := holder.Start(); err != nil {
+				return err
+			}
+			line, err := bufio.NewReader(out).ReadString('\n')
+			if err != nil || strings.TrimSpace(line) != "held" {
+				_ = holder.Process.Kill()
+				return fmt.Errorf("%s holder: %q %v", c.name, line, err)
+			}
+			_ = holder.Process.Signal(syscall.SIGKILL)
+			killed := time.Now()
+			_ = holder.Wait()
+			next := c.cmd(addr, key, sh, 0, ttl, "once")
+			next.Stderr = os.Stderr
+			ctx, cancel := context.WithTimeout(context.Background(), 3*ttl+10*time.Second)
+			err = exec.CommandContext(ctx, next.Path, next.Args[1:]...).Run()
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%s: the next acquisition: %w", c.name, err)
+			}
+			xs = append(xs, float64(time.Since(killed).Milliseconds()))
+		}
+		fmt.Printf("| %s | %s ms |\n", c.name, stat.Format(stat.Median(xs)))
+	}
+	return nil
+}
+
+// serverCalls sums INFO commandstats calls, scripts' commands included.
+func serverCalls(c redigo.Conn) int64 {
+	s, err := redigo.String(c.Do("INFO", "commandstats"))
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, line := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, "calls=")
+		n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+		total += n
+	}
+	return total
+}
+
+// scriptCalls counts the scripts run (EVALSHA and EVAL).
+func scriptCalls(c redigo.Conn) int64 {
+	s, err := redigo.String(c.Do("INFO", "commandstats"))
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, line := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, "calls=")
+		n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+		total += n
+	}
+	return total
+}
+
+func serverCPU(c redigo.Conn) time.Duration {
+	d, _ := redistest.ServerCPU(c)
+	return d
+}
