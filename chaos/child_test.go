@@ -30,6 +30,16 @@ func runChild(role string) int {
 		if err = json.Unmarshal(args, &a); err == nil {
 			err = contend(a)
 		}
+	case "semcontend":
+		var a semArgs
+		if err = json.Unmarshal(args, &a); err == nil {
+			err = semContend(a)
+		}
+	case "semhold":
+		var a semArgs
+		if err = json.Unmarshal(args, &a); err == nil {
+			err = semHold(a)
+		}
 	case "hold":
 		var a holdArgs
 		if err = json.Unmarshal(args, &a); err == nil {
