@@ -51,7 +51,9 @@ return 1`
 
 var semFence = redis.NewScript(5, semFenceSrc)
 
-func semFenceKeys() []any { return []any{"sem:tokens", "sem:occ", "sem:peak", "sem:refused", "sem:over"} }
+func semFenceKeys() []any {
+	return []any{"sem:tokens", "sem:occ", "sem:peak", "sem:refused", "sem:over"}
+}
 
 // semArgs configures a semaphore child.
 type semArgs struct {
