@@ -123,8 +123,8 @@ func TestLeastPrivilegeACL(t *testing.T) {
 func TestACLWithoutTime(t *testing.T) {
 	b := realBackend()
 	pfx := prefix(t)
-	rules := aclFor(pfx)
-	b.do(t, "ACL", append([]any{"SETUSER", pfx}, rules[:len(rules)-1]...)...) // all but +time
+	rules := slices.DeleteFunc(aclFor(pfx), func(r any) bool { return r == "+time" })
+	b.do(t, "ACL", append([]any{"SETUSER", pfx}, rules...)...)
 	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
 	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
 	r1 := newRegPrefix(t, userPool(t, pfx), pfx, opts...)
@@ -138,6 +138,14 @@ func TestACLWithoutTime(t *testing.T) {
 	}
 	mustNil(t, l1.UnlockContext(bg(t)))
 	mustNil(t, recvWithin(t, got, 3*time.Second, "the waiter woken by the release"))
+
+	// A semaphore needs TIME: its Acquire fails at once, saying so.
+	s := semaphore(t, r1, "sem", 2)
+	_, err := s.Acquire(bg(t), 0)
+	var re *registry.ReplyError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "TIME") {
+		t.Fatalf("a semaphore without +time: %v, want a reply error that names TIME", err)
+	}
 }
 
 // An ACL that lacks a command of the wait queue (here +zscore, as the docs

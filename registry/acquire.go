@@ -92,7 +92,7 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 // await sleeps for d, or until release messages say that the waiter's
 // turn may have come (core.await).
 func (l *RedisLock) await(ctx context.Context, d time.Duration, mark int64, after int) error {
-	return l.reg.await(ctx, l.wake, d, mark, after)
+	return l.reg.await(ctx, l.wake, d, mark, after, nil)
 }
 
 // leaveQueue takes this lock instance out of the key's wait queue, in the

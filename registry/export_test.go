@@ -81,5 +81,10 @@ func (r *Registry) Renewing() int {
 	return len(r.watchdog.held)
 }
 
-// Waiting returns the number of leases queued on s's local semaphore.
-func (s *Semaphore) Waiting() int { return s.local.Waiters() }
+// Waiting returns the number of leases of s's registry that wait for a
+// permit.
+func (s *Semaphore) Waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.needers
+}

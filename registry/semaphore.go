@@ -19,14 +19,15 @@ import (
 // which expires by the Redis server's clock: a crashed holder's permit
 // comes back when its TTL runs out, taken by the next attempt.
 //
-// The leases of one registry queue locally first, in FIFO order, in a
-// local semaphore of Permits: at most that many of its goroutines wait in
-// Redis at once. Waiters of every registry take turns in arrival order in
-// the key's wait queue (the lock's, see lua/prelude.lua), woken by a
-// release message (PubSubLock) or by polling (SpinLock). A permit released
-// while another lease of the same registry waits passes to it, without a
-// round trip or with one (as a lock's hold is handed off), unless waiters
-// of other registries are in line.
+// The leases of one registry wait locally first, in FIFO order: only the
+// first of them talks to Redis, as the head of a RedisLock's local queue
+// does. Waiters of every registry take turns in arrival order in the key's
+// wait queue (the lock's, see lua/prelude.lua), woken by a release message
+// (PubSubLock) or by polling (SpinLock); a registry whose head gets a
+// permit while more of its leases wait queues again behind the others. A
+// permit released while another lease of the same registry waits passes
+// to it, without a round trip or with one (as a lock's hold is handed off),
+// unless waiters of other registries are in line for it.
 //
 // Processes that disagree on Permits (a rolling change of the limit) each
 // admit themselves only while fewer permits than their own count are held:
@@ -40,30 +41,43 @@ type Semaphore struct {
 	reg       *Registry
 	key, name string
 	permits   int
-	local     *reentrant.Mutex // of size permits: one unit per lease
-	lastUsed  atomic.Int64
-	pubsub    bool
+	// waiter is the semaphore instance's id in the key's wait queue, as a
+	// RedisLock's (one entry per registry, kept by its successive heads).
+	waiter   string
+	head     reentrant.Mutex // owned by the lease that talks to Redis; the others queue on it
+	wake     *waker          // wakes the head: release messages, or a permit handed off
+	pubsub   bool
+	lastUsed atomic.Int64
 
-	mu     sync.Mutex
-	wakers map[*waker]struct{}  // of the acquisitions that wait in Redis
-	live   map[*permit]struct{} // the permits held in Redis
-	spare  []*permit            // handed off by a lease, for the next local owner
+	turn semTurn // owned by the head
+
+	// mu guards the following.
+	mu      sync.Mutex
+	needers int       // leases waiting for a permit in this registry (the head included)
+	held    int       // leases held
+	spare   []*permit // handed off by a lease, for the next needer
+	queued  bool      // the instance's entry is in the key's wait queue
+}
+
+// semTurn is the head's bookkeeping between heads: an acquisition that
+// queued the instance again for the leases behind it says when the next
+// head's turn may come.
+type semTurn struct {
+	waitUntil int64 // registry clock; 0: none
+	mark      int64 // the waker's count when it was queued
+	after     int   // release messages after mark until its turn
+	rtt       time.Duration
 }
 
 // permit is one permit held in Redis: a token in the semaphore's sorted
 // set, and the hold the watchdog renews. It passes from lease to lease of
-// one registry (a hand-off), who changing each time; it is the holder of
-// its holds.
+// one registry (a hand-off); it is the holder of its holds.
 type permit struct {
 	s       *Semaphore
-	who     atomic.Int64 // the local owner (reentrant.Owner) that holds it now
 	h       atomic.Pointer[hold]
 	since   int64 // registry clock: obtained in Redis (the run of local holds began)
 	lastCmd int64 // registry clock: the last command on it
 	passes  int   // free passes since the last command
-	// ending: p is being handed to another local owner, which is not
-	// revocable until it has taken p (inherit).
-	ending atomic.Bool
 }
 
 // Semaphore returns the counting semaphore on key, cached like Obtain: at
@@ -108,8 +122,8 @@ func (r *Registry) Semaphore(key string, permits int) (*Semaphore, error) {
 
 func newSemaphore(r *Registry, name string, permits int) *Semaphore {
 	key := r.layout.LockKey(name)
-	s := &Semaphore{reg: r, key: key, permits: permits, local: reentrant.NewWeighted(int64(permits)),
-		pubsub: r.cfg.lockType == PubSubLock, wakers: map[*waker]struct{}{}, live: map[*permit]struct{}{}}
+	s := &Semaphore{reg: r, key: key, permits: permits, pubsub: r.cfg.lockType == PubSubLock,
+		waiter: r.clientID + "/" + strconv.FormatUint(r.instances.Add(1), 10), wake: newWaker(PubSubLock)}
 	s.name, _ = r.layout.UserKey(key)
 	s.touch()
 	return s
@@ -125,17 +139,13 @@ func (s *Semaphore) touch() { s.lastUsed.Store(s.reg.now()) }
 
 // The Semaphore as a cache entry.
 func (s *Semaphore) cacheKey() string { return s.name }
-func (s *Semaphore) busy() bool       { return s.local.Busy() }
 func (s *Semaphore) used() int64      { return s.lastUsed.Load() }
+func (s *Semaphore) signal(k int64)   { s.wake.signal(k) }
 
-// signal counts k release messages for every acquisition waiting in
-// Redis: each counts its own turn.
-func (s *Semaphore) signal(k int64) {
+func (s *Semaphore) busy() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for w := range s.wakers {
-		w.signal(k)
-	}
+	return s.needers > 0 || s.held > 0
 }
 
 // Acquire waits for a permit, or until ctx ends, and returns it as a
@@ -170,102 +180,162 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, waits bool) 
 	if err := ctx.Err(); err != nil {
 		return nil, wrapKey("waiting for", s.key, err)
 	}
-	start := r.now()
-	who := reentrant.NewOwner()
-	req := reentrant.Request{Mode: reentrant.Weighted, Weight: 1, TTL: ttl}
-	how := reentrant.Fresh
-	if waits {
-		var err error
-		how, err = s.local.Lock(ctx, r.bg.closed, (*semHook)(s), req, who)
-		switch {
-		case errors.Is(err, reentrant.ErrAborted):
-			return nil, ErrClosed
-		case err != nil:
-			return nil, wrapKey("waiting for", s.key, err)
-		}
-	} else if ok, _, _ := s.local.TryLock(req, who); !ok {
-		return nil, fmt.Errorf("%w: every permit of %q is held in this registry", ErrNotObtained, s.key)
-	}
 	s.touch()
-	if p := s.inherit(ctx, ttl, who); p != nil {
-		r.stats.acquired(true, time.Duration(r.now()-start))
-		return &Lease{of: s, who: who, h: p.h.Load()}, nil
+	if !waits {
+		return s.try(ctx, ttl)
 	}
-	p, waited, err := s.obtain(ctx, ttl, waits)
+	start := r.now()
+	s.mu.Lock()
+	s.needers++
+	s.mu.Unlock()
+	who := reentrant.NewOwner()
+	how, err := s.head.Lock(ctx, r.bg.closed, nil, reentrant.Request{}, who)
+	switch {
+	case errors.Is(err, reentrant.ErrAborted):
+		s.giveUp(nil)
+		return nil, ErrClosed
+	case err != nil:
+		s.giveUp(nil)
+		return nil, wrapKey("waiting for", s.key, err)
+	}
+	p, waited, err := s.obtain(ctx, ttl)
+	// The next lease in line becomes the head once this one has its
+	// permit, or gives up.
 	if err != nil {
-		s.unlockLocal(who)
+		s.giveUp(&who)
 		return nil, err
 	}
-	p.who.Store(int64(who))
-	if waits {
-		r.stats.acquired(waited || how == reentrant.Queued, time.Duration(r.now()-start))
-	} else {
-		r.stats.acquired(false, -1)
-	}
-	return &Lease{of: s, who: who, h: p.h.Load()}, nil
+	s.gotPermit(&who)
+	r.stats.acquired(waited || how == reentrant.Queued, time.Duration(r.now()-start))
+	return &Lease{of: s, h: p.h.Load()}, nil
 }
 
-// obtain runs semacquire.lua until it grants a permit (or once, unless
-// waits), sleeping between tries as the script says, and waking early when
-// release messages say the caller's turn may have come.
-func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration, waits bool) (p *permit, waited bool, err error) {
+// try makes one attempt for TryAcquire: it fails at once while other
+// leases of this registry wait, and never queues.
+func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Lease, error) {
 	r := s.reg
-	h := hint{waits: waits, waiter: r.clientID + "/" + strconv.FormatUint(r.instances.Add(1), 10)}
-	var w *waker
-	if s.pubsub && waits {
-		w = newWaker(PubSubLock)
-		s.mu.Lock()
-		s.wakers[w] = struct{}{}
-		s.mu.Unlock()
-		defer func() {
-			s.mu.Lock()
-			delete(s.wakers, w)
-			s.mu.Unlock()
-		}()
+	s.mu.Lock()
+	waiting := s.needers > 0
+	s.mu.Unlock()
+	if waiting {
+		return nil, fmt.Errorf("%w: leases of this registry wait for a permit of %q", ErrNotObtained, s.key)
 	}
+	p, _, err := s.attempt(ctx, ttl, hint{waiter: s.waiter, spread: rand.N(r.cfg.idle/4 + 1)}, false, 0)
+	switch {
+	case err != nil:
+		return nil, wrapKey("acquiring", s.key, err)
+	case p == nil:
+		return nil, fmt.Errorf("%w: every permit of %q is held, or is the turn of a waiter in line", ErrNotObtained, s.key)
+	}
+	s.mu.Lock()
+	s.held++
+	s.mu.Unlock()
+	r.stats.acquired(false, -1)
+	return &Lease{of: s, h: p.h.Load()}, nil
+}
+
+// gotPermit counts a new lease held, and ends its wait (done).
+func (s *Semaphore) gotPermit(who *reentrant.Owner) {
+	s.mu.Lock()
+	s.held++
+	s.mu.Unlock()
+	s.done(who)
+}
+
+// giveUp ends the wait of a lease that gets no permit (done).
+func (s *Semaphore) giveUp(who *reentrant.Owner) { s.done(who) }
+
+// done ends the wait of a lease, and hands the head on if it had it (who:
+// the head's owner). The last lease to stop waiting gives back the permits
+// handed off meanwhile (the head may have got its own from Redis), and
+// takes the instance out of the wait queue if it is still in it.
+func (s *Semaphore) done(who *reentrant.Owner) {
+	s.mu.Lock()
+	s.needers--
+	var spare []*permit
+	last := s.needers == 0
+	leave := last && s.queued
+	if last {
+		spare, s.spare, s.queued = s.spare, nil, false
+	}
+	s.mu.Unlock()
+	if leave {
+		s.leaveQueue()
+	}
+	if who != nil {
+		_ = s.head.Unlock(*who)
+	}
+	for _, p := range spare {
+		h := p.h.Load()
+		h.retire()
+		s.releaseLater(h.token)
+	}
+}
+
+// obtain gets the head a permit: one handed off by a lease of this
+// registry, or one from Redis, trying semacquire.lua until it grants one,
+// sleeping between tries as the script says, and waking early when release
+// messages say its turn may have come or a permit is handed off. The
+// caller owns head.
+func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, waited bool, err error) {
+	r := s.reg
 	var (
 		bo      backoff
 		lastErr error
-		queued  bool
 	)
-	defer func() {
-		if err != nil && queued {
-			s.leaveQueue(h.waiter)
+	s.mu.Lock()
+	if !s.queued { // the last head's entry is gone: no turn to wait for
+		s.turn.waitUntil = 0
+	}
+	s.mu.Unlock()
+	if left := s.turn.waitUntil - r.now(); s.turn.waitUntil > 0 {
+		// The last head's acquisition queued the instance again: wait for
+		// its turn before trying.
+		s.turn.waitUntil = 0
+		waited = true
+		if left > 0 {
+			if err := r.await(ctx, s.wake, time.Duration(left), s.turn.mark, s.turn.after, s.hasSpare); err != nil {
+				return nil, waited, s.waitErr(err, nil)
+			}
 		}
-	}()
+	}
 	for {
-		mark := w.mark()
-		h.spread = rand.N(r.cfg.idle/4 + 1)
-		token := r.newToken()
-		sent := r.now()
-		g, err := r.sem.acquire(ctx, s.key, token, ttl, s.permits, h)
-		switch {
-		case err == nil && g.ok:
-			if deadline := validUntil(sent, ttl); r.now() < deadline {
-				return s.begin(token, g.fence, ttl, sent, deadline), waited, nil
-			}
-			s.releaseLater(token) // the reply came too late to be of use
-			g = grant{sleep: 0, after: -1}
-		case err == nil:
-			h.rtt = time.Duration(r.now() - sent)
+		if p := s.takeSpare(ctx, ttl); p != nil {
+			return p, waited, nil
+		}
+		if s.holdsAll() {
+			// Every permit is held by this registry's leases: no attempt
+			// can succeed, and the next release hands one over. Try Redis
+			// after a poll interval all the same (a lease that was lost
+			// and never released holds nothing there).
 			waited = true
-			if !waits {
-				return nil, false, fmt.Errorf("%w: every permit of %q is held, or is the turn of a waiter in line", ErrNotObtained, s.key)
+			if err := r.await(ctx, s.wake, r.cfg.idle, s.wake.mark(), everyTurn, s.freedLocally); err != nil {
+				return nil, waited, s.waitErr(err, lastErr)
 			}
-			queued = true
+			if p := s.takeSpare(ctx, ttl); p != nil {
+				return p, waited, nil
+			}
+		}
+		mark := s.wake.mark()
+		h := hint{waits: true, waiter: s.waiter, deaf: !s.pubsub || s.deaf(), spread: rand.N(r.cfg.idle/4 + 1), rtt: s.turn.rtt}
+		p, g, err := s.attempt(ctx, ttl, h, true, mark)
+		switch {
+		case err == nil && p != nil:
+			return p, waited, nil
+		case err == nil:
+			waited = true
 			bo.reset()
-			r.subscriber.listen(w)
-		default:
-			if isAmbiguous(err) {
-				s.releaseLater(token) // the script may have added the permit
+			if s.pubsub {
+				r.subscriber.listen(s.wake)
 			}
+		default:
 			if lastErr == nil || ctxEnded(ctx) == nil {
 				lastErr = err
 			}
 			if end := ctxEnded(ctx); end != nil {
 				return nil, waited, s.waitErr(end, lastErr)
 			}
-			if !waits || !isTransient(err) {
+			if !isTransient(err) {
 				return nil, waited, wrapKey("acquiring", s.key, err)
 			}
 			r.log.Warn("lockyard: semaphore acquire failed, retrying", "key", s.key, "err", err)
@@ -275,29 +345,90 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration, waits bool) (
 		if delay < 0 {
 			delay = pollDelay(r.cfg.idle, -1)
 		}
-		if err := r.await(ctx, w, delay, mark, g.after); err != nil {
+		if err := r.await(ctx, s.wake, delay, mark, g.after, s.hasSpare); err != nil {
 			return nil, waited, s.waitErr(err, lastErr)
 		}
 	}
 }
 
-// begin makes a new permit held in Redis with token: the watchdog renews
-// it, and its timer watches its validity.
-func (s *Semaphore) begin(token string, fence int64, ttl time.Duration, sent, deadline int64) *permit {
-	r := s.reg
-	p := &permit{s: s, since: sent, lastCmd: sent}
-	s.install(p, newHold(&r.core, s.key, token, fence, ttl, deadline, p, r.sem))
+// freedLocally reports whether a lease of this registry handed off its
+// permit, or ended: the head waiting for it goes on.
+func (s *Semaphore) freedLocally() bool {
 	s.mu.Lock()
-	s.live[p] = struct{}{}
-	s.mu.Unlock()
-	return p
+	defer s.mu.Unlock()
+	return len(s.spare) > 0 || s.held < s.permits
 }
 
-// install makes h the hold of p, tracked and guarded.
+// holdsAll reports whether this registry's leases hold every permit.
+func (s *Semaphore) holdsAll() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held >= s.permits
+}
+
+// deaf reports whether this instance is not the cached one (evicted, and
+// kept by its caller): the subscriber wakes the cached one, so this one
+// queues as a poller.
+func (s *Semaphore) deaf() bool {
+	e, ok := s.reg.cache.peek(s.name)
+	return !ok || e != cached(s)
+}
+
+// attempt runs semacquire.lua once: a new permit, or nil and the grant
+// that says when to try again. waits: the caller queues if it fails (the
+// head of a registry's waiting leases); then, if more leases of the
+// registry wait behind it, a successful attempt queues the instance again
+// for them.
+//
+// mark is the waker's count before the attempt.
+func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, waits bool, mark int64) (*permit, grant, error) {
+	r := s.reg
+	token := r.newToken()
+	more := false
+	if waits {
+		s.mu.Lock()
+		more = s.needers > 1
+		s.mu.Unlock()
+	}
+	sent := r.now()
+	g, err := r.sem.acquire(ctx, s.key, token, ttl, s.permits, h, more)
+	switch {
+	case err != nil:
+		if isAmbiguous(err) {
+			s.releaseLater(token) // the script may have added the permit
+		}
+		return nil, unknown, err
+	case !g.ok:
+		s.turn.rtt = time.Duration(r.now() - sent)
+		if waits {
+			s.mu.Lock()
+			s.queued = true
+			s.mu.Unlock()
+		}
+		return nil, g.grant, nil
+	}
+	if waits {
+		s.mu.Lock()
+		s.queued = g.queued
+		s.mu.Unlock()
+	}
+	if g.queued { // queued again for the leases behind: the next head waits for its turn
+		s.turn.waitUntil, s.turn.mark, s.turn.after = sent+int64(g.sleep), mark, g.after
+	}
+	deadline := validUntil(sent, ttl)
+	if r.now() >= deadline { // the reply came too late to be of use
+		s.releaseLater(token)
+		return nil, grant{sleep: 0, after: -1}, nil
+	}
+	p := &permit{s: s, since: sent, lastCmd: sent}
+	s.install(p, newHold(&r.core, s.key, token, g.fence, ttl, deadline, p, r.sem))
+	return p, g.grant, nil
+}
+
+// install makes h the hold of p, tracked by the watchdog.
 func (s *Semaphore) install(p *permit, h *hold) {
 	p.h.Store(h)
 	s.reg.watchdog.track(h)
-	h.guard()
 }
 
 // waitErr is the error of a wait ended by end, as RedisLock.waitErr.
@@ -308,12 +439,12 @@ func (s *Semaphore) waitErr(end, lastErr error) error {
 	return wrapKey("waiting for", s.key, fmt.Errorf("%w (last error: %w)", end, lastErr))
 }
 
-// leaveQueue takes waiter out of the wait queue in the background, so that
-// no turn is given to it.
-func (s *Semaphore) leaveQueue(waiter string) {
+// leaveQueue takes the instance out of the wait queue in the background,
+// so that no turn is given to it.
+func (s *Semaphore) leaveQueue() {
 	r := s.reg
 	leave := func(ctx context.Context) {
-		if err := r.sem.leave(ctx, s.key, waiter); err != nil {
+		if err := r.sem.leave(ctx, s.key, s.waiter); err != nil {
 			r.log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", s.key, "err", err)
 		}
 	}
@@ -334,12 +465,4 @@ func (s *Semaphore) releaseLater(token string) {
 			return done, err
 		})
 	})
-}
-
-// unlockLocal frees who's unit of the local semaphore.
-func (s *Semaphore) unlockLocal(who reentrant.Owner) {
-	s.touch()
-	if err := s.local.Unlock(who); err != nil && !errors.Is(err, reentrant.ErrRevoked) {
-		panic("lockyard: internal error: local semaphore not held: " + err.Error())
-	}
 }

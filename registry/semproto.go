@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"time"
 )
 
@@ -38,30 +39,56 @@ type semProto struct {
 
 var _ renewer = (*semProto)(nil)
 
+// semGrant is the outcome of semacquire.lua: a grant, and whether the
+// caller's instance was queued again with it (more leases of its registry
+// wait): sleep and after are then for the next one.
+type semGrant struct {
+	grant
+	queued bool
+}
+
 // acquire takes a permit of lk for token if one is free for the caller,
-// out of permits.
-func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, permits int, h hint) (grant, error) {
+// out of permits; more: leases of the caller's registry wait behind it.
+func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, permits int, h hint, more bool) (semGrant, error) {
 	s := &p.s
+	m := 0
+	if more {
+		m = 1
+	}
 	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
-		s.fenceArg, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits}}
+		s.fenceArg, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits, m}}
 	v, err := p.one.one(ctx, semAcquireScript, c)
 	if err != nil {
-		return unknown, err
+		return semGrant{grant: unknown}, err
 	}
-	return decodeGrant(v)
+	if x, ok := v.([]any); ok && len(x) == 4 { // {1, fence, sleep, after}: granted, and queued again
+		n, err := replyInts([]any{x[0], x[2], x[3]}, 3)
+		f, ok := x[1].(int64)
+		if err != nil || !ok || n[0] != 1 {
+			return semGrant{grant: unknown}, fmt.Errorf("lockyard: unexpected reply %v", v)
+		}
+		return semGrant{grant: grant{ok: true, fence: f, sleep: time.Duration(n[1]) * time.Millisecond, after: int(n[2])}, queued: true}, nil
+	}
+	g, err := decodeGrant(v)
+	return semGrant{grant: g}, err
 }
 
 // pass keeps token's permit for the next local holder, with a TTL of ttl,
 // unless waiters in line need it or force is set: then it gives it back
-// (passReleased: waiters are in line; passFreed: nobody is).
-func (p *semProto) pass(ctx context.Context, lk, token string, ttl time.Duration, permits int, force bool) (passReply, error) {
+// (passReleased: waiters are in line; passFreed: nobody is). waiter is the
+// instance's entry in line, taken out with a kept permit unless more
+// leases of the instance wait.
+func (p *semProto) pass(ctx context.Context, lk, token, waiter string, ttl time.Duration, permits int, force, more bool) (passReply, error) {
 	s := &p.s
-	f := 0
+	f, m := 0, 0
 	if force {
 		f = 1
 	}
+	if more {
+		m = 1
+	}
 	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg,
-		s.fenceArg, permits, f}}
+		s.fenceArg, permits, f, waiter, m}}
 	v, err := p.one.one(ctx, semPassScript, c)
 	if err != nil {
 		return passReply{}, err
@@ -104,7 +131,11 @@ func (p *semProto) renewBatch(ctx context.Context, calls []renewCall) []renewRep
 // leave takes waiter out of lk's wait queue.
 func (p *semProto) leave(ctx context.Context, lk, waiter string) error {
 	s := &p.s
-	c := Call{Keys: s.lockKeys(lk, true), Args: []any{waiter, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, s.fenceArg}}
+	kind := "s"
+	if s.fencing {
+		kind = "f"
+	}
+	c := Call{Keys: s.lockKeys(lk, true), Args: []any{waiter, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, kind}}
 	_, err := p.one.one(ctx, leaveScript, c)
 	return err
 }

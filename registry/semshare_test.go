@@ -235,3 +235,39 @@ func TestSemaphoreTurnKeptForWaiterInLine(t *testing.T) {
 		}
 	})
 }
+
+// The leases of one registry wait locally: one entry per registry in the
+// key's wait queue, however many of its leases wait, and they all get
+// their permits, in turn with another registry's.
+func TestSemaphoreOneEntryPerRegistry(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock)}
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 2)
+		s := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 2)
+		var held []*registry.Lease
+		for range 2 {
+			le, err := holder.Acquire(bg(t), 0)
+			mustNil(t, err)
+			held = append(held, le)
+		}
+		got := make(chan *registry.Lease, 4)
+		for range 4 {
+			go func() { got <- <-acquirePermit(bg(t), s, 0) }()
+		}
+		waitFor(t, 5*time.Second, "four leases waiting", func() bool { return s.Waiting() == 4 })
+		waitFor(t, 5*time.Second, "the registry in the wait queue", func() bool { return queueLen(t, b, s.Key(), false) == 1 })
+		time.Sleep(50 * time.Millisecond) // no more entries come
+		if n := queueLen(t, b, s.Key(), false); n != 1 {
+			t.Fatalf("%d entries in the wait queue for one registry, want 1", n)
+		}
+		for _, le := range held {
+			mustNil(t, le.Release(bg(t)))
+		}
+		for i := range 4 { // two at a time: each is released as it comes
+			le := recvWithin(t, got, 5*time.Second, fmt.Sprintf("lease %d", i))
+			mustNil(t, le.Release(bg(t)))
+		}
+		assertNoKeys(t, b, pfx)
+	})
+}

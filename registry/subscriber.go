@@ -183,6 +183,15 @@ func (w *waker) signal(k int64) {
 	}
 }
 
+// poke wakes the waiter without counting a message (a semaphore's head:
+// a permit was handed off; its wait checks for it).
+func (w *waker) poke() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
+
 // notices returns the channel the waiter sleeps on (nil, which never
 // yields, for a SpinLock).
 func (w *waker) notices() <-chan struct{} {

@@ -59,8 +59,10 @@ func ctxEnded(ctx context.Context) error {
 // before its last attempt (any one, when after < 0). A PubSubLock waiter
 // behind others in the queue thus sleeps through the releases that are
 // their turns, and the server runs one attempt per release, not one per
-// waiter. A nil w (SpinLock) sleeps d.
-func (c *core) await(ctx context.Context, w *waker, d time.Duration, mark int64, after int) error {
+// waiter. A nil w (SpinLock) sleeps d. also, if not nil, ends the wait
+// when it reports true after a wake-up (a semaphore's head: a permit was
+// handed off).
+func (c *core) await(ctx context.Context, w *waker, d time.Duration, mark int64, after int, also func() bool) error {
 	want := mark + max(int64(after), 1)
 	if w.expect(want) {
 		return nil
@@ -74,7 +76,7 @@ func (c *core) await(ctx context.Context, w *waker, d time.Duration, mark int64,
 		if err := c.bg.sleep(ctx, left, w.notices()); err != nil {
 			return err
 		}
-		if w.reached(want) {
+		if w.reached(want) || also != nil && also() {
 			return nil
 		}
 	}

@@ -10,9 +10,11 @@
 -- ARGV[3]  a listening waiter's turn, in ms
 -- ARGV[4]  how soon (ms) a polling waiter must be due to get a turn
 -- ARGV[5]  ms added to a polling waiter's turn
--- ARGV[6]  (a fenced semaphore only) '1': when the queue is left empty
---          and no permit is held, the fence counter KEYS[6] is deleted too
---          (semrelease.lua)
+-- ARGV[6]  a semaphore's waiter: 's', or 'f' when it is fenced (then,
+--          when the queue is left empty and no permit is held, the fence
+--          counter KEYS[6] is deleted too, as semrelease.lua does). A
+--          semaphore has no turn key: the waiters behind are told they
+--          moved up, and its next attempts give the turns.
 --
 -- Reply: 1 when its entry was removed, 0 when it had none.
 local R = queueRules()
@@ -25,13 +27,13 @@ if R.turnOf(q) == ARGV[1] then
   redis.call('DEL', q.turn)
 end
 if (R.qcall('ZCARD', q.order) or 0) == 0 then
-  if ARGV[6] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then
+  if ARGV[6] == 'f' and redis.call('EXISTS', KEYS[1]) == 0 then
     redis.call('DEL', KEYS[6])
   end
   return 1
 end
 local moved = 1 -- the waiters behind it move up a place
-if not redis.pcall('GET', KEYS[1]) and not R.turnOf(q) then
+if not ARGV[6] and not redis.pcall('GET', KEYS[1]) and not R.turnOf(q) then
   local next, n, _, more = R.nextTurn(q, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5]), look = 4})
   if next then
     R.grant(q, next, n)

@@ -280,20 +280,24 @@ local function permitRules()
     return redis.call('ZCARD', key)
   end
 
-  -- hold sets permit token of key to expire ttl ms after now, and keeps
-  -- key alive at least as long (and the fence counter, if given: it is
-  -- seeded from the clock again after it expires, see nextFence); held is
-  -- how many permits key held (0: the key is new).
+  -- hold sets permit token of key to expire ttl ms after now, keeps key
+  -- alive at least as long, and returns a new fencing token from the
+  -- counter fence (nil: 0), which lives as long as key (it is seeded from
+  -- the clock again after it expires: see nextFence); held is how many
+  -- permits key held (0: the key is new).
   local function hold(key, token, now, ttl, fence, held)
     redis.call('ZADD', key, ms(now + ttl), token)
-    if held == 0 then
-      redis.call('PEXPIRE', key, ttl)
-    elseif redis.call('PTTL', key) < ttl then
+    if held == 0 or redis.call('PTTL', key) < ttl then
       redis.call('PEXPIRE', key, ttl)
     end
-    if fence and redis.call('PTTL', fence) < ttl then
+    if not fence then
+      return 0
+    end
+    local n = nextFence(fence)
+    if redis.call('PTTL', fence) < ttl then
       redis.call('PEXPIRE', fence, ttl)
     end
+    return n
   end
 
   -- admit reports whether self (a waiter id, or nil for a caller not in
@@ -307,8 +311,8 @@ local function permitRules()
   -- listeners among them (places moved up, to announce too). The fourth
   -- counts the listeners ahead whose turn was given before this script
   -- (their message is past: a waiter that counts messages from now on does
-  -- not count it). At most 64 live entries beyond free are examined: past
-  -- them, self is not admitted.
+  -- not count it). At most 8 live entries beyond free are examined (as
+  -- nextTurn looks at 4): past them, self is not admitted.
   local function admit(R, q, now, free, self, r)
     if free <= 0 then
       return false, 0, 0, 0
@@ -320,7 +324,7 @@ local function permitRules()
       end
     end
     local ahead, told, moved, given, dropped, seen, start = 0, 0, 0, 0, 0, 0, 0
-    while dropped < 64 and seen < free + 64 do
+    while dropped < 64 and seen < free + 8 do
       local ids = R.qcall('ZRANGE', q.order, start, start + 15)
       if not ids or #ids == 0 then
         return true, told, moved, given

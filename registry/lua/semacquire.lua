@@ -8,7 +8,8 @@
 --          queue info, turn (unused), pollers, fence counter
 -- ARGV[1]  token, unique to this acquisition
 -- ARGV[2]  time to live in ms
--- ARGV[3]  waiter id: registryId/n, one per waiting acquisition
+-- ARGV[3]  waiter id: registryId/n, one per semaphore instance (its
+--          leases that wait take turns at talking to Redis)
 -- ARGV[4]  how the caller waits if it fails: 0 it does not, 1 it polls
 --          (SpinLock), 2 it is woken by the release message (PubSubLock)
 -- ARGV[5]  the caller's poll interval in ms
@@ -22,11 +23,15 @@
 -- ARGV[13] permits: the caller admits itself only while fewer than this
 --          many permits are held (processes that disagree each keep their
 --          own bound)
+-- ARGV[14] 1 when more leases of the caller's registry wait behind it:
+--          granted the last free permit, its instance queues again
 --
 -- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
---        fencing); the caller leaves the queue. The same when the permit
---        is already ARGV[1]'s (a resend after a lost reply): with the
---        counter's current value if every permit is held, else a new one.
+--        fencing); the caller leaves the queue. {1, fence, sleep, after}
+--        the same, and the caller's instance is queued again (ARGV[14]):
+--        sleep and after are for its next lease, as below. The same when the permit
+--        is already ARGV[1]'s (a resend after a lost reply), with a new
+--        fencing token.
 --
 -- The uncontended path runs ZCARD, TIME, the queue's ZRANGE, ZADD and
 -- PEXPIRE: expired permits are pruned only when they would refuse the
@@ -54,19 +59,46 @@ local permits, ttl = tonumber(ARGV[13]), tonumber(ARGV[2])
 if held >= permits then
   -- Expired permits matter only when they would refuse the caller.
   held = P.held(KEYS[1], now)
-  if redis.call('ZSCORE', KEYS[1], token) then -- a resend after a lost reply
-    return {1, tonumber(fenceKey and redis.call('GET', fenceKey) or '0')}
+  if redis.call('ZSCORE', KEYS[1], token) then -- a resend after a lost reply: held, with a new fencing token
+    return {1, fenceKey and nextFence(fenceKey) or 0}
   end
 end
 local free = permits - held
-if free > 0 and queueEmpty(KEYS[2]) then -- free, nobody waiting
-  P.hold(KEYS[1], token, now, ttl, fenceKey, held)
-  return {1, fenceKey and nextFence(fenceKey) or 0}
+local mode, idle, spread = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local kind = 'p'
+if mode == 2 then
+  kind = 'l'
 end
-local R = queueRules()
+local R = nil
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
 local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11])}
-local mode, idle, spread = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+
+-- granted gives the caller the permit and announces told + moved
+-- messages. With ARGV[14] set and no other permit free, the caller's
+-- instance queues again, behind everyone, for its registry's leases that
+-- wait: {1, fence, sleep, after}, sleep and after as for a failed attempt
+-- (given: the turns ahead announced before this script).
+local function granted(told, moved, given)
+  local fence = P.hold(KEYS[1], token, now, ttl, fenceKey, held)
+  if ARGV[14] ~= '1' or free > 1 then -- the next lease tries at once
+    if R then
+      R.announce(ARGV[8], KEYS[1], told + moved)
+    end
+    return {1, fence}
+  end
+  R = R or queueRules()
+  local ahead = R.enqueue(q, id, kind, now)
+  local sleep = R.pause(P.soonest(KEYS[1], now), ahead, nil, idle, spread)
+  local due = now + sleep + tonumber(ARGV[12])
+  R.describe(q, id, kind, now, due, due + idle)
+  R.announce(ARGV[8], KEYS[1], told + moved)
+  return {1, fence, sleep, math.max(ahead - given, 0) + 1 + moved}
+end
+
+if free > 0 and queueEmpty(KEYS[2]) then -- free, nobody waiting
+  return granted(0, 0, 0)
+end
+R = queueRules()
 local ok, told, moved, given = true, 0, 0, 0
 if free <= 0 then
   ok = false
@@ -74,13 +106,11 @@ else
   ok, told, moved, given = P.admit(R, q, now, free, id, rules)
 end
 if ok then
-  P.hold(KEYS[1], token, now, ttl, fenceKey, held)
-  local kind, _, _, ended = R.waiter(q, id)
-  if R.drop(q, id) and (not kind or ended == 0) then
+  local k, _, _, ended = R.waiter(q, id)
+  if R.drop(q, id) and (not k or ended == 0) then
     moved = moved + 1 -- it took a permit unannounced: those behind move up
   end
-  R.announce(ARGV[8], KEYS[1], told + moved)
-  return {1, fenceKey and nextFence(fenceKey) or 0}
+  return granted(told, moved, given)
 end
 R.announce(ARGV[8], KEYS[1], told + moved)
 
@@ -92,10 +122,6 @@ if free > 0 then
 end
 if mode == 0 then
   return {status, R.pause(pttl, 2, turnLeft, idle, spread), -1}
-end
-local kind = 'p'
-if mode == 2 then
-  kind = 'l'
 end
 local ahead = R.enqueue(q, id, kind, now)
 local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)

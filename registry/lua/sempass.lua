@@ -15,6 +15,11 @@
 -- ARGV[7]  1 to take a fencing token for the next holder, 0 not to
 -- ARGV[8]  permits
 -- ARGV[9]  1 to give it back even if nobody is in line, 0 not to
+-- ARGV[10] waiter id of the holder's instance: its own entry in line is
+--          the lease it passes the permit to, not a waiter to yield to
+-- ARGV[11] 1 when more leases of that instance wait than the one the
+--          permit passes to: a kept permit leaves the instance's entry in
+--          line for them; 0 takes it out
 --
 -- Reply: {1, fence} kept for the next holder (fence: its fencing token, 0
 --        without fencing); {2} given back, waiters are in line; {3} given
@@ -41,14 +46,20 @@ if not queueEmpty(KEYS[2]) then
   -- Then the free permits cover them: keep it.
   local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
   local free = tonumber(ARGV[8]) - P.held(KEYS[1], now) + 1
-  keep, told, moved = P.admit(R, q, now, free, nil, {window = tonumber(ARGV[4]), ahead = tonumber(ARGV[5]), slack = tonumber(ARGV[6])})
+  keep, told, moved = P.admit(R, q, now, free, ARGV[10], {window = tonumber(ARGV[4]), ahead = tonumber(ARGV[5]), slack = tonumber(ARGV[6])})
 end
 if R then
   R.announce(ARGV[3], KEYS[1], told + moved)
 end
 if keep and ARGV[9] ~= '1' then
-  P.hold(KEYS[1], ARGV[1], now, tonumber(ARGV[2]), fenceKey, 1)
-  return {1, fenceKey and nextFence(fenceKey) or 0}
+  if R and ARGV[11] ~= '1' then
+    local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
+    local k, _, _, ended = R.waiter(q, ARGV[10])
+    if R.drop(q, ARGV[10]) and (not k or ended == 0) then
+      R.announce(ARGV[3], KEYS[1], 1) -- those behind it move up
+    end
+  end
+  return {1, P.hold(KEYS[1], ARGV[1], now, tonumber(ARGV[2]), fenceKey, 1)}
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 if keep then
