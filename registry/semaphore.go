@@ -32,7 +32,8 @@ import (
 // Processes that disagree on Permits (a rolling change of the limit) each
 // admit themselves only while fewer permits than their own count are held:
 // during the change at most the larger count hold, and a process with the
-// smaller count waits until fewer than its count hold.
+// smaller count waits until fewer than its count hold, which under steady
+// load by the others may be long: finish the change promptly.
 //
 // A Semaphore needs one Redis master (a single node, Sentinel, or Cluster:
 // its keys share one hash slot) and the TIME command; a Redlock registry or
