@@ -188,3 +188,53 @@ func TestSemaphoreWrongType(t *testing.T) {
 		}
 	})
 }
+
+// FuzzSemaphoreKeys: any key either fails validation with ErrInvalidKey,
+// or names a semaphore whose permits land at exactly its key in Redis, and
+// which excludes a second permit of one permit (on another registry) on the
+// same key, never on a different one.
+func FuzzSemaphoreKeys(f *testing.F) {
+	for i, k := range oddKeys {
+		f.Add(k, oddKeys[(i+1)%len(oddKeys)])
+		f.Add(k, k)
+	}
+	f.Add("", "x")
+	mr := newMiniredis(f)
+	pool := redistest.NewPool(mr.Addr())
+	defer pool.Close()
+	f.Fuzz(func(t *testing.T, a, b string) {
+		r1, err := registry.New(pool, "fuzzsem")
+		mustNil(t, err)
+		defer r1.Close()
+		r2, err := registry.New(pool, "fuzzsem")
+		mustNil(t, err)
+		defer r2.Close()
+		sa, err := r1.Semaphore(a, 1)
+		if a == "" || len(a) > registry.MaxKeyLen {
+			mustIs(t, err, registry.ErrInvalidKey)
+			return
+		}
+		mustNil(t, err)
+		if sa.Key() != "fuzzsem:"+a {
+			t.Fatalf("Key() = %q, want %q", sa.Key(), "fuzzsem:"+a)
+		}
+		le, err := sa.TryAcquire(context.Background(), 0)
+		mustNil(t, err)
+		defer le.Release(context.Background())
+		if !mr.Exists("fuzzsem:" + a) {
+			t.Fatalf("key %q not in Redis", "fuzzsem:"+a)
+		}
+		sb, err := r2.Semaphore(b, 1)
+		if err != nil {
+			mustIs(t, err, registry.ErrInvalidKey)
+			return
+		}
+		lb, err := sb.TryAcquire(context.Background(), 0)
+		if got := err == nil; got == (a == b) {
+			t.Fatalf("keys %q and %q: second TryAcquire = %v", a, b, err)
+		}
+		if lb != nil {
+			mustNil(t, lb.Release(context.Background()))
+		}
+	})
+}
