@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -190,18 +188,5 @@ func serverCalls(addr string) int64 {
 
 // serverCallsOn is serverCalls on an open connection.
 func serverCallsOn(c redigo.Conn) int64 {
-	s, err := redigo.String(c.Do("INFO", "commandstats"))
-	if err != nil {
-		return 0
-	}
-	var total int64
-	for _, line := range strings.Split(s, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") {
-			continue
-		}
-		_, rest, _ := strings.Cut(line, "calls=")
-		n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-		total += n
-	}
-	return total
+	return redistest.CommandCalls(c, func(name string) bool { return name != "info" })
 }

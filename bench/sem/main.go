@@ -270,40 +270,15 @@ func crash(addr string, cs []contender, ttl time.Duration, reps int) error {
 	return nil
 }
 
-// serverCalls sums INFO commandstats calls, scripts' commands included.
+// serverCalls sums INFO commandstats calls, scripts' commands included,
+// INFO's excluded.
 func serverCalls(c redigo.Conn) int64 {
-	s, err := redigo.String(c.Do("INFO", "commandstats"))
-	if err != nil {
-		return 0
-	}
-	var total int64
-	for _, line := range strings.Split(s, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") {
-			continue
-		}
-		_, rest, _ := strings.Cut(line, "calls=")
-		n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-		total += n
-	}
-	return total
+	return redistest.CommandCalls(c, func(name string) bool { return name != "info" })
 }
 
 // scriptCalls counts the scripts run (EVALSHA and EVAL).
 func scriptCalls(c redigo.Conn) int64 {
-	s, err := redigo.String(c.Do("INFO", "commandstats"))
-	if err != nil {
-		return 0
-	}
-	var total int64
-	for _, line := range strings.Split(s, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-			continue
-		}
-		_, rest, _ := strings.Cut(line, "calls=")
-		n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-		total += n
-	}
-	return total
+	return redistest.CommandCalls(c, func(name string) bool { return name == "evalsha" || name == "eval" })
 }
 
 func serverCPU(c redigo.Conn) time.Duration {

@@ -35,3 +35,28 @@ func ServerCPU(c redis.Conn) (time.Duration, error) {
 	}
 	return total, nil
 }
+
+// CommandCalls sums the calls of INFO commandstats of the commands for
+// which match(name) is true (name in lower case, as "evalsha"), commands
+// run inside scripts included; 0 if INFO fails.
+func CommandCalls(c redis.Conn, match func(name string) bool) int64 {
+	s, err := redis.String(c.Do("INFO", "commandstats"))
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, line := range strings.Split(s, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, stats, _ := strings.Cut(rest, ":")
+		if !match(name) {
+			continue
+		}
+		_, calls, _ := strings.Cut(stats, "calls=")
+		n, _ := strconv.ParseInt(strings.SplitN(calls, ",", 2)[0], 10, 64)
+		total += n
+	}
+	return total
+}
