@@ -58,6 +58,10 @@ type Semaphore struct {
 	held    int       // leases held
 	spare   []*permit // handed off by a lease, for the next needer
 	queued  bool      // the instance's entry is in the key's wait queue
+	// queuedAt counts the head's writes of queued, so that a pass that
+	// took the entry out of line clears queued only if no attempt of the
+	// head set it since the pass was sent.
+	queuedAt uint64
 }
 
 // semTurn is the head's bookkeeping between heads: an acquisition that
@@ -221,7 +225,9 @@ func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Lease, error) 
 	if waiting {
 		return nil, fmt.Errorf("%w: leases of this registry wait for a permit of %q", ErrNotObtained, s.key)
 	}
-	p, _, err := s.attempt(ctx, ttl, hint{waiter: s.waiter, spread: rand.N(r.cfg.idle/4 + 1)}, false, 0)
+	// Not the instance's id: an attempt that is admitted takes its own
+	// entry out of line, and the instance's is the waiting leases'.
+	p, _, err := s.attempt(ctx, ttl, hint{waiter: s.waiter + "/try", spread: rand.N(r.cfg.idle/4 + 1)}, false, 0)
 	switch {
 	case err != nil:
 		return nil, wrapKey("acquiring", s.key, err)
@@ -352,6 +358,15 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 	}
 }
 
+// setQueued records, for the head, whether its attempt left the
+// instance's entry in line.
+func (s *Semaphore) setQueued(q bool) {
+	s.mu.Lock()
+	s.queued = q
+	s.queuedAt++
+	s.mu.Unlock()
+}
+
 // freedLocally reports whether a lease of this registry handed off its
 // permit, or ended: the head waiting for it goes on.
 func (s *Semaphore) freedLocally() bool {
@@ -400,18 +415,14 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 		}
 		return nil, unknown, err
 	case !g.ok:
-		s.turn.rtt = time.Duration(r.now() - sent)
 		if waits {
-			s.mu.Lock()
-			s.queued = true
-			s.mu.Unlock()
+			s.turn.rtt = time.Duration(r.now() - sent)
+			s.setQueued(true)
 		}
 		return nil, g.grant, nil
 	}
 	if waits {
-		s.mu.Lock()
-		s.queued = g.queued
-		s.mu.Unlock()
+		s.setQueued(g.queued)
 	}
 	if g.queued { // queued again for the leases behind: the next head waits for its turn
 		s.turn.waitUntil, s.turn.mark, s.turn.after = sent+int64(g.sleep), mark, g.after
@@ -457,13 +468,20 @@ func (s *Semaphore) leaveQueue() {
 }
 
 // releaseLater gives back, in the background and best effort, a permit
-// that this registry may hold with token without knowing it.
+// that this registry may hold with token without knowing it; after Close,
+// at once, within a short bound (the permit would otherwise stay taken
+// for its TTL).
 func (s *Semaphore) releaseLater(token string) {
 	r := s.reg
-	r.bg.spawn(func() {
-		_, _, _ = r.retried(r.bg.ctx, func(ctx context.Context) (bool, error) {
+	release := func(ctx context.Context) {
+		_, _, _ = r.retried(ctx, func(ctx context.Context) (bool, error) {
 			done, _, err := r.sem.release(ctx, s.key, token, s.permits)
 			return done, err
 		})
-	})
+	}
+	if !r.bg.spawn(func() { release(r.bg.ctx) }) {
+		ctx, cancel := context.WithTimeout(context.Background(), min(r.cfg.commandTimeout, closeLeave))
+		defer cancel()
+		release(ctx)
+	}
 }

@@ -131,7 +131,7 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 	next := r.cfg.expireAfter // the TTL most leases ask for; another is renewed to by its taker
 	bounded := now-p.since >= int64(r.cfg.chainSpan)
 	s.mu.Lock()
-	more := s.needers > 1
+	more, at := s.needers > 1, s.queuedAt
 	s.mu.Unlock()
 	if !r.cfg.fencing && !bounded && p.passes < maxFreePasses && now-p.lastCmd < int64(r.cfg.freePassSpan) &&
 		h.TTL() == next && h.deadline.Load()-now >= int64(next*3/4) {
@@ -157,7 +157,9 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 		p.passes, p.lastCmd = 0, sent
 		if !more {
 			s.mu.Lock()
-			s.queued = false // sempass took the entry out of line
+			if s.queuedAt == at { // sempass took the entry out of line, and no attempt queued it since
+				s.queued = false
+			}
 			s.mu.Unlock()
 		}
 		s.install(p, newHold(&r.core, s.key, h.token, res.fence, next, validUntil(sent, next), p, r.sem))

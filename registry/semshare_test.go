@@ -271,3 +271,31 @@ func TestSemaphoreOneEntryPerRegistry(t *testing.T) {
 		assertNoKeys(t, b, pfx)
 	})
 }
+
+// A lease held past the run of local holds (chainSpan) gives its permit
+// back even though a lease of its registry waits in Redis, and the turn of
+// the permit is announced: the waiting lease gets it at once, not at its
+// next poll.
+func TestSemaphoreLongHoldWakesWaiter(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
+		other := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 2)
+		s := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 2)
+		o, err := other.Acquire(bg(t), 0)
+		mustNil(t, err)
+		defer o.Release(bg(t))
+		a, err := s.Acquire(bg(t), 0)
+		mustNil(t, err)
+		next := acquirePermit(bg(t), s, 0)
+		waitFor(t, 5*time.Second, "the waiting lease in the wait queue", func() bool { return queueLen(t, b, s.Key(), false) == 1 })
+		time.Sleep(50 * time.Millisecond) // past chainSpan: the pass gives the permit back
+		released := time.Now()
+		mustNil(t, a.Release(bg(t)))
+		c := recvWithin(t, next, 5*time.Second, "the waiting lease")
+		if d := time.Since(released); d > time.Second {
+			t.Fatalf("the waiting lease got the permit %v after the release (poll 3s): not told", d)
+		}
+		mustNil(t, c.Release(bg(t)))
+	})
+}

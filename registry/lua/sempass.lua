@@ -38,22 +38,35 @@ if ARGV[7] == '1' then
   fenceKey = KEYS[6]
 end
 local P = permitRules()
+local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
+local rules = {window = tonumber(ARGV[4]), ahead = tonumber(ARGV[5]), slack = tonumber(ARGV[6])}
+if ARGV[9] == '1' then
+  -- The run of local holds is over: give the permit back, and the turns
+  -- of the free permits to the waiters in line (the holder's own entry
+  -- among them), as semrelease.lua does.
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  if queueEmpty(KEYS[2]) then
+    return {3}
+  end
+  local R = queueRules()
+  local _, told, moved = P.admit(R, q, now, tonumber(ARGV[8]) - P.held(KEYS[1], now), nil, rules)
+  R.announce(ARGV[3], KEYS[1], told + moved)
+  return {2}
+end
 local keep, told, moved = true, 0, 0
 local R = nil
 if not queueEmpty(KEYS[2]) then
   R = queueRules()
   -- Would the waiters in line be admitted with this permit given back?
   -- Then the free permits cover them: keep it.
-  local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
   local free = tonumber(ARGV[8]) - P.held(KEYS[1], now) + 1
-  keep, told, moved = P.admit(R, q, now, free, ARGV[10], {window = tonumber(ARGV[4]), ahead = tonumber(ARGV[5]), slack = tonumber(ARGV[6])})
+  keep, told, moved = P.admit(R, q, now, free, ARGV[10], rules)
 end
 if R then
   R.announce(ARGV[3], KEYS[1], told + moved)
 end
-if keep and ARGV[9] ~= '1' then
+if keep then
   if R and ARGV[11] ~= '1' then
-    local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
     local k, _, _, ended = R.waiter(q, ARGV[10])
     if R.drop(q, ARGV[10]) and (not k or ended == 0) then
       R.announce(ARGV[3], KEYS[1], 1) -- those behind it move up
@@ -62,7 +75,4 @@ if keep and ARGV[9] ~= '1' then
   return {1, P.hold(KEYS[1], ARGV[1], now, tonumber(ARGV[2]), fenceKey, 1)}
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-if keep then
-  return {3}
-end
 return {2}
