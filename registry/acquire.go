@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
 )
@@ -30,7 +29,7 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 		race = 2 * l.turn.grace
 	}
 	if err := l.yieldFirst(ctx); err != nil {
-		return waited, l.waitErr(err, nil)
+		return waited, waitErr(l.key, err, nil)
 	}
 	first := true
 	if left := l.turn.waitUntil - r.now(); l.turn.waitUntil > 0 {
@@ -39,7 +38,7 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 		l.turn.waitUntil = 0
 		if left > 0 {
 			if err := l.await(ctx, time.Duration(left), l.turn.mark, l.turn.after); err != nil {
-				return waited, l.waitErr(err, nil)
+				return waited, waitErr(l.key, err, nil)
 			}
 		}
 		first = false
@@ -61,7 +60,7 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 				lastErr = err
 			}
 			if end := ctxEnded(ctx); end != nil {
-				return waited, l.waitErr(end, lastErr)
+				return waited, waitErr(l.key, end, lastErr)
 			}
 			if !retryAll && !isTransient(err) {
 				return waited, wrapKey("obtaining", l.key, err)
@@ -84,7 +83,7 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 			}
 		}
 		if err := l.await(ctx, delay, mark, g.after); err != nil {
-			return waited, l.waitErr(err, lastErr)
+			return waited, waitErr(l.key, err, lastErr)
 		}
 	}
 }
@@ -124,16 +123,6 @@ func (l *RedisLock) leaveQueue() {
 
 // closeLeave bounds the leave of a waiter woken by Close.
 const closeLeave = 500 * time.Millisecond
-
-// waitErr is the error of a wait ended by end (ctx.Err() or ErrClosed),
-// wrapping the last Redis error seen, if any and if it is not end itself
-// (a client that returns ctx.Err() as it is).
-func (l *RedisLock) waitErr(end, lastErr error) error {
-	if lastErr == nil || lastErr == end {
-		return wrapKey("waiting for", l.key, end)
-	}
-	return wrapKey("waiting for", l.key, fmt.Errorf("%w (last error: %w)", end, lastErr))
-}
 
 // attempt runs the mutex protocol's obtain once, for a key that lives ttl. On
 // success the new hold begins; on failure the grant carries the holder's

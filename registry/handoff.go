@@ -132,7 +132,7 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold, who reentrant.Owner) (
 		// The key may or may not still be ours: free it in the
 		// background rather than wait for a second command now.
 		l.reg.releaseLater(l.key, h.token)
-		return passFailed, l.releaseFailed(err)
+		return passFailed, releaseFailed(l.key, err)
 	case res == handedOver:
 		return l.giveLocal(who), nil
 	default:

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -246,4 +247,13 @@ func (h *hold) released() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.ended
+}
+
+// lostAtRelease returns ErrLockLost if h's validity ended before its
+// release: another holder may have had its key meanwhile.
+func (h *hold) lostAtRelease() error {
+	if h.lost(h.r.now()) {
+		return fmt.Errorf("%w: validity of %q ended before release", ErrLockLost, h.key)
+	}
+	return nil
 }

@@ -271,11 +271,11 @@ func (l *RedisLock) expireAfter(ctx context.Context, d time.Duration, who reentr
 	switch {
 	case err != nil:
 		// The key expires by its TTL, or by d if the command ran.
-		err = errors.Join(l.releaseFailed(err), l.lostAtRelease(h))
+		err = errors.Join(releaseFailed(l.key, err), h.lostAtRelease())
 	case !ok:
 		err = errGone(l.key)
 	default:
-		err = l.lostAtRelease(h)
+		err = h.lostAtRelease()
 		l.reg.nudgeAfter(l.key, h.token, d)
 	}
 	return l.teardown(h, err, who)

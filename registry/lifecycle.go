@@ -121,7 +121,7 @@ func (l *RedisLock) unlock(ctx context.Context, who reentrant.Owner) error {
 			if l.local.Waiters() == 0 { // they gave up meanwhile
 				l.leaveQueue()
 			}
-			return l.teardown(h, l.lostAtRelease(h), who)
+			return l.teardown(h, h.lostAtRelease(), who)
 		case passFailed:
 			return l.teardown(h, err, who)
 		case releaseAfterPass:
@@ -154,27 +154,13 @@ func (l *RedisLock) release(ctx context.Context, h *hold, first error) error {
 	switch {
 	case err != nil:
 		// A hold whose validity had ended is reported lost too.
-		return errors.Join(l.releaseFailed(err), l.lostAtRelease(h))
+		return errors.Join(releaseFailed(l.key, err), h.lostAtRelease())
 	case !done && first != nil:
 		return fmt.Errorf("%w: %q was gone at a retried release (the first attempt failed with %w and may have deleted it)", ErrLockLost, l.key, first)
 	case !done:
 		return errGone(l.key)
 	}
-	return l.lostAtRelease(h)
-}
-
-// releaseFailed is the error of a release that failed with err.
-func (l *RedisLock) releaseFailed(err error) error {
-	return fmt.Errorf("%w: %q: %w", ErrReleaseFailed, l.key, err)
-}
-
-// lostAtRelease returns ErrLockLost if h's validity ended before its key was
-// deleted: another holder may have had it meanwhile.
-func (l *RedisLock) lostAtRelease(h *hold) error {
-	if h.lost(l.reg.now()) {
-		return fmt.Errorf("%w: validity of %q ended before release", ErrLockLost, l.key)
-	}
-	return nil
+	return h.lostAtRelease()
 }
 
 // teardown ends the turn of who, which owns the local mutex, after its

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"fmt"
 )
 
 // deleteToken runs the release script of lk for token until it gets an answer,
@@ -35,4 +36,9 @@ func (r *Registry) releaseLater(lk, token string) {
 		// then expires by its TTL.
 		_, _, _, _ = r.deleteToken(r.bg.ctx, lk, token)
 	})
+}
+
+// releaseFailed is the error of a release of key that failed with err.
+func releaseFailed(key string, err error) error {
+	return fmt.Errorf("%w: %q: %w", ErrReleaseFailed, key, err)
 }

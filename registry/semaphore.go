@@ -302,7 +302,7 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 		waited = true
 		if left > 0 {
 			if err := r.await(ctx, s.wake, time.Duration(left), s.turn.mark, s.turn.after, s.hasSpare); err != nil {
-				return nil, waited, s.waitErr(err, nil)
+				return nil, waited, waitErr(s.key, err, nil)
 			}
 		}
 	}
@@ -317,7 +317,7 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 			// and never released holds nothing there).
 			waited = true
 			if err := r.await(ctx, s.wake, r.cfg.idle, s.wake.mark(), everyTurn, s.freedLocally); err != nil {
-				return nil, waited, s.waitErr(err, lastErr)
+				return nil, waited, waitErr(s.key, err, lastErr)
 			}
 			if p := s.takeSpare(ctx, ttl); p != nil {
 				return p, waited, nil
@@ -340,7 +340,7 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 				lastErr = err
 			}
 			if end := ctxEnded(ctx); end != nil {
-				return nil, waited, s.waitErr(end, lastErr)
+				return nil, waited, waitErr(s.key, end, lastErr)
 			}
 			if !isTransient(err) {
 				return nil, waited, wrapKey("acquiring", s.key, err)
@@ -353,7 +353,7 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 			delay = pollDelay(r.cfg.idle, -1)
 		}
 		if err := r.await(ctx, s.wake, delay, mark, g.after, s.hasSpare); err != nil {
-			return nil, waited, s.waitErr(err, lastErr)
+			return nil, waited, waitErr(s.key, err, lastErr)
 		}
 	}
 }
@@ -441,14 +441,6 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 func (s *Semaphore) install(p *permit, h *hold) {
 	p.h.Store(h)
 	s.reg.watchdog.track(h)
-}
-
-// waitErr is the error of a wait ended by end, as RedisLock.waitErr.
-func (s *Semaphore) waitErr(end, lastErr error) error {
-	if lastErr == nil || lastErr == end {
-		return wrapKey("waiting for", s.key, end)
-	}
-	return wrapKey("waiting for", s.key, fmt.Errorf("%w (last error: %w)", end, lastErr))
 }
 
 // leaveQueue takes the instance out of the wait queue in the background,

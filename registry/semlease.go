@@ -49,11 +49,11 @@ func (s *Semaphore) endLeaseAfter(ctx context.Context, le *Lease, d time.Duratio
 	h.renewing.Unlock()
 	switch {
 	case err != nil:
-		err = errors.Join(fmt.Errorf("%w: %q: %w", ErrReleaseFailed, s.key, err), s.lostAtRelease(h))
+		err = errors.Join(releaseFailed(s.key, err), h.lostAtRelease())
 	case !ok:
 		err = errGone(s.key)
 	default:
-		err = s.lostAtRelease(h)
+		err = h.lostAtRelease()
 	}
 	return s.teardown(h, err)
 }
@@ -76,22 +76,13 @@ func (s *Semaphore) release(ctx context.Context, h *hold) error {
 	})
 	switch {
 	case err != nil:
-		return errors.Join(fmt.Errorf("%w: %q: %w", ErrReleaseFailed, s.key, err), s.lostAtRelease(h))
+		return errors.Join(releaseFailed(s.key, err), h.lostAtRelease())
 	case !done && first != nil:
 		return fmt.Errorf("%w: a permit of %q was gone at a retried release (the first attempt failed with %w and may have given it back)", ErrLockLost, s.key, first)
 	case !done:
 		return fmt.Errorf("%w: a permit of %q expired or was pruned", ErrLockLost, s.key)
 	}
-	return s.lostAtRelease(h)
-}
-
-// lostAtRelease returns ErrLockLost if h's validity ended before it was
-// given back.
-func (s *Semaphore) lostAtRelease(h *hold) error {
-	if h.lost(s.reg.now()) {
-		return fmt.Errorf("%w: validity of a permit of %q ended before release", ErrLockLost, s.key)
-	}
-	return nil
+	return h.lostAtRelease()
 }
 
 // teardown ends a lease whose hold h ended with err: h is retired (a loss
@@ -150,7 +141,7 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 		return notHandedOver, nil // release instead
 	case err != nil:
 		s.releaseLater(h.token)
-		return passFailed, fmt.Errorf("%w: %q: %w", ErrReleaseFailed, s.key, err)
+		return passFailed, releaseFailed(s.key, err)
 	}
 	switch res.outcome {
 	case passKept:
@@ -167,7 +158,7 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 	case passGone:
 		return passFailed, fmt.Errorf("%w: a permit of %q expired or was pruned", ErrLockLost, s.key)
 	}
-	return releasedForOthers, s.lostAtRelease(h)
+	return releasedForOthers, h.lostAtRelease()
 }
 
 // give hands p to the leases of this registry that wait, and wakes the one

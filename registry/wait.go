@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"time"
 )
@@ -80,4 +81,14 @@ func (c *core) await(ctx context.Context, w *waker, d time.Duration, mark int64,
 			return nil
 		}
 	}
+}
+
+// waitErr is the error of a wait for key ended by end (ctx.Err() or
+// ErrClosed), wrapping the last Redis error seen, if any and if it is not
+// end itself (a client that returns ctx.Err() as it is).
+func waitErr(key string, end, lastErr error) error {
+	if lastErr == nil || lastErr == end {
+		return wrapKey("waiting for", key, end)
+	}
+	return wrapKey("waiting for", key, fmt.Errorf("%w (last error: %w)", end, lastErr))
 }
