@@ -369,6 +369,24 @@ local function permitRules()
     return false, told, moved, given
   end
 
+  -- toBack puts waiter id, in line or not, at the back of the queue q
+  -- (the wait queue's rules R) as a waiter of kind that begins to wait
+  -- now, and returns how many waiters are ahead of it, counted as enqueue
+  -- counts them (a listener does not count the pollers). It is enqueue for
+  -- a waiter known to be last, with fewer calls: describe follows it.
+  local function toBack(R, q, id, kind, now)
+    local since = string.format('%.3f', now)
+    R.qcall('ZADD', q.order, since, id)
+    if kind == 'p' then
+      R.qcall('ZADD', q.polls, since, id)
+    end
+    local n = (R.qcall('ZCARD', q.order) or 1) - 1
+    if kind == 'p' then
+      return n
+    end
+    return math.max(0, n - (R.qcall('ZCARD', q.polls) or 0))
+  end
+
   -- soonest returns the ms until the first permit of key expires, or -2
   -- when none is held.
   local function soonest(key, now)
@@ -378,5 +396,5 @@ local function permitRules()
     end
     return math.max(math.floor(tonumber(first[2]) - now), 0)
   end
-  return {held = held, hold = hold, admit = admit, soonest = soonest}
+  return {held = held, hold = hold, admit = admit, toBack = toBack, soonest = soonest}
 end

@@ -87,7 +87,7 @@ local function granted(told, moved, given)
     return {1, fence}
   end
   R = R or queueRules()
-  local ahead = R.enqueue(q, id, kind, now)
+  local ahead = P.toBack(R, q, id, kind, now)
   local sleep = R.pause(P.soonest(KEYS[1], now), ahead, nil, idle, spread)
   local due = now + sleep + tonumber(ARGV[12])
   R.describe(q, id, kind, now, due, due + idle)
@@ -107,7 +107,13 @@ else
 end
 if ok then
   local k, _, _, ended = R.waiter(q, id)
-  if R.drop(q, id) and (not k or ended == 0) then
+  local queued
+  if ARGV[14] == '1' and free <= 1 then
+    queued = k ~= nil -- it goes to the back of the line (granted)
+  else
+    queued = R.drop(q, id)
+  end
+  if queued and (not k or ended == 0) then
     moved = moved + 1 -- it took a permit unannounced: those behind move up
   end
   return granted(told, moved, given)
