@@ -114,13 +114,16 @@ func holdElsewhere(t *testing.T, key string) (release func()) {
 // waitFor is redistest.WaitFor: a deadline poll.
 var waitFor = redistest.WaitFor
 
-// Three `lockyard run` processes on one key: their commands never overlap.
-func TestRunExclusion(t *testing.T) {
-	key, log := newKey(t), filepath.Join(t.TempDir(), "log")
-	script := fmt.Sprintf(`echo start >> %[1]s; sleep 0.2; echo end >> %[1]s`, log)
+// runLogged starts n `lockyard run ARGS -- sh -c ...` at once, each
+// command logging start, sleeping secs and logging end, waits for them all,
+// and returns the log's words in order.
+func runLogged(t *testing.T, n int, secs float64, args ...string) []string {
+	t.Helper()
+	log := filepath.Join(t.TempDir(), "log")
+	script := fmt.Sprintf(`echo start >> %[1]s; sleep %[2]g; echo end >> %[1]s`, log, secs)
 	var cmds []*exec.Cmd
-	for range 3 {
-		c := lockyard("run", "--wait", "20s", "--pubsub", key, "--", "sh", "-c", script)
+	for range n {
+		c := lockyard(append(append([]string{"run"}, args...), "--", "sh", "-c", script)...)
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +138,14 @@ func TestRunExclusion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Fields(string(b)); strings.Join(got, " ") != "start end start end start end" {
+	return strings.Fields(string(b))
+}
+
+// Three `lockyard run` processes on one key: their commands never overlap.
+func TestRunExclusion(t *testing.T) {
+	key := newKey(t)
+	got := runLogged(t, 3, 0.2, "--wait", "20s", "--pubsub", key)
+	if strings.Join(got, " ") != "start end start end start end" {
 		t.Fatalf("the commands overlapped: %v", got)
 	}
 	if exists(t, key) {
@@ -456,27 +466,10 @@ func TestRunWaitSeconds(t *testing.T) {
 // once, and two do; a fifth with -n while two permits are held elsewhere
 // exits 75; a negative count is a usage error.
 func TestRunPermits(t *testing.T) {
-	key, log := newKey(t), filepath.Join(t.TempDir(), "log")
-	script := fmt.Sprintf(`echo start >> %[1]s; sleep 0.3; echo end >> %[1]s`, log)
-	var cmds []*exec.Cmd
-	for range 4 {
-		c := lockyard("run", "--permits", "2", "--wait", "20s", "--pubsub", "--fencing", key, "--", "sh", "-c", script)
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds = append(cmds, c)
-	}
-	for _, c := range cmds {
-		if err := c.Wait(); err != nil {
-			t.Fatalf("lockyard run: %v", err)
-		}
-	}
-	b, err := os.ReadFile(log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := newKey(t)
+	words := runLogged(t, 4, 0.3, "--permits", "2", "--wait", "20s", "--pubsub", "--fencing", key)
 	most, now := 0, 0
-	for _, w := range strings.Fields(string(b)) {
+	for _, w := range words {
 		if w == "start" {
 			now++
 		} else {
@@ -485,7 +478,7 @@ func TestRunPermits(t *testing.T) {
 		most = max(most, now)
 	}
 	if most != 2 {
-		t.Fatalf("at most %d commands ran at once, want 2: %v", most, strings.Fields(string(b)))
+		t.Fatalf("at most %d commands ran at once, want 2: %v", most, words)
 	}
 	if exists(t, key) {
 		t.Fatal("the semaphore still holds permits after the last run")
