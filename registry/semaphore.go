@@ -426,6 +426,9 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 	}
 	if g.queued { // queued again for the leases behind: the next head waits for its turn
 		s.turn.waitUntil, s.turn.mark, s.turn.after = sent+int64(g.sleep), mark, g.after
+		if s.pubsub {
+			r.subscriber.listen(s.wake) // its turn is announced by a release message
+		}
 	}
 	deadline := validUntil(sent, ttl)
 	if r.now() >= deadline { // the reply came too late to be of use

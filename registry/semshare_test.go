@@ -299,3 +299,42 @@ func TestSemaphoreLongHoldWakesWaiter(t *testing.T) {
 		mustNil(t, c.Release(bg(t)))
 	})
 }
+
+// A registry whose head is granted a permit with more leases behind it,
+// before any attempt of its failed, is queued again as a listener: it
+// subscribes then, so that the release message that announces its turn
+// reaches it (the lease behind got the free permit 2.3s late otherwise,
+// at its poll).
+func TestSemaphoreQueuedAgainListens(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
+	x := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 2)
+	y := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 2)
+	// x's two leases expire in Redis but stay held locally: its next head
+	// waits locally (it holds every permit), and never fails an attempt.
+	l0, err := x.Acquire(bg(t), 100*time.Millisecond)
+	mustNil(t, err)
+	l1, err := x.Acquire(bg(t), 100*time.Millisecond)
+	mustNil(t, err)
+	waitFor(t, 5*time.Second, "x's permits to expire in Redis", func() bool { return pttl(t, b, x.Key()) == -2 })
+	o, err := y.Acquire(bg(t), 0)
+	mustNil(t, err)
+	a := acquirePermit(bg(t), x, 0)
+	waitFor(t, 5*time.Second, "x's head", func() bool { return x.Waiting() == 1 })
+	next := acquirePermit(bg(t), x, 0)
+	waitFor(t, 5*time.Second, "the lease behind it", func() bool { return x.Waiting() == 2 })
+	mustIs(t, l0.Release(bg(t)), registry.ErrLockLost)
+	la := recvWithin(t, a, 5*time.Second, "x's head, granted with a lease behind it")
+	mustIs(t, l1.Release(bg(t)), registry.ErrLockLost)
+	waitFor(t, 5*time.Second, "x queued again", func() bool { return queueLen(t, b, x.Key(), false) == 1 })
+	released := time.Now()
+	mustNil(t, o.Release(bg(t)))
+	c := recvWithin(t, next, 5*time.Second, "the lease behind")
+	d := time.Since(released)
+	mustNil(t, c.Release(bg(t)))
+	mustNil(t, la.Release(bg(t)))
+	if d > time.Second {
+		t.Fatalf("a free permit idled %v: the queued-again registry did not hear its turn", d)
+	}
+}

@@ -46,6 +46,9 @@ if ARGV[9] == '1' then
   -- among them), as semrelease.lua does.
   redis.call('ZREM', KEYS[1], ARGV[1])
   if queueEmpty(KEYS[2]) then
+    if fenceKey and redis.call('EXISTS', KEYS[1]) == 0 then
+      redis.call('DEL', fenceKey) -- nobody holds or waits (as semrelease.lua)
+    end
     return {3}
   end
   local R = queueRules()
