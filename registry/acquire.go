@@ -110,19 +110,10 @@ func (l *RedisLock) leaveQueue() {
 			r.log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", l.key, "err", err)
 		}
 	}
-	// bg.ctx: Close does not wait for a server that is down; the entry
-	// then lapses.
-	if !r.bg.spawn(func() { leave(r.bg.ctx) }) {
-		// Closed: the waiter that Close woke leaves on its way out, within
-		// a short bound, so that no turn is given to it.
-		ctx, cancel := context.WithTimeout(context.Background(), min(r.cfg.commandTimeout, closeLeave))
-		defer cancel()
-		leave(ctx)
-	}
+	// Closed: the waiter that Close woke leaves on its way out, so that
+	// no turn is given to it.
+	r.soon(leave)
 }
-
-// closeLeave bounds the leave of a waiter woken by Close.
-const closeLeave = 500 * time.Millisecond
 
 // attempt runs the mutex protocol's obtain once, for a key that lives ttl. On
 // success the new hold begins; on failure the grant carries the holder's

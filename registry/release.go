@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // deleteToken runs the release script of lk for token until it gets an answer,
@@ -37,6 +38,21 @@ func (r *Registry) releaseLater(lk, token string) {
 		_, _, _, _ = r.deleteToken(r.bg.ctx, lk, token)
 	})
 }
+
+// soon runs fn in the background with bg.ctx (Close does not wait for a
+// server that is down), or, once the registry is closed, at once within a
+// short bound: a waiter that Close woke leaves the wait queue on its way
+// out, and a permit is given back rather than left taken for its TTL.
+func (r *Registry) soon(fn func(ctx context.Context)) {
+	if !r.bg.spawn(func() { fn(r.bg.ctx) }) {
+		ctx, cancel := context.WithTimeout(context.Background(), min(r.cfg.commandTimeout, closeLeave))
+		defer cancel()
+		fn(ctx)
+	}
+}
+
+// closeLeave bounds what soon does at once after Close.
+const closeLeave = 500 * time.Millisecond
 
 // releaseFailed is the error of a release of key that failed with err.
 func releaseFailed(key string, err error) error {

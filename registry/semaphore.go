@@ -78,7 +78,6 @@ type semTurn struct {
 // set, and the hold the watchdog renews. It passes from lease to lease of
 // one registry (a hand-off); it is the holder of its holds.
 type permit struct {
-	s       *Semaphore
 	h       atomic.Pointer[hold]
 	since   int64 // registry clock: obtained in Redis (the run of local holds began)
 	lastCmd int64 // registry clock: the last command on it
@@ -435,7 +434,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 		s.releaseLater(token)
 		return nil, grant{sleep: 0, after: -1}, nil
 	}
-	p := &permit{s: s, since: sent, lastCmd: sent}
+	p := &permit{since: sent, lastCmd: sent}
 	s.install(p, newHold(&r.core, s.key, token, g.fence, ttl, deadline, p, r.sem))
 	return p, g.grant, nil
 }
@@ -455,11 +454,7 @@ func (s *Semaphore) leaveQueue() {
 			r.log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", s.key, "err", err)
 		}
 	}
-	if !r.bg.spawn(func() { leave(r.bg.ctx) }) {
-		ctx, cancel := context.WithTimeout(context.Background(), min(r.cfg.commandTimeout, closeLeave))
-		defer cancel()
-		leave(ctx)
-	}
+	r.soon(leave)
 }
 
 // releaseLater gives back, in the background and best effort, a permit
@@ -468,15 +463,10 @@ func (s *Semaphore) leaveQueue() {
 // for its TTL).
 func (s *Semaphore) releaseLater(token string) {
 	r := s.reg
-	release := func(ctx context.Context) {
+	r.soon(func(ctx context.Context) {
 		_, _, _ = r.retried(ctx, func(ctx context.Context) (bool, error) {
 			done, _, err := r.sem.release(ctx, s.key, token, s.permits)
 			return done, err
 		})
-	}
-	if !r.bg.spawn(func() { release(r.bg.ctx) }) {
-		ctx, cancel := context.WithTimeout(context.Background(), min(r.cfg.commandTimeout, closeLeave))
-		defer cancel()
-		release(ctx)
-	}
+	})
 }

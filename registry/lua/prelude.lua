@@ -145,6 +145,32 @@ local function queueRules()
     end
   end
 
+  -- gone reports whether a queue entry read by waiter (kind nil: unreadable)
+  -- is to be dropped: it lapsed, or the turn it was given ended more than
+  -- r.window ago without its trying since.
+  local function gone(kind, lapse, ended, now, r)
+    return not kind or lapse <= now or (ended > 0 and ended + r.window < now)
+  end
+
+  -- turnFor returns how long (ms) a turn given now to a live waiter of
+  -- kind, due to try at due, lasts; nil if it is not sure to try soon (a
+  -- poller due later than r.ahead is passed over, and keeps its place).
+  -- A turn not yet given (ended 0) is marked to end then, until the waiter
+  -- tries again; the second result says whether it was.
+  local function turnFor(q, id, kind, due, lapse, ended, now, r)
+    local n = nil
+    if kind == 'l' then
+      n = r.window
+    elseif due - now <= r.ahead then
+      n = math.max(due - now, 0) + r.slack
+    end
+    if n and ended == 0 then
+      qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse) .. ' ' .. ms(now + n))
+      return n, true
+    end
+    return n, false
+  end
+
   -- nextTurn returns the waiter whose turn a free lock key is now, and for
   -- how many ms the key is kept for it; or nil: the key goes to whoever tries
   -- first. The turn is the oldest live waiter's that is sure to try soon: one
@@ -176,7 +202,7 @@ local function queueRules()
         local kind, due, lapse, ended = waiter(q, id)
         if id == self then
           return id, 0, now, dropped - deaf
-        elseif not kind or lapse <= now or (ended > 0 and ended + r.window < now) then
+        elseif gone(kind, lapse, ended, now, r) then
           drop(q, id)
           dropped = dropped + 1
           if kind == 'p' then
@@ -187,16 +213,8 @@ local function queueRules()
           end
         else
           seen = seen + 1
-          local n = nil
-          if kind == 'l' then
-            n = r.window
-          elseif due - now <= r.ahead then
-            n = math.max(due - now, 0) + r.slack
-          end
+          local n = turnFor(q, id, kind, due, lapse, ended, now, r)
           if n then
-            if ended == 0 then -- marks the turn's end, until the waiter tries again
-              qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse) .. ' ' .. ms(now + n))
-            end
             return id, n, now, dropped - deaf
           end
         end
@@ -259,7 +277,7 @@ local function queueRules()
     end
     return math.max(1, idle - spread)
   end
-  return {ms = ms, qcall = qcall, waiter = waiter, drop = drop, enqueue = enqueue, describe = describe, nextTurn = nextTurn, announce = announce, turnOf = turnOf, grant = grant, pause = pause}
+  return {ms = ms, qcall = qcall, waiter = waiter, drop = drop, enqueue = enqueue, describe = describe, gone = gone, turnFor = turnFor, nextTurn = nextTurn, announce = announce, turnOf = turnOf, grant = grant, pause = pause}
 end
 
 -- permitRules returns the rules of a semaphore (the sem*.lua scripts); its
@@ -334,7 +352,7 @@ local function permitRules()
           return true, told, moved, given
         end
         local kind, due, lapse, ended = R.waiter(q, id)
-        if not kind or lapse <= now or (ended > 0 and ended + r.window < now) then
+        if R.gone(kind, lapse, ended, now, r) then
           R.drop(q, id)
           dropped = dropped + 1
           if kind ~= 'p' then
@@ -342,16 +360,10 @@ local function permitRules()
           end
         else
           start, seen = start + 1, seen + 1
-          local n = nil
-          if kind == 'l' then
-            n = r.window
-          elseif due - now <= r.ahead then
-            n = math.max(due - now, 0) + r.slack
-          end
+          local n, marked = R.turnFor(q, id, kind, due, lapse, ended, now, r)
           if n then
             ahead = ahead + 1
-            if ended == 0 then
-              R.qcall('HSET', q.info, id, kind .. ' ' .. R.ms(due) .. ' ' .. R.ms(lapse) .. ' ' .. R.ms(now + n))
+            if marked then
               told = told + 1
             elseif kind == 'l' then
               given = given + 1
