@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"time"
+
+	"github.com/lockyard/lockyard/internal/core"
 )
 
 // Acquiring in Redis: the head of the local queue tries the obtain until it
@@ -19,7 +21,7 @@ import (
 func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duration) (waited bool, err error) {
 	r := l.reg
 	var (
-		bo      backoff
+		bo      core.Backoff
 		lastErr error
 		g       grant
 		race    time.Duration // after a release that let anyone take the key: a short poll, doubling
@@ -29,47 +31,47 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 		race = 2 * l.turn.grace
 	}
 	if err := l.yieldFirst(ctx); err != nil {
-		return waited, waitErr(l.key, err, nil)
+		return waited, core.WaitErr(l.key, err, nil)
 	}
 	first := true
-	if left := l.turn.waitUntil - r.now(); l.turn.waitUntil > 0 {
+	if left := l.turn.waitUntil - r.core.Now(); l.turn.waitUntil > 0 {
 		// A pass released the key for another waiter's turn and queued
 		// this instance: wait for its turn before trying.
 		l.turn.waitUntil = 0
 		if left > 0 {
 			if err := l.await(ctx, time.Duration(left), l.turn.mark, l.turn.after); err != nil {
-				return waited, waitErr(l.key, err, nil)
+				return waited, core.WaitErr(l.key, err, nil)
 			}
 		}
 		first = false
 	}
 	for ; ; first = false {
-		mark := l.wake.mark()
+		mark := l.wake.Mark()
 		g, err = l.attempt(ctx, ttl, first, true)
 		if g.ok {
 			return waited, nil
 		}
 		delay := g.sleep
 		if delay < 0 {
-			delay = pollDelay(r.cfg.idle, -1)
+			delay = core.PollDelay(r.cfg.idle, -1)
 		}
 		if err != nil {
 			// When ctx has ended, an attempt cut short by it says less
 			// than the error before it.
-			if lastErr == nil || ctxEnded(ctx) == nil {
+			if lastErr == nil || core.CtxEnded(ctx) == nil {
 				lastErr = err
 			}
-			if end := ctxEnded(ctx); end != nil {
-				return waited, waitErr(l.key, end, lastErr)
+			if end := core.CtxEnded(ctx); end != nil {
+				return waited, core.WaitErr(l.key, end, lastErr)
 			}
-			if !retryAll && !isTransient(err) {
-				return waited, wrapKey("obtaining", l.key, err)
+			if !retryAll && !core.IsTransient(err) {
+				return waited, core.WrapKey("obtaining", l.key, err)
 			}
-			r.log.Warn("lockyard: obtain failed, retrying", "key", l.key, "err", err)
-			delay, g.after = bo.delay(), -1
+			r.core.Log.Warn("lockyard: obtain failed, retrying", "key", l.key, "err", err)
+			delay, g.after = bo.Delay(), -1
 		} else {
 			waited = true // another holder has it, or another waiter's turn
-			bo.reset()
+			bo.Reset()
 			r.subscriber.listen(l.wake)
 			if race > 0 {
 				// Someone took the key this instance let go: most likely a
@@ -83,15 +85,15 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 			}
 		}
 		if err := l.await(ctx, delay, mark, g.after); err != nil {
-			return waited, waitErr(l.key, err, lastErr)
+			return waited, core.WaitErr(l.key, err, lastErr)
 		}
 	}
 }
 
 // await sleeps for d, or until release messages say that the waiter's
-// turn may have come (core.await).
+// turn may have come (Core.Await).
 func (l *RedisLock) await(ctx context.Context, d time.Duration, mark int64, after int) error {
-	return l.reg.await(ctx, l.wake, d, mark, after, nil)
+	return l.reg.core.Await(ctx, l.wake, d, mark, after, nil)
 }
 
 // leaveQueue takes this lock instance out of the key's wait queue, in the
@@ -107,7 +109,7 @@ func (l *RedisLock) leaveQueue() {
 	r := l.reg
 	leave := func(ctx context.Context) {
 		if err := r.mutex.leave(ctx, l.key, l.waiter); err != nil {
-			r.log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", l.key, "err", err)
+			r.core.Log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", l.key, "err", err)
 		}
 	}
 	// Closed: the waiter that Close woke leaves on its way out, so that
@@ -122,9 +124,9 @@ func (l *RedisLock) leaveQueue() {
 // says the caller waits if it fails (see hint).
 func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits bool) (grant, error) {
 	r := l.reg
-	r.eviction.check(ctx, r.exec, r.log)
-	token := r.newToken()
-	sent := r.now()
+	r.eviction.check(ctx, r.core.Exec, r.core.Log)
+	token := r.core.NewToken()
+	sent := r.core.Now()
 	g, err := r.mutex.obtain(ctx, l.key, token, ttl, l.hint(first && !l.turn.taken, waits))
 	if err == nil {
 		r.eviction.answered()
@@ -137,17 +139,17 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 		}
 	}
 	if err != nil {
-		if isAmbiguous(err) && !errors.Is(err, ErrReplicaAck) {
+		if core.IsAmbiguous(err) && !errors.Is(err, ErrReplicaAck) {
 			r.releaseLater(l.key, token) // the script may have set the key before the reply was lost
 		}
 		return unknown, err
 	}
 	if !g.ok {
-		l.turn.rtt = time.Duration(r.now() - sent)
+		l.turn.rtt = time.Duration(r.core.Now() - sent)
 		return g, nil
 	}
-	deadline := validUntil(sent, ttl)
-	if r.now() >= deadline { // the reply came too late to be of use
+	deadline := core.ValidUntil(sent, ttl)
+	if r.core.Now() >= deadline { // the reply came too late to be of use
 		r.releaseLater(l.key, token)
 		return grant{sleep: 0, after: -1}, nil
 	}
@@ -157,7 +159,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 		l.turn.span = min(time.Duration(sent-l.turn.freed)-l.turn.grace, maxChainSpan)
 		l.turn.freed = 0
 	}
-	l.begin(newHold(&r.core, l.key, token, g.fence, ttl, deadline, (*queueHook)(l), r.mutex))
+	l.begin(core.NewHold(&r.core, l.key, token, g.fence, ttl, deadline, (*queueHook)(l), r.mutex))
 	return g, nil
 }
 

@@ -1,18 +1,38 @@
 package registry
 
-import (
-	"context"
-	"crypto/sha1"
-	"encoding/hex"
-	"time"
-)
+import "github.com/lockyard/lockyard/internal/core"
+
+// The Client seam. Its types are declared in the package that the lock
+// kinds share (internal/core) and are the same types here: a Client
+// written against this package works unchanged.
 
 // Client is the narrow seam between a Registry and Redis: run a script
 // (alone, followed by WAIT on the same connection, or pipelined in a
-// batch) and pattern-subscribe. NewPoolClient adapts a redigo pool (what New
-// uses); the module github.com/lockyard/lockyard/goredis adapts go-redis's
-// UniversalClient (single node, Sentinel, Cluster). Tests can wrap a Client
-// to inject faults.
+// batch) and pattern-subscribe:
+//
+//	type Client interface {
+//		// Eval runs s with keys and args: EVALSHA, then EVAL if the server
+//		// replies NOSCRIPT. In Redis Cluster every key lies in one slot.
+//		Eval(ctx context.Context, s *Script, keys []string, args []any) (any, error)
+//		// EvalWait runs s as Eval does, then WAIT replicas timeout on the same
+//		// connection, and returns the script's reply and WAIT's (the number of
+//		// replicas that acknowledged the script's writes). If the script
+//		// fails, acked is 0 and err is the script's error.
+//		EvalWait(ctx context.Context, s *Script, keys []string, args []any, replicas int, timeout time.Duration) (reply any, acked int, err error)
+//		// EvalBatch runs s once per call, pipelined (the registry's renewals),
+//		// and returns one Result per call, in order. A call whose reply was not
+//		// read (a broken connection) carries the network error.
+//		EvalBatch(ctx context.Context, s *Script, calls []Call) []Result
+//		// PSubscribe subscribes to the channels matching pattern and returns
+//		// once the server has confirmed the subscription. In Redis Cluster, a
+//		// subscription on any node receives every node's PUBLISH.
+//		PSubscribe(ctx context.Context, pattern string) (Subscription, error)
+//	}
+//
+// NewPoolClient adapts a redigo pool (what New uses); the module
+// github.com/lockyard/lockyard/goredis adapts go-redis's UniversalClient
+// (single node, Sentinel, Cluster). Tests can wrap a Client to inject
+// faults.
 //
 // Replies keep the RESP types: an integer is an int64, an array a []any.
 // An error reply of the server is returned as (or wrapping) a *ReplyError;
@@ -24,111 +44,65 @@ import (
 // returning the server's INFO section; the registry then checks the
 // eviction policy once (see New). A wrapper that embeds a Client hides
 // that method unless it declares its own.
-type Client interface {
-	// Eval runs s with keys and args: EVALSHA, then EVAL if the server
-	// replies NOSCRIPT. In Redis Cluster every key lies in one slot.
-	Eval(ctx context.Context, s *Script, keys []string, args []any) (any, error)
-	// EvalWait runs s as Eval does, then WAIT replicas timeout on the same
-	// connection, and returns the script's reply and WAIT's (the number of
-	// replicas that acknowledged the script's writes). If the script
-	// fails, acked is 0 and err is the script's error.
-	EvalWait(ctx context.Context, s *Script, keys []string, args []any, replicas int, timeout time.Duration) (reply any, acked int, err error)
-	// EvalBatch runs s once per call, pipelined (the registry's renewals),
-	// and returns one Result per call, in order. A call whose reply was not
-	// read (a broken connection) carries the network error.
-	EvalBatch(ctx context.Context, s *Script, calls []Call) []Result
-	// PSubscribe subscribes to the channels matching pattern and returns
-	// once the server has confirmed the subscription. In Redis Cluster, a
-	// subscription on any node receives every node's PUBLISH.
-	PSubscribe(ctx context.Context, pattern string) (Subscription, error)
-}
+type Client = core.Client
 
-// Call is one script invocation of a batch.
-type Call struct {
-	Keys []string
-	Args []any
-}
+// Call is one script invocation of a batch: struct{ Keys []string; Args []any }.
+type Call = core.Call
 
-// Result is the reply, or error, of one Call.
-type Result struct {
-	Reply any
-	Err   error
-}
+// Result is the reply, or error, of one Call: struct{ Reply any; Err error }.
+type Result = core.Result
 
-// Subscription is a live pattern subscription of a Client.
-type Subscription interface {
-	// Receive blocks until a message or a pong arrives, ctx ends, or the
-	// connection fails. It returns the message's channel, or "" for a
-	// pong. After an error the subscription is unusable.
-	Receive(ctx context.Context) (channel string, err error)
-	// Ping sends a PING whose pong Receive returns. It may run
-	// concurrently with Receive.
-	Ping(ctx context.Context) error
-	// Close ends the subscription and frees its connection; a Receive in
-	// progress returns an error. It is safe to call more than once.
-	Close() error
-}
+// Subscription is a live pattern subscription of a Client:
+//
+//	type Subscription interface {
+//		// Receive blocks until a message or a pong arrives, ctx ends, or the
+//		// connection fails. It returns the message's channel, or "" for a
+//		// pong. After an error the subscription is unusable.
+//		Receive(ctx context.Context) (channel string, err error)
+//		// Ping sends a PING whose pong Receive returns. It may run
+//		// concurrently with Receive.
+//		Ping(ctx context.Context) error
+//		// Close ends the subscription and frees its connection; a Receive in
+//		// progress returns an error. It is safe to call more than once.
+//		Close() error
+//	}
+type Subscription = core.Subscription
 
-// ReplyError is an error reply of the Redis server, such as "WRONGTYPE
-// ..." or "NOSCRIPT ...": the command reached the server and a script did
-// not run to completion. Err is the client's own error value (redigo's
-// redis.Error, go-redis's error reply), so errors.As with it works too.
-type ReplyError struct{ Err error }
-
-// Error returns the server's reply, such as "NOPERM ...".
-func (e *ReplyError) Error() string { return e.Err.Error() }
-
-// Unwrap returns the client's own error value.
-func (e *ReplyError) Unwrap() error { return e.Err }
+// ReplyError, struct{ Err error }, is an error reply of the Redis server,
+// such as "WRONGTYPE ..." or "NOSCRIPT ...": the command reached the server
+// and a script did not run to completion. Err is the client's own error
+// value (redigo's redis.Error, go-redis's error reply), so errors.As with
+// it works too. Its Error method returns the server's reply, and Unwrap
+// returns Err.
+type ReplyError = core.ReplyError
 
 // Script is one of the registry's Lua scripts (lua/*.lua), as a Client
-// runs it.
-type Script struct {
-	name, src, hash string
-}
+// runs it. Its methods: Name returns the script's operation (obtain,
+// release, renew, pass, ...); Source the Lua source, for EVAL; Hash the
+// SHA1 of the source in hex, for EVALSHA.
+type Script = core.Script
 
-func newScript(name, src string) *Script {
-	sum := sha1.Sum([]byte(src))
-	return &Script{name: name, src: src, hash: hex.EncodeToString(sum[:])}
-}
+// SetNXClient is an optional interface of a Client, SetNX(ctx, key, value
+// string, ttl time.Duration) (bool, error): SET key value NX PX ttl as a
+// plain command, which reports whether the key was set (false: it exists).
+// A registry whose obtains need nothing but the SET (no fencing, no
+// WithReplicaAck, one Client) sends it instead of the obtain script when it
+// expects the key to be free: the script runs only after the SET found the
+// key taken, to leave the wait marker and read the holder's TTL. The key
+// and its value are the same either way. The redigo Client and the
+// go-redis and rueidis adapters implement it; a Client without it runs the
+// script every time.
+type SetNXClient = core.SetNXClient
 
-// Name returns the script's operation: obtain, release, renew or pass.
-func (s *Script) Name() string { return s.name }
-
-// Source returns the Lua source, for EVAL.
-func (s *Script) Source() string { return s.src }
-
-// Hash returns the SHA1 of the source in hex, for EVALSHA.
-func (s *Script) Hash() string { return s.hash }
-
-// SetNXClient is an optional interface of a Client: SET key value NX PX
-// ttl as a plain command, which reports whether the key was set (false:
-// it exists). A registry whose obtains need nothing but the SET (no
-// fencing, no WithReplicaAck, one Client) sends it instead of the obtain
-// script when it expects the key to be free: the script runs only after
-// the SET found the key taken, to leave the wait marker and read the
-// holder's TTL. The key and its value are the same either way. The
-// redigo Client and the go-redis and rueidis adapters implement it; a
-// Client without it runs the script every time.
-type SetNXClient interface {
-	SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error)
-}
-
-// SetNXGetClient is an optional interface of a Client: SET key value NX GET
-// PX ttl as a plain command (Redis 7.0 or later), which sets the key if it
-// is absent and returns the value it held before: ("", false) when it set
-// the key, (old, true) when the key held old and was left alone. A
-// registry without fencing and WithReplicaAck makes a TryLock of a key it
-// expects free with it: one round trip whether it succeeds or fails, and a
-// client that resent it after a lost reply finds its own value and knows
-// it holds the key. A Client without it, or a server that refuses it,
-// makes the attempt with the obtain script instead. The redigo Client and
-// the go-redis and rueidis adapters implement it.
-type SetNXGetClient interface {
-	SetNXGet(ctx context.Context, key, value string, ttl time.Duration) (old string, existed bool, err error)
-}
-
-// infoClient is the optional Info method of a Client.
-type infoClient interface {
-	Info(ctx context.Context, section string) (string, error)
-}
+// SetNXGetClient is an optional interface of a Client, SetNXGet(ctx, key,
+// value string, ttl time.Duration) (old string, existed bool, err error):
+// SET key value NX GET PX ttl as a plain command (Redis 7.0 or later), which
+// sets the key if it is absent and returns the value it held before: ("",
+// false) when it set the key, (old, true) when the key held old and was
+// left alone. A registry without fencing and WithReplicaAck makes a TryLock
+// of a key it expects free with it: one round trip whether it succeeds or
+// fails, and a client that resent it after a lost reply finds its own value
+// and knows it holds the key. A Client without it, or a server that refuses
+// it, makes the attempt with the obtain script instead. The redigo Client
+// and the go-redis and rueidis adapters implement it.
+type SetNXGetClient = core.SetNXGetClient

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
+
+	"github.com/lockyard/lockyard/internal/core"
 )
 
 // eviction is the registry's check of the server's maxmemory-policy: done
@@ -32,16 +34,16 @@ func (e *eviction) answered() {
 // logged at debug level and tried again once Redis answers an obtain; one
 // that the server refuses (INFO denied or renamed) is logged and not tried
 // again, and a client without INFO (Redlock) is not checked.
-func (e *eviction) check(ctx context.Context, x executor, log *slog.Logger) {
+func (e *eviction) check(ctx context.Context, x core.Executor, log *slog.Logger) {
 	if e.done.Load() || !e.pending.CompareAndSwap(false, true) {
 		return
 	}
-	info, err := x.info(ctx, "memory")
+	info, err := x.Info(ctx, "memory")
 	switch {
-	case errors.Is(err, errNoInfo):
+	case errors.Is(err, core.ErrNoInfo):
 		e.done.Store(true)
 		return
-	case err != nil && !isAmbiguous(err): // INFO denied or renamed: the server said no
+	case err != nil && !core.IsAmbiguous(err): // INFO denied or renamed: the server said no
 		e.done.Store(true)
 		log.Debug("lockyard: eviction policy check skipped", "err", err)
 		return

@@ -4,6 +4,8 @@ import (
 	"context"
 	_ "embed"
 	"time"
+
+	"github.com/lockyard/lockyard/internal/core"
 )
 
 // Test-only views of internals.
@@ -59,7 +61,7 @@ func (l *RedisLock) WaiterID() string { return l.waiter }
 //go:embed testdata/rules.lua
 var rulesSrc string
 
-var rulesScript = newScript("rules", preludeSrc+rulesSrc)
+var rulesScript = core.NewScript("rules", preludeSrc+rulesSrc)
 
 // RunRule runs one rule of lua/prelude.lua on c with a fixed clock
 // (testdata/rules.lua): keys are the queue's order, info and turn keys.
@@ -71,14 +73,14 @@ func RunRule(ctx context.Context, c Client, keys []string, args ...any) (any, er
 // was found gone), on the registry's clock; it arms no timer.
 func (l *RedisLock) HoldLost() bool {
 	h := l.hold.Load()
-	return h != nil && h.lost(l.reg.now())
+	return h != nil && h.Lost(l.reg.core.Now())
 }
 
 // Renewing returns the number of holds the watchdog renews.
 func (r *Registry) Renewing() int {
-	r.watchdog.mu.Lock()
-	defer r.watchdog.mu.Unlock()
-	return len(r.watchdog.held)
+	r.core.Watchdog.Mu.Lock()
+	defer r.core.Watchdog.Mu.Unlock()
+	return len(r.core.Watchdog.Held)
 }
 
 // Waiting returns the number of leases of s's registry that wait for a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/lockyard/lockyard/internal/core"
 	"github.com/lockyard/lockyard/internal/reentrant"
 )
 
@@ -103,10 +104,10 @@ const (
 
 // handOff passes the hold h of who, whose outermost unlock this is, to the
 // next local waiter. The error says why a pass failed.
-func (l *RedisLock) handOff(ctx context.Context, h *hold, who reentrant.Owner) (handoffResult, error) {
+func (l *RedisLock) handOff(ctx context.Context, h *core.Hold, who reentrant.Owner) (handoffResult, error) {
 	r := l.reg
-	now := r.now()
-	if r.bg.isClosed() || h.lost(now) {
+	now := r.core.Now()
+	if r.core.BG.IsClosed() || h.Lost(now) {
 		return notHandedOver, nil
 	}
 	next := r.cfg.expireAfter // the TTL the next goroutine asked for
@@ -115,14 +116,14 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold, who reentrant.Owner) (
 	}
 	bounded := now-l.turn.since >= int64(max(l.turn.span, r.cfg.chainSpan))
 	if !r.cfg.fencing && !bounded && l.turn.passes < maxFreePasses && now-l.turn.lastCmd < int64(r.cfg.freePassSpan) &&
-		h.TTL() == next && h.deadline.Load()-now >= int64(next*3/4) {
+		h.TTL() == next && h.Deadline.Load()-now >= int64(next*3/4) {
 		l.turn.passes++
 		return l.giveLocal(who), nil
 	}
 	switch res, err := l.pass(ctx, h, next, bounded); {
 	case errors.Is(err, ErrLockLost):
 		return passFailed, err
-	case isStaleConn(err), !isAmbiguous(err) && isTransient(err):
+	case core.IsStaleConn(err), !core.IsAmbiguous(err) && core.IsTransient(err):
 		// Most likely a pooled connection that the server closed, or a
 		// Cluster slot in migration (TRYAGAIN: the pass's keys are split
 		// between two nodes): the caller releases instead (one key),
@@ -131,7 +132,7 @@ func (l *RedisLock) handOff(ctx context.Context, h *hold, who reentrant.Owner) (
 	case err != nil:
 		// The key may or may not still be ours: free it in the
 		// background rather than wait for a second command now.
-		l.reg.releaseLater(l.key, h.token)
+		l.reg.releaseLater(l.key, h.Token)
 		return passFailed, releaseFailed(l.key, err)
 	case res == handedOver:
 		return l.giveLocal(who), nil
@@ -157,7 +158,7 @@ func (l *RedisLock) giveLocal(who reentrant.Owner) handoffResult {
 // releases it even with nobody in line (the run of local holds is over).
 // When the key is kept it replaces h with a hold of ttl renewed from the
 // pass's send time (and, with fencing, a new token).
-func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration, force bool) (handoffResult, error) {
+func (l *RedisLock) pass(ctx context.Context, h *core.Hold, ttl time.Duration, force bool) (handoffResult, error) {
 	r := l.reg
 	// h is retired here whatever the outcome: a renewal of h that lands
 	// after the pass (which may delete the key) is not a loss. One that is
@@ -166,21 +167,21 @@ func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration, force 
 	// renewing stays held until the next hold is installed: a renewal
 	// waiting for it then finds h released and renews the new hold, or
 	// nothing, but never sends h's TTL after the pass sent another.
-	h.retire()
-	h.renewing.Lock()
-	defer h.renewing.Unlock()
-	l.turn.mark = l.wake.mark() // release messages from now on count for the next holder's wait
-	sent := r.now()
-	p, err := r.mutex.pass(context.WithoutCancel(ctx), l.key, h.token, ttl, l.hint(false, true), force)
+	h.Retire()
+	h.Renewing.Lock()
+	defer h.Renewing.Unlock()
+	l.turn.mark = l.wake.Mark() // release messages from now on count for the next holder's wait
+	sent := r.core.Now()
+	p, err := r.mutex.pass(context.WithoutCancel(ctx), l.key, h.Token, ttl, l.hint(false, true), force)
 	if err != nil {
 		return notHandedOver, err
 	}
-	rtt := time.Duration(r.now() - sent)
+	rtt := time.Duration(r.core.Now() - sent)
 	l.turn.lastCmd, l.turn.rtt = sent, rtt
 	switch p.outcome {
 	case passKept:
 		l.turn.passes = 0
-		l.install(newHold(&r.core, l.key, h.token, p.fence, ttl, validUntil(sent, ttl), (*queueHook)(l), r.mutex))
+		l.install(core.NewHold(&r.core, l.key, h.Token, p.fence, ttl, core.ValidUntil(sent, ttl), (*queueHook)(l), r.mutex))
 		return handedOver, nil
 	case passReleased:
 		l.turn.waitUntil, l.turn.after = sent+int64(p.sleep), p.after
@@ -194,7 +195,7 @@ func (l *RedisLock) pass(ctx context.Context, h *hold, ttl time.Duration, force 
 		l.turn.taken, l.turn.freed = true, sent
 		return releasedForOthers, nil
 	case passGone:
-		return notHandedOver, errGone(l.key)
+		return notHandedOver, core.KeyGone(l.key)
 	}
 	return notHandedOver, nil // declined
 }
@@ -209,21 +210,21 @@ func (l *RedisLock) inherit(ctx context.Context, ttl time.Duration) bool {
 	if h == nil {
 		return false
 	}
-	if h.TTL() != ttl && !h.lost(l.reg.now()) {
+	if h.TTL() != ttl && !h.Lost(l.reg.core.Now()) {
 		_ = l.renew(ctx, ttl) // a failure leaves h lost, or valid at its TTL
 	}
-	if !h.lost(l.reg.now()) {
+	if !h.Lost(l.reg.core.Now()) {
 		l.setPhase(held)
 		l.touch()
 		if l.local.Waiters() > 0 {
-			h.guard()
+			h.Guard()
 		}
 		return true
 	}
-	h.lose() // the caller owns the mutex, not yet held: nothing is revoked
-	h.retire()
+	h.Lose() // the caller owns the mutex, not yet held: nothing is revoked
+	h.Retire()
 	l.hold.Store(nil)
-	l.reg.releaseLater(l.key, h.token)
+	l.reg.releaseLater(l.key, h.Token)
 	return false
 }
 
@@ -235,5 +236,5 @@ func (l *RedisLock) yieldFirst(ctx context.Context) error {
 		return nil
 	}
 	l.turn.yield = false
-	return l.reg.bg.sleep(ctx, l.turn.grace, nil)
+	return l.reg.core.BG.Sleep(ctx, l.turn.grace, nil)
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockyard/lockyard/internal/core"
 	"github.com/lockyard/lockyard/internal/reentrant"
 )
 
@@ -35,7 +36,7 @@ import (
 type Lease struct {
 	of  leased          // the lock or semaphore it holds a part of
 	who reentrant.Owner // the lease's owner in that kind's local mutex
-	h   *hold           // the lease's hold: the same from Acquire to Release
+	h   *core.Hold      // the lease's hold: the same from Acquire to Release
 	// done is set by the first Release; Renew reads it under h.renewing,
 	// so that no Renew of the lease reaches Redis after Release began.
 	done atomic.Bool
@@ -86,7 +87,7 @@ func (r *Registry) TryAcquire(ctx context.Context, key string, ttl time.Duration
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, wrapKey("trying", l.key, err)
+		return nil, core.WrapKey("trying", l.key, err)
 	}
 	who := reentrant.NewOwner()
 	if err := l.tryErr(l.tryLock(ctx, ttl, who)); err != nil {
@@ -153,7 +154,7 @@ func (le *Lease) Token() int64 {
 	if !le.current() {
 		return 0
 	}
-	return le.h.fence
+	return le.h.Fence
 }
 
 // Lost returns a channel that is closed when the lease's hold is lost, as
@@ -165,7 +166,7 @@ func (le *Lease) Lost() <-chan struct{} {
 	if !le.current() {
 		return closedChan
 	}
-	return le.h.watch().Done()
+	return le.h.Watch().Done()
 }
 
 // current reports whether the lease still holds its lock: not released, and
@@ -190,15 +191,15 @@ func (le *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 		}
 	}
 	h := le.h
-	h.renewing.Lock()
-	defer h.renewing.Unlock()
+	h.Renewing.Lock()
+	defer h.Renewing.Unlock()
 	switch {
 	case le.done.Load():
 		return fmt.Errorf("%w: the lease of %q was released", ErrNotOwner, le.Key())
-	case h.released() || !le.of.holds(le):
+	case h.Released() || !le.of.holds(le):
 		return fmt.Errorf("%w: the lease of %q was lost and passed on", ErrLockLost, le.Key())
 	}
-	return h.renew(ctx, ttl)
+	return h.Renew(ctx, ttl)
 }
 
 // ReleaseAfter ends the lease now but leaves its key in Redis for d: one
@@ -245,9 +246,9 @@ func (le *Lease) begin() bool {
 	if !le.done.CompareAndSwap(false, true) {
 		return false
 	}
-	le.h.renewing.Lock()
+	le.h.Renewing.Lock()
 	//lint:ignore SA2001 an intended barrier: wait for a Renew in flight
-	le.h.renewing.Unlock()
+	le.h.Renewing.Unlock()
 	return true
 }
 
@@ -259,11 +260,11 @@ func (l *RedisLock) expireAfter(ctx context.Context, d time.Duration, who reentr
 	l.setPhase(releasing)
 	// As for a pass: no renewal (the watchdog, RenewLock) may reach Redis
 	// after this command and give the key its full TTL again.
-	h.retire()
-	h.renewing.Lock()
-	defer h.renewing.Unlock()
-	ok, _, err := l.reg.retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
-		return h.proto.renew(ctx, l.key, h.token, d)
+	h.Retire()
+	h.Renewing.Lock()
+	defer h.Renewing.Unlock()
+	ok, _, err := l.reg.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
+		return h.Proto.Renew(ctx, l.key, h.Token, d)
 	})
 	if errors.Is(err, ErrReplicaAck) {
 		ok, err = true, nil // it ran on the master: the key expires by d, or by its TTL
@@ -271,12 +272,12 @@ func (l *RedisLock) expireAfter(ctx context.Context, d time.Duration, who reentr
 	switch {
 	case err != nil:
 		// The key expires by its TTL, or by d if the command ran.
-		err = errors.Join(releaseFailed(l.key, err), h.lostAtRelease())
+		err = errors.Join(releaseFailed(l.key, err), h.LostAtRelease())
 	case !ok:
-		err = errGone(l.key)
+		err = core.KeyGone(l.key)
 	default:
-		err = h.lostAtRelease()
-		l.reg.nudgeAfter(l.key, h.token, d)
+		err = h.LostAtRelease()
+		l.reg.nudgeAfter(l.key, h.Token, d)
 	}
 	return l.teardown(h, err, who)
 }
@@ -305,8 +306,8 @@ func (r *Registry) nudgeAfter(lk, token string, d time.Duration) {
 
 func (r *Registry) nudgeIn(lk, token string, d time.Duration, tries int) {
 	time.AfterFunc(d+nudgeMargin, func() {
-		r.bg.spawn(func() {
-			left, err := r.mutex.nudge(r.bg.ctx, lk, token)
+		r.core.BG.Spawn(func() {
+			left, err := r.mutex.nudge(r.core.BG.Ctx, lk, token)
 			if err == nil && left >= 0 && tries > 1 {
 				r.nudgeIn(lk, token, left, tries-1)
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockyard/lockyard/internal/core"
 	"github.com/lockyard/lockyard/internal/reentrant"
 )
 
@@ -23,7 +24,7 @@ import (
 //	held        → releasing    the outermost Unlock, nobody queued (release)
 //	releasing   → idle         teardown
 //
-// A hold (hold.go) is one acquisition in Redis; loss is a property of the
+// A hold (core.Hold, internal/core/hold.go) is one acquisition in Redis; loss is a property of the
 // hold, never of the lock. Every path that ends a turn goes through
 // teardown, which retires the hold (no more renewals or loss reports),
 // forgets it and frees the local mutex; release retires the hold before
@@ -49,24 +50,24 @@ func (l *RedisLock) setPhase(p phase) { l.phase.Store(int32(p)) }
 // error is retried (Lock); otherwise only transient ones.
 func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration, who reentrant.Owner) error {
 	r := l.reg
-	if r.bg.isClosed() {
+	if r.core.BG.IsClosed() {
 		return ErrClosed
 	}
-	start := r.now()
-	how, err := l.local.Lock(ctx, r.bg.closed, (*queueHook)(l), reentrant.Request{TTL: ttl}, who)
+	start := r.core.Now()
+	how, err := l.local.Lock(ctx, r.core.BG.Closed, (*queueHook)(l), reentrant.Request{TTL: ttl}, who)
 	switch {
 	case errors.Is(err, reentrant.ErrAborted):
 		return ErrClosed
 	case err != nil:
-		return wrapKey("waiting for", l.key, err)
+		return core.WrapKey("waiting for", l.key, err)
 	case how == reentrant.Reentered:
 		return nil
 	}
 	if l.inherit(ctx, ttl) {
-		r.stats.acquired(true, time.Duration(r.now()-start))
+		r.core.Counters.Acquired(true, time.Duration(r.core.Now()-start))
 		return nil
 	}
-	if r.bg.isClosed() { // the wait was handed the mutex as Close aborted it
+	if r.core.BG.IsClosed() { // the wait was handed the mutex as Close aborted it
 		l.unlockLocal(who)
 		return ErrClosed
 	}
@@ -77,13 +78,13 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration, 
 		l.unlockLocal(who)
 		return err
 	}
-	r.stats.acquired(waited || how == reentrant.Queued, time.Duration(r.now()-start))
+	r.core.Counters.Acquired(waited || how == reentrant.Queued, time.Duration(r.core.Now()-start))
 	return nil
 }
 
 // begin makes h the lock's hold, held: the watchdog renews it from now on,
 // and local waiters are guarded against its loss.
-func (l *RedisLock) begin(h *hold) {
+func (l *RedisLock) begin(h *core.Hold) {
 	l.hold.Store(h)
 	l.setPhase(held) // before the guard: a loss it finds at once is revocable
 	l.track(h)
@@ -93,18 +94,18 @@ func (l *RedisLock) begin(h *hold) {
 // installs the next goroutine's hold while handing over, and the phase
 // stays handingOver (not revocable) until that goroutine inherits it
 // (inherit handles a loss found meanwhile).
-func (l *RedisLock) install(h *hold) {
+func (l *RedisLock) install(h *core.Hold) {
 	l.hold.Store(h)
 	l.track(h)
 }
 
 // track hands h, the lock's hold, to the watchdog, and guards it if
 // goroutines queue behind it.
-func (l *RedisLock) track(h *hold) {
-	l.reg.watchdog.track(h)
+func (l *RedisLock) track(h *core.Hold) {
+	l.reg.core.Watchdog.Track(h)
 	l.touch()
 	if l.local.Waiters() > 0 {
-		h.guard()
+		h.Guard()
 	}
 }
 
@@ -121,11 +122,11 @@ func (l *RedisLock) unlock(ctx context.Context, who reentrant.Owner) error {
 			if l.local.Waiters() == 0 { // they gave up meanwhile
 				l.leaveQueue()
 			}
-			return l.teardown(h, h.lostAtRelease(), who)
+			return l.teardown(h, h.LostAtRelease(), who)
 		case passFailed:
 			return l.teardown(h, err, who)
 		case releaseAfterPass:
-			if !isAmbiguous(err) {
+			if !core.IsAmbiguous(err) {
 				err = nil // an error reply: the pass did not run
 			}
 			return l.teardown(h, l.release(ctx, h, err), who)
@@ -139,10 +140,10 @@ func (l *RedisLock) unlock(ctx context.Context, who reentrant.Owner) error {
 // caller's cancellation but keeps the command timeout. h is retired first:
 // a renewal that lands after the delete is not a loss. first is the network
 // error of a pass that this release replaces, or nil.
-func (l *RedisLock) release(ctx context.Context, h *hold, first error) error {
+func (l *RedisLock) release(ctx context.Context, h *core.Hold, first error) error {
 	l.setPhase(releasing)
-	h.retire()
-	done, others, firstHere, err := l.reg.deleteToken(context.WithoutCancel(ctx), l.key, h.token)
+	h.Retire()
+	done, others, firstHere, err := l.reg.deleteToken(context.WithoutCancel(ctx), l.key, h.Token)
 	if others {
 		// Waiters are queued: the next acquisition starts with the obtain
 		// script, which respects their turns (a plain SET would not).
@@ -154,22 +155,22 @@ func (l *RedisLock) release(ctx context.Context, h *hold, first error) error {
 	switch {
 	case err != nil:
 		// A hold whose validity had ended is reported lost too.
-		return errors.Join(releaseFailed(l.key, err), h.lostAtRelease())
+		return errors.Join(releaseFailed(l.key, err), h.LostAtRelease())
 	case !done && first != nil:
 		return fmt.Errorf("%w: %q was gone at a retried release (the first attempt failed with %w and may have deleted it)", ErrLockLost, l.key, first)
 	case !done:
-		return errGone(l.key)
+		return core.KeyGone(l.key)
 	}
-	return h.lostAtRelease()
+	return h.LostAtRelease()
 }
 
 // teardown ends the turn of who, which owns the local mutex, after its
 // hold h ended with err: h is retired and forgotten (a loss found at
 // release counted), and the local mutex is freed. It returns err.
-func (l *RedisLock) teardown(h *hold, err error, who reentrant.Owner) error {
-	h.retire()
+func (l *RedisLock) teardown(h *core.Hold, err error, who reentrant.Owner) error {
+	h.Retire()
 	if errors.Is(err, ErrLockLost) {
-		h.countLost()
+		h.CountLost()
 	}
 	l.hold.Store(nil)
 	l.unlockLocal(who)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/lockyard/lockyard/internal/core"
 )
 
 // mutexProto is the protocol of the exclusive lock (RedisLock and Lease)
@@ -20,12 +22,12 @@ import (
 // (replica.go). The per-key path calls it and never asks which executor
 // it has. A Redlock operation counts once in Stats, by its outcome.
 type mutexProto struct {
-	x   executor
-	one *clientExec // x, when it is one Client (nil: Redlock)
+	x   core.Executor
+	one *core.ClientExec // x, when it is one Client (nil: Redlock)
 	s   scripts
 	// timeout is the command timeout.
 	timeout time.Duration
-	stats   *stats
+	stats   *core.Counters
 	// setNX, setNXGet: a free key may be taken with the Client's plain
 	// SET NX PX or SET NX GET PX (it has them; one Client, no fencing, no
 	// WithReplicaAck).
@@ -34,21 +36,21 @@ type mutexProto struct {
 	ack             ack         // replicas to wait for; zero without WithReplicaAck
 }
 
-func newMutexProto(x executor, s scripts, cfg config, st *stats) *mutexProto {
+func newMutexProto(x core.Executor, s scripts, cfg config, st *core.Counters) *mutexProto {
 	p := &mutexProto{x: x, s: s, timeout: cfg.commandTimeout, stats: st,
 		ack: ack{replicas: cfg.ackReplicas, timeout: cfg.ackTimeout}}
-	p.one, _ = x.(*clientExec)
+	p.one, _ = x.(*core.ClientExec)
 	if p.one != nil && !cfg.fencing && cfg.ackReplicas == 0 {
-		p.setNX, p.setNXGet = p.one.plain() // else the obtain script, always
+		p.setNX, p.setNXGet = p.one.Plain() // else the obtain script, always
 	}
 	return p
 }
 
-// count counts the outcome of a Redlock operation (a clientExec counts
+// count counts the outcome of a Redlock operation (a core.ClientExec counts
 // each of its calls itself).
 func (p *mutexProto) count(err error) {
 	if p.one == nil {
-		p.stats.redisError(err)
+		p.stats.RedisError(err)
 	}
 }
 
@@ -72,9 +74,9 @@ func (p *mutexProto) obtain(ctx context.Context, lk, token string, ttl time.Dura
 	}
 	switch {
 	case h.free && !h.waits && p.setNXGet && !p.noGet.Load():
-		old, existed, err := p.one.setNXGetCmd(ctx, lk, token, ttl)
+		old, existed, err := p.one.SetNXGetCmd(ctx, lk, token, ttl)
 		switch {
-		case isSyntaxError(err):
+		case core.IsSyntaxError(err):
 			p.noGet.Store(true) // an older server: the script from now on
 		case err != nil:
 			return unknown, err
@@ -84,7 +86,7 @@ func (p *mutexProto) obtain(ctx context.Context, lk, token string, ttl time.Dura
 			return unknown, nil
 		}
 	case h.free && p.setNX:
-		if set, err := p.one.setNXCmd(ctx, lk, token, ttl); err != nil || set {
+		if set, err := p.one.SetNXCmd(ctx, lk, token, ttl); err != nil || set {
 			return grant{ok: set, sleep: -1, after: -1}, err
 		}
 	}
@@ -92,7 +94,7 @@ func (p *mutexProto) obtain(ctx context.Context, lk, token string, ttl time.Dura
 	if p.ack.replicas > 0 {
 		return p.obtainAcked(ctx, lk, token, c)
 	}
-	v, err := p.one.one(ctx, obtainScript, c)
+	v, err := p.one.One(ctx, obtainScript, c)
 	if err != nil {
 		return unknown, err
 	}
@@ -106,52 +108,52 @@ func (p *mutexProto) pass(ctx context.Context, lk, token string, ttl time.Durati
 	if p.one == nil {
 		return passReply{outcome: passDeclined}, nil
 	}
-	v, err := p.one.one(ctx, passScript, p.s.pass(lk, token, ttl, h, force))
+	v, err := p.one.One(ctx, passScript, p.s.pass(lk, token, ttl, h, force))
 	if err != nil {
 		return passReply{}, err
 	}
 	return decodePass(v)
 }
 
-// renew resets the TTL of lk if token holds it, and reports whether it
+// Renew resets the TTL of lk if token holds it, and reports whether it
 // did.
-func (p *mutexProto) renew(ctx context.Context, lk, token string, ttl time.Duration) (bool, error) {
+func (p *mutexProto) Renew(ctx context.Context, lk, token string, ttl time.Duration) (bool, error) {
 	c := p.s.renew(lk, token, ttl)
 	switch {
 	case p.ack.replicas > 0:
 		return p.renewAcked(ctx, lk, c)
 	case p.one != nil:
-		return decodeDone(p.one.one(ctx, renewScript, c))
+		return core.DecodeDone(p.one.One(ctx, renewScript, c))
 	}
-	ok, err := majorityDone(p.x.eval(ctx, nodeTimeout(p.timeout, ttl), renewScript, c))
+	ok, err := core.MajorityDone(p.x.Eval(ctx, core.NodeTimeout(p.timeout, ttl), renewScript, c))
 	p.count(err)
 	return ok, err
 }
 
-// renewBatch renews many holds together (the watchdog), pipelined: one
+// RenewBatch renews many holds together (the watchdog), pipelined: one
 // reply per call, in order. With WithReplicaAck it renews them one by one
 // instead (see renewEach).
-func (p *mutexProto) renewBatch(ctx context.Context, calls []renewCall) []renewReply {
+func (p *mutexProto) RenewBatch(ctx context.Context, calls []core.RenewCall) []core.RenewReply {
 	if p.ack.replicas > 0 {
 		return p.renewEach(ctx, calls)
 	}
 	batch := make([]Call, len(calls))
 	for i, x := range calls {
-		batch[i] = p.s.renew(x.lk, x.token, x.ttl)
+		batch[i] = p.s.renew(x.Key, x.Token, x.TTL)
 	}
-	per := p.x.evalBatch(ctx, 0, renewScript, batch)
-	out := make([]renewReply, len(calls))
+	per := p.x.EvalBatch(ctx, 0, renewScript, batch)
+	out := make([]core.RenewReply, len(calls))
 	col := make([]Result, len(per))
 	for j := range calls {
 		for i := range per {
 			if j < len(per[i]) {
 				col[i] = per[i][j]
 			} else { // a Client that broke its contract
-				col[i] = Result{Err: errShortBatch}
+				col[i] = Result{Err: core.ErrShortBatch}
 			}
 		}
-		out[j].ok, out[j].err = majorityDone(col)
-		p.count(out[j].err)
+		out[j].OK, out[j].Err = core.MajorityDone(col)
+		p.count(out[j].Err)
 	}
 	return out
 }
@@ -162,9 +164,9 @@ func (p *mutexProto) renewBatch(ctx context.Context, calls []renewCall) []renewR
 func (p *mutexProto) release(ctx context.Context, lk, token string) (done, others bool, err error) {
 	c := p.s.release(lk, token)
 	if p.one != nil {
-		return decodeRelease(p.one.one(ctx, releaseScript, c))
+		return decodeRelease(p.one.One(ctx, releaseScript, c))
 	}
-	done, err = majorityDone(p.x.eval(ctx, 0, releaseScript, c))
+	done, err = core.MajorityDone(p.x.Eval(ctx, 0, releaseScript, c))
 	p.count(err)
 	return done, false, err
 }
@@ -172,7 +174,7 @@ func (p *mutexProto) release(ctx context.Context, lk, token string) (done, other
 // leave takes waiter out of lk's wait queue, when it stops waiting, on
 // every node, best effort: a node that misses it lets the entry lapse.
 func (p *mutexProto) leave(ctx context.Context, lk, waiter string) error {
-	return firstErr(p.x.eval(ctx, 0, leaveScript, p.s.leave(lk, waiter)))
+	return firstErr(p.x.Eval(ctx, 0, leaveScript, p.s.leave(lk, waiter)))
 }
 
 // nudge tells waiters that lk, left to expire by token (ReleaseAfter), is
@@ -181,11 +183,11 @@ func (p *mutexProto) leave(ctx context.Context, lk, waiter string) error {
 // Under Redlock it runs on every node, best effort (each keeps a queue of
 // its own), and a node whose key still lives lets its waiters poll.
 func (p *mutexProto) nudge(ctx context.Context, lk, token string) (left time.Duration, err error) {
-	res := p.x.eval(ctx, 0, nudgeScript, p.s.nudge(lk, token))
+	res := p.x.Eval(ctx, 0, nudgeScript, p.s.nudge(lk, token))
 	if err := firstErr(res); err != nil || len(res) > 1 {
 		return -1, err
 	}
-	n, err := replyInt(res[0].Reply)
+	n, err := core.ReplyInt(res[0].Reply)
 	if n < 0 {
 		return -1, err
 	}

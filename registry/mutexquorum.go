@@ -3,6 +3,8 @@ package registry
 import (
 	"context"
 	"time"
+
+	"github.com/lockyard/lockyard/internal/core"
 )
 
 // The mutex protocol's obtain under Redlock: a majority of the nodes, the
@@ -15,7 +17,7 @@ import (
 // it releases the nodes it took and reports the shortest TTL of another
 // holder, or an ErrNoQuorum error.
 func (p *mutexProto) obtainQuorum(ctx context.Context, lk, token string, ttl time.Duration, h hint) (grant, error) {
-	ctx, cancel := bound(ctx, p.timeout)
+	ctx, cancel := core.Bound(ctx, p.timeout)
 	defer cancel()
 	g, err := p.obtainAll(ctx, lk, token, ttl, h)
 	p.count(err)
@@ -27,46 +29,46 @@ func (p *mutexProto) obtainQuorum(ctx context.Context, lk, token string, ttl tim
 // queue of its own, and every node publishes.
 func (p *mutexProto) obtainAll(ctx context.Context, lk, token string, ttl time.Duration, h hint) (grant, error) {
 	var (
-		v     = tally{n: p.x.nodes()}
-		won   = make([]bool, p.x.nodes())
+		v     = core.Tally{N: p.x.Nodes()}
+		won   = make([]bool, p.x.Nodes())
 		out   = unknown
 		final error
 	)
-	d := nodeTimeout(p.timeout, ttl) // the acquisition's TTL sets it
-	for i, r := range p.x.eval(ctx, d, obtainScript, p.s.obtain(lk, token, ttl, h)) {
+	d := core.NodeTimeout(p.timeout, ttl) // the acquisition's TTL sets it
+	for i, r := range p.x.Eval(ctx, d, obtainScript, p.s.obtain(lk, token, ttl, h)) {
 		g, err := decodeGrant(r.Reply)
 		if r.Err != nil {
 			err = r.Err
 		}
 		switch {
 		case err != nil:
-			v.fail(err)
-			if !isAmbiguous(err) && !isTransient(err) {
-				final = firstOf(final, err) // WRONGTYPE and the like
+			v.Fail(err)
+			if !core.IsAmbiguous(err) && !core.IsTransient(err) {
+				final = core.FirstOf(final, err) // WRONGTYPE and the like
 			}
 		case g.ok:
 			won[i] = true
-			v.done++
+			v.Done++
 			out.fence = max(out.fence, g.fence)
 		case g.sleep >= 0 && (out.sleep < 0 || g.sleep < out.sleep):
 			out.sleep = g.sleep
 		}
 	}
-	if v.majority() && p.s.fencing {
+	if v.Majority() && p.s.fencing {
 		if err := p.raiseFence(ctx, d, lk, out.fence); err != nil {
-			p.undo(ctx, d, lk, token, won, v.done)
+			p.undo(ctx, d, lk, token, won, v.Done)
 			return unknown, err
 		}
 	}
-	if v.majority() {
+	if v.Majority() {
 		return grant{ok: true, fence: out.fence}, nil
 	}
-	p.undo(ctx, d, lk, token, won, v.done)
+	p.undo(ctx, d, lk, token, won, v.Done)
 	switch {
 	case final != nil:
 		return unknown, final
-	case v.hopeless():
-		return unknown, v.err()
+	case v.Hopeless():
+		return unknown, v.Err()
 	}
 	return out, nil
 }
@@ -75,16 +77,16 @@ func (p *mutexProto) obtainAll(ctx context.Context, lk, token string, ttl time.D
 // that any later majority, which shares a node with a majority that took
 // it, counts above it. It fails unless a majority took it.
 func (p *mutexProto) raiseFence(ctx context.Context, d time.Duration, lk string, fence int64) error {
-	v := tally{n: p.x.nodes()}
-	for _, r := range p.x.eval(ctx, d, fenceScript, p.s.fence(lk, fence)) {
+	v := core.Tally{N: p.x.Nodes()}
+	for _, r := range p.x.Eval(ctx, d, fenceScript, p.s.fence(lk, fence)) {
 		if r.Err != nil {
-			v.fail(r.Err)
+			v.Fail(r.Err)
 			continue
 		}
-		v.done++
+		v.Done++
 	}
-	if !v.majority() {
-		return v.err()
+	if !v.Majority() {
+		return v.Err()
 	}
 	return nil
 }
@@ -93,7 +95,7 @@ func (p *mutexProto) raiseFence(ctx context.Context, d time.Duration, lk string,
 // it, best effort: a node that fails keeps it until its TTL. Waiters are
 // told, as by any release.
 func (p *mutexProto) undo(ctx context.Context, d time.Duration, lk, token string, won []bool, n int) {
-	if q, ok := p.x.(*quorumExec); ok && n > 0 {
-		q.evalOn(context.WithoutCancel(ctx), d, releaseScript, p.s.release(lk, token), won)
+	if q, ok := p.x.(*core.QuorumExec); ok && n > 0 {
+		q.EvalOn(context.WithoutCancel(ctx), d, releaseScript, p.s.release(lk, token), won)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/lockyard/lockyard/internal/core"
 )
 
 // Pool hands out Redis connections. *redis.Pool (redigo) satisfies it. The
@@ -132,16 +133,16 @@ func (p *poolClient) EvalBatch(ctx context.Context, s *Script, calls []Call) []R
 	defer c.Close()
 	var retry []int
 	sendBatch(ctx, c, calls, out, allIndexes(len(calls)), func(x Call) error {
-		return c.Send("EVALSHA", evalArgs(s.hash, x.Keys, x.Args)...)
+		return c.Send("EVALSHA", evalArgs(s.Hash(), x.Keys, x.Args)...)
 	})
 	for i, res := range out {
-		if isNoScript(res.Err) {
+		if core.IsNoScript(res.Err) {
 			retry = append(retry, i)
 		}
 	}
 	if len(retry) > 0 {
 		sendBatch(ctx, c, calls, out, retry, func(x Call) error {
-			return c.Send("EVAL", evalArgs(s.src, x.Keys, x.Args)...)
+			return c.Send("EVAL", evalArgs(s.Source(), x.Keys, x.Args)...)
 		})
 	}
 	return out
@@ -206,14 +207,14 @@ func (p *poolClient) Info(ctx context.Context, section string) (string, error) {
 // bounded by what is left of timeout (0: no bound).
 func evalConn(c redis.Conn, timeout time.Duration, s *Script, keys []string, args []any) (any, error) {
 	deadline := time.Now().Add(timeout)
-	v, err := doTimeout(c, timeout, "EVALSHA", evalArgs(s.hash, keys, args))
-	if err = replyError(err); !isNoScript(err) {
+	v, err := doTimeout(c, timeout, "EVALSHA", evalArgs(s.Hash(), keys, args))
+	if err = replyError(err); !core.IsNoScript(err) {
 		return v, err
 	}
 	if timeout > 0 {
 		timeout = max(time.Until(deadline), time.Millisecond)
 	}
-	v, err = doTimeout(c, timeout, "EVAL", evalArgs(s.src, keys, args))
+	v, err = doTimeout(c, timeout, "EVAL", evalArgs(s.Source(), keys, args))
 	return v, replyError(err)
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockyard/lockyard/internal/core"
 	"github.com/lockyard/lockyard/internal/reentrant"
 )
 
@@ -30,10 +31,10 @@ type RedisLock struct {
 	local     reentrant.Mutex
 	// hold is the current acquisition in Redis, nil when not held. Only the
 	// goroutine that owns local stores it; anyone may load it.
-	hold     atomic.Pointer[hold]
+	hold     atomic.Pointer[core.Hold]
 	phase    atomic.Int32 // a phase (lifecycle.go), for tests and debugging
 	lastUsed atomic.Int64 // registry clock of the last Obtain, lock or unlock
-	wake     *waker       // wakes the remote waiter (PubSubLock; nil otherwise)
+	wake     *core.Waker  // wakes the remote waiter (PubSubLock; nil otherwise)
 	// waiter is this instance's id in the key's wait queue: the registry
 	// id, "/", and a number unique to the instance, so that an instance
 	// evicted from the cache and kept by the caller, and the one Obtain
@@ -46,9 +47,9 @@ type RedisLock struct {
 
 func newRedisLock(r *Registry, name string) *RedisLock {
 	key := r.layout.LockKey(name)
-	l := &RedisLock{reg: r, key: key, waiter: r.clientID + "/" + strconv.FormatUint(r.instances.Add(1), 10)}
+	l := &RedisLock{reg: r, key: key, waiter: r.core.ClientID + "/" + strconv.FormatUint(r.instances.Add(1), 10)}
 	l.name, _ = r.layout.UserKey(key) // name, sharing key's memory
-	l.wake = newWaker(r.cfg.lockType)
+	l.wake = core.NewWaker(r.cfg.lockType == PubSubLock)
 	l.touch()
 	return l
 }
@@ -74,7 +75,7 @@ func (l *RedisLock) Key() string { return l.key }
 // as it can grant the lock twice (see WithReplicaAck).
 func (l *RedisLock) Token() int64 {
 	if h := l.goroutineHold(); h != nil {
-		return h.fence
+		return h.Fence
 	}
 	return 0
 }
@@ -82,7 +83,7 @@ func (l *RedisLock) Token() int64 {
 // goroutineHold returns the current hold if a goroutine holds the lock, and
 // the calling goroutine did not lose it to revoke; nil otherwise (a lease
 // holds the key, or nobody).
-func (l *RedisLock) goroutineHold() *hold {
+func (l *RedisLock) goroutineHold() *core.Hold {
 	h := l.hold.Load()
 	if h == nil || l.local.Owner() <= 0 || l.revoked() {
 		return nil
@@ -107,16 +108,16 @@ func (l *RedisLock) Lost() <-chan struct{} {
 	if h == nil {
 		return closedChan
 	}
-	return h.watch().Done()
+	return h.Watch().Done()
 }
 
-func (l *RedisLock) touch() { l.lastUsed.Store(l.reg.now()) }
+func (l *RedisLock) touch() { l.lastUsed.Store(l.reg.core.Now()) }
 
 // The RedisLock as a cache entry.
 func (l *RedisLock) cacheKey() string { return l.name }
 func (l *RedisLock) busy() bool       { return l.local.Busy() }
 func (l *RedisLock) used() int64      { return l.lastUsed.Load() }
-func (l *RedisLock) signal(k int64)   { l.wake.signal(k) }
+func (l *RedisLock) signal(k int64)   { l.wake.Signal(k) }
 
 // Lock blocks until the calling goroutine holds the lock. Redis errors do not
 // make it fail: it logs them and retries with capped backoff (use
@@ -124,7 +125,7 @@ func (l *RedisLock) signal(k int64)   { l.wake.signal(k) }
 // registry is or gets closed.
 func (l *RedisLock) Lock() {
 	if err := l.lock(context.Background(), true, l.reg.cfg.expireAfter, reentrant.Self()); err != nil {
-		panic(wrapKey("Lock", l.key, err))
+		panic(core.WrapKey("Lock", l.key, err))
 	}
 }
 
@@ -159,7 +160,7 @@ func (l *RedisLock) LockFor(ctx context.Context, ttl time.Duration) error {
 func (l *RedisLock) TryLock() bool {
 	res, err := l.tryLock(context.Background(), l.reg.cfg.expireAfter, reentrant.Self())
 	if err != nil && res != tryClosed {
-		l.reg.log.Warn("lockyard: TryLock failed", "key", l.key, "err", err)
+		l.reg.core.Log.Warn("lockyard: TryLock failed", "key", l.key, "err", err)
 	}
 	return res == tryHeld
 }
@@ -170,8 +171,8 @@ func (l *RedisLock) TryLock() bool {
 // in Redis), or the Redis or ctx error (ErrClosed after Close). Nothing is
 // logged.
 func (l *RedisLock) TryLockContext(ctx context.Context) error {
-	if err := ctx.Err(); err != nil && !l.reg.bg.isClosed() {
-		return wrapKey("trying", l.key, err)
+	if err := ctx.Err(); err != nil && !l.reg.core.BG.IsClosed() {
+		return core.WrapKey("trying", l.key, err)
 	}
 	return l.tryErr(l.tryLock(ctx, l.reg.cfg.expireAfter, reentrant.Self()))
 }
@@ -190,9 +191,9 @@ func (l *RedisLock) Unlock() {
 	case errors.Is(err, ErrNotOwner):
 		panic(fmt.Errorf("%w: Unlock of %q by a goroutine that does not hold it", ErrNotOwner, l.key))
 	case errors.Is(err, ErrLockLost):
-		l.reg.log.Error("lockyard: lock was lost before Unlock", "key", l.key, "token", token, "err", err)
+		l.reg.core.Log.Error("lockyard: lock was lost before Unlock", "key", l.key, "token", token, "err", err)
 	default:
-		l.reg.log.Error("lockyard: release failed; the key expires by its TTL", "key", l.key, "token", token, "err", err)
+		l.reg.core.Log.Error("lockyard: release failed; the key expires by its TTL", "key", l.key, "token", token, "err", err)
 	}
 }
 
@@ -238,25 +239,25 @@ func (l *RedisLock) renew(ctx context.Context, ttl time.Duration) error {
 	if h == nil {
 		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, l.key)
 	}
-	defer h.renewing.Unlock()
-	return h.renew(ctx, ttl)
+	defer h.Renewing.Unlock()
+	return h.Renew(ctx, ttl)
 }
 
 // lockCurrent returns the lock's current hold with its renewing lock
 // taken, or nil if the registry holds none. A hold that was released (or
 // passed on) while it waited for the lock is not returned: its TTL must not
 // reach Redis after its successor's.
-func (l *RedisLock) lockCurrent() *hold {
+func (l *RedisLock) lockCurrent() *core.Hold {
 	for {
 		h := l.hold.Load()
 		if h == nil {
 			return nil
 		}
-		h.renewing.Lock()
-		if !h.released() {
+		h.Renewing.Lock()
+		if !h.Released() {
 			return h
 		}
-		h.renewing.Unlock()
+		h.Renewing.Unlock()
 		if l.hold.Load() == h { // being released: not held any more
 			return nil
 		}

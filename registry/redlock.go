@@ -2,6 +2,8 @@ package registry
 
 import (
 	"fmt"
+
+	"github.com/lockyard/lockyard/internal/core"
 )
 
 // NewRedlock returns a registry whose locks live on a majority of
@@ -34,11 +36,11 @@ func NewRedlock(clients []Client, registryKey string, opts ...Option) (*Registry
 	} else if cfg.ackReplicas > 0 {
 		return nil, fmt.Errorf("%w: WithReplicaAck does not apply to Redlock nodes", ErrInvalidConfig)
 	}
-	return build(registryKey, opts, func(cfg config, _ *stats) executor {
-		return &quorumExec{
-			clients:     append([]Client(nil), clients...),
-			timeout:     cfg.commandTimeout,
-			nodeTimeout: nodeTimeout(cfg.commandTimeout, cfg.expireAfter),
+	return build(registryKey, opts, func(cfg config, _ *core.Counters) core.Executor {
+		return &core.QuorumExec{
+			Clients:     append([]Client(nil), clients...),
+			Timeout:     cfg.commandTimeout,
+			NodeTimeout: core.NodeTimeout(cfg.commandTimeout, cfg.expireAfter),
 		}
 	})
 }

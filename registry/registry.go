@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/lockyard/lockyard/internal/core"
 
 	"github.com/lockyard/lockyard/internal/wire"
 )
@@ -18,12 +19,12 @@ import (
 // when done; Close stops its background goroutines but deletes no key.
 //
 // A registry is built from parts, each with its own file and its own
-// locking: the core that every acquisition shares (core.go: the executor,
+// locking: the core that every acquisition shares (internal/core: the executor,
 // where locks live in Redis, the watchdog, the counters, and the group of
 // background goroutines that Close stops), the cache of locks and the
 // subscriber.
 type Registry struct {
-	core
+	core      core.Core
 	layout    wire.Layout
 	cfg       config
 	instances atomic.Uint64 // lock instances made, numbering their wait queue ids
@@ -43,14 +44,14 @@ func NewWithClient(client Client, registryKey string, opts ...Option) (*Registry
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
 	}
-	return build(registryKey, opts, func(cfg config, st *stats) executor {
-		return newClientExec(client, cfg.commandTimeout, st)
+	return build(registryKey, opts, func(cfg config, st *core.Counters) core.Executor {
+		return core.NewClientExec(client, cfg.commandTimeout, st)
 	})
 }
 
 // build checks the registry key and the options, and assembles a registry
 // on the executor that newExec makes.
-func build(registryKey string, opts []Option, newExec func(config, *stats) executor) (*Registry, error) {
+func build(registryKey string, opts []Option, newExec func(config, *core.Counters) core.Executor) (*Registry, error) {
 	if err := checkRegistryKey(registryKey); err != nil {
 		return nil, err
 	}
@@ -59,23 +60,23 @@ func build(registryKey string, opts []Option, newExec func(config, *stats) execu
 		return nil, err
 	}
 	r := &Registry{
-		core: core{
-			log:      cfg.logger.With("registry", registryKey),
-			epoch:    time.Now(),
-			clientID: uuid.NewString(),
-			bg:       newGroup(),
-			stats:    newStats(),
+		core: core.Core{
+			Log:      cfg.logger.With("registry", registryKey),
+			Epoch:    time.Now(),
+			ClientID: uuid.NewString(),
+			BG:       core.NewGroup(),
+			Counters: core.NewCounters(),
 		},
 		layout: wire.Layout{Registry: registryKey, HashTag: cfg.hashTag},
 		cfg:    cfg,
 	}
-	r.exec = newExec(cfg, r.stats)
-	r.mutex = newMutexProto(r.exec, newScripts(r.layout, cfg), cfg, r.stats)
-	if one, ok := r.exec.(*clientExec); ok {
+	r.core.Exec = newExec(cfg, r.core.Counters)
+	r.mutex = newMutexProto(r.core.Exec, newScripts(r.layout, cfg), cfg, r.core.Counters)
+	if one, ok := r.core.Exec.(*core.ClientExec); ok {
 		r.sem = &semProto{one: one, s: newScripts(r.layout, cfg)}
 	}
 	r.cache.capacity = cfg.capacity
-	r.watchdog = newWatchdog(&r.core, cfg.autoRenew)
+	r.core.Watchdog = core.NewWatchdog(&r.core, cfg.autoRenew)
 	r.subscriber.r = r
 	return r, nil
 }
@@ -98,7 +99,7 @@ func isNil(v any) bool {
 // ErrClosed, or ErrCacheFull when a new key does not fit because every
 // cached lock is held or waited for.
 func (r *Registry) Obtain(key string) (*RedisLock, error) {
-	if r.bg.isClosed() {
+	if r.core.BG.IsClosed() {
 		return nil, ErrClosed
 	}
 	if err := checkLockKey(r.layout, key); err != nil {
@@ -123,7 +124,7 @@ func (r *Registry) Obtain(key string) (*RedisLock, error) {
 // or waits for and that was last obtained, locked or unlocked at least age
 // ago; a negative age removes every such lock. It never touches Redis.
 func (r *Registry) ExpireUnusedOlderThan(age time.Duration) {
-	r.cache.expire(r.now(), age)
+	r.cache.expire(r.core.Now(), age)
 }
 
 // RenewLock resets the time to live of the lock on key that this registry
@@ -179,15 +180,15 @@ func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx co
 	}
 	h := l.hold.Load()
 	fctx, cancel := context.WithCancelCause(ctx)
-	wctx := h.watch()
+	wctx := h.Watch()
 	stop := context.AfterFunc(wctx, func() { cancel(context.Cause(wctx)) })
 	defer func() {
 		stop()
 		cancel(nil)
-		lost := h.lost(r.now())
+		lost := h.Lost(r.core.Now())
 		uerr := l.UnlockContext(ctx)
 		if lost {
-			h.countLost()
+			h.CountLost()
 		}
 		if lost && !errors.Is(uerr, ErrLockLost) {
 			uerr = errors.Join(uerr, fmt.Errorf("%w: validity of %q ended before release", ErrLockLost, key))
@@ -200,7 +201,7 @@ func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx co
 // Stats returns a snapshot of the registry's counters. It is cheap and safe
 // to call concurrently; the counters are read one by one, not atomically
 // together.
-func (r *Registry) Stats() Stats { return r.stats.snapshot(r.cache.len()) }
+func (r *Registry) Stats() Stats { return snapshot(r.core.Counters, r.cache.len()) }
 
 // AutoRenew reports whether the registry was made WithAutoRenew: its
 // watchdog renews every hold, of a lock or a lease, until it is released.
@@ -209,7 +210,7 @@ func (r *Registry) AutoRenew() bool { return r.cfg.autoRenew }
 // Done returns a channel that is closed when Close is called, for code
 // that works on a registry's locks and leases (renewing them itself, say)
 // and must stop with it.
-func (r *Registry) Done() <-chan struct{} { return r.bg.closed }
+func (r *Registry) Done() <-chan struct{} { return r.core.BG.Closed }
 
 // Close stops the registry's background goroutines, waits for them, and
 // makes every waiter return ErrClosed. Afterwards Obtain, LockContext and
@@ -221,7 +222,7 @@ func (r *Registry) Done() <-chan struct{} { return r.bg.closed }
 // ErrLockLost, rather than a TTL later when the hold is lost. Close is
 // idempotent and always returns nil.
 func (r *Registry) Close() error {
-	r.bg.close()
-	r.watchdog.orphanAll()
+	r.core.BG.Close()
+	r.core.Watchdog.OrphanAll()
 	return nil
 }

@@ -20,7 +20,7 @@ import (
 //
 // others reports that the release found other registries waiting for lk.
 func (r *Registry) deleteToken(ctx context.Context, lk, token string) (done, others bool, first, err error) {
-	done, first, err = r.retried(ctx, func(ctx context.Context) (bool, error) {
+	done, first, err = r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
 		var d bool
 		d, others, err = r.mutex.release(ctx, lk, token)
 		return d, err
@@ -32,10 +32,10 @@ func (r *Registry) deleteToken(ctx context.Context, lk, token string) (done, oth
 // this registry may have set with token without knowing it, so that it does not block
 // others until its TTL runs out.
 func (r *Registry) releaseLater(lk, token string) {
-	r.bg.spawn(func() {
+	r.core.BG.Spawn(func() {
 		// bg.ctx: Close does not wait for a server that is down; the key
 		// then expires by its TTL.
-		_, _, _, _ = r.deleteToken(r.bg.ctx, lk, token)
+		_, _, _, _ = r.deleteToken(r.core.BG.Ctx, lk, token)
 	})
 }
 
@@ -44,7 +44,7 @@ func (r *Registry) releaseLater(lk, token string) {
 // short bound: a waiter that Close woke leaves the wait queue on its way
 // out, and a permit is given back rather than left taken for its TTL.
 func (r *Registry) soon(fn func(ctx context.Context)) {
-	if !r.bg.spawn(func() { fn(r.bg.ctx) }) {
+	if !r.core.BG.Spawn(func() { fn(r.core.BG.Ctx) }) {
 		ctx, cancel := context.WithTimeout(context.Background(), min(r.cfg.commandTimeout, closeLeave))
 		defer cancel()
 		fn(ctx)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/lockyard/lockyard/internal/core"
 )
 
 // ack is the replica acknowledgement of WithReplicaAck: WAIT replicas
@@ -21,7 +23,7 @@ type ack struct {
 // ErrReplicaAck: a failover to a replica that lacks the key would grant the
 // lock a second time.
 func (st *mutexProto) obtainAcked(ctx context.Context, lk, token string, c Call) (grant, error) {
-	v, acked, err := st.one.evalWait(ctx, obtainScript, c, st.ack.replicas, st.ack.timeout)
+	v, acked, err := st.one.EvalWait(ctx, obtainScript, c, st.ack.replicas, st.ack.timeout)
 	var g grant
 	if v != nil {
 		var derr error
@@ -51,8 +53,8 @@ func (st *mutexProto) obtainAcked(ctx context.Context, lk, token string, c Call)
 // deadline, so the hold's validity must not move. The key itself keeps its
 // new TTL on the master.
 func (st *mutexProto) renewAcked(ctx context.Context, lk string, c Call) (bool, error) {
-	v, acked, err := st.one.evalWait(ctx, renewScript, c, st.ack.replicas, st.ack.timeout)
-	done, err := decodeDone(v, err)
+	v, acked, err := st.one.EvalWait(ctx, renewScript, c, st.ack.replicas, st.ack.timeout)
+	done, err := core.DecodeDone(v, err)
 	switch {
 	case err != nil:
 		return false, err
@@ -72,8 +74,8 @@ const ackRenewWorkers = 16
 // a Cluster a batch spans several masters, each needing its own; EvalWait
 // already handles both. With many held locks this costs a round trip per
 // lock and period instead of one per batch.
-func (st *mutexProto) renewEach(ctx context.Context, calls []renewCall) []renewReply {
-	out := make([]renewReply, len(calls))
+func (st *mutexProto) renewEach(ctx context.Context, calls []core.RenewCall) []core.RenewReply {
+	out := make([]core.RenewReply, len(calls))
 	sem := make(chan struct{}, ackRenewWorkers)
 	var wg sync.WaitGroup
 	for i, x := range calls {
@@ -81,7 +83,7 @@ func (st *mutexProto) renewEach(ctx context.Context, calls []renewCall) []renewR
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			out[i].ok, out[i].err = st.renewAcked(ctx, x.lk, st.s.renew(x.lk, x.token, x.ttl))
+			out[i].OK, out[i].Err = st.renewAcked(ctx, x.Key, st.s.renew(x.Key, x.Token, x.TTL))
 		}()
 	}
 	wg.Wait()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/lockyard/lockyard/internal/core"
 )
 
 // The mutex protocol's outcomes, and the decoding of its scripts' replies
@@ -48,14 +50,6 @@ type passReply struct {
 	fence   int64
 	sleep   time.Duration
 	after   int
-}
-
-// replyInt returns the integer reply v.
-func replyInt(v any) (int64, error) {
-	if n, ok := v.(int64); ok {
-		return n, nil
-	}
-	return 0, fmt.Errorf("lockyard: unexpected reply %v (%T), want an integer", v, v)
 }
 
 // replyInts returns the reply v, an array of n integers (n in 1..3).
@@ -105,22 +99,12 @@ func decodePass(v any) (passReply, error) {
 	return passReply{outcome: passGone}, nil
 }
 
-// decodeDone decodes the 1 (done) or 0 (the key was gone or another
-// holder's) of release.lua and renew.lua.
-func decodeDone(v any, err error) (bool, error) {
-	if err != nil {
-		return false, err
-	}
-	n, err := replyInt(v)
-	return n >= 1, err // release.lua's 2: done, and registries wait
-}
-
 // decodeRelease decodes release.lua's 2 (deleted; registries wait), 1
 // (deleted) or 0 (gone or another holder's).
 func decodeRelease(v any, err error) (done, others bool, _ error) {
 	if err != nil {
 		return false, false, err
 	}
-	n, err := replyInt(v)
+	n, err := core.ReplyInt(v)
 	return n >= 1, n == 2, err
 }

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"github.com/lockyard/lockyard/internal/core"
 	"github.com/lockyard/lockyard/internal/reentrant"
 )
 
@@ -14,7 +15,7 @@ import (
 //
 // The loss is noticed without polling: when a goroutine queues behind a
 // hold, or a hold begins with goroutines queued, the hold is guarded (its
-// timer fires at its deadline, hold.go). A hold found lost, by its timer,
+// timer fires at its deadline, internal/core/hold.go). A hold found lost, by its timer,
 // by a renewal or by a goroutine that queues, goes through hold.lose, which
 // tells the lock last (holdLost): goroutines queue behind it, so it is
 // revoked. An owner that is already finishing its outermost unlock is never
@@ -25,7 +26,7 @@ import (
 // holder of its holds.
 type queueHook RedisLock
 
-var _ holder = (*queueHook)(nil)
+var _ core.Holder = (*queueHook)(nil)
 
 // Queued loses a lost hold at once and guards a valid one. A hold that is
 // being passed on or released is left to that path, which reports its
@@ -35,16 +36,16 @@ func (q *queueHook) Queued() {
 	h := l.hold.Load()
 	switch {
 	case h == nil:
-	case !h.lost(l.reg.now()):
-		h.guard() // does nothing once h is released
-	case !h.released():
-		h.lose()
+	case !h.Lost(l.reg.core.Now()):
+		h.Guard() // does nothing once h is released
+	case !h.Released():
+		h.Lose()
 	}
 }
 
-// holdLost revokes h, lost, if goroutines queue behind it; otherwise the
+// HoldLost revokes h, lost, if goroutines queue behind it; otherwise the
 // next one to queue does (Queued), or the holder's unlock reports it.
-func (q *queueHook) holdLost(h *hold) {
+func (q *queueHook) HoldLost(h *core.Hold) {
 	l := (*RedisLock)(q)
 	if l.local.Waiters() > 0 {
 		l.revoke(h)
@@ -55,10 +56,10 @@ func (q *queueHook) holdLost(h *hold) {
 // it did (TryLock then tries again).
 func (l *RedisLock) revokeLost() bool {
 	h := l.hold.Load()
-	if h == nil || !h.lost(l.reg.now()) || h.released() {
+	if h == nil || !h.Lost(l.reg.core.Now()) || h.Released() {
 		return false
 	}
-	h.lose()
+	h.Lose()
 	return l.revoke(h)
 }
 
@@ -66,18 +67,18 @@ func (l *RedisLock) revokeLost() bool {
 // the lock's hold and held (not being handed over or released): h is
 // retired, and its key deleted in the background if it still carries h's
 // token. The mutex goes to the next local waiter.
-func (l *RedisLock) revoke(h *hold) bool {
+func (l *RedisLock) revoke(h *core.Hold) bool {
 	r := l.reg
 	if !l.local.Revoke(func() bool {
 		return l.hold.Load() == h && l.phase.CompareAndSwap(int32(held), int32(idle))
 	}) {
 		return false
 	}
-	h.retire()
+	h.Retire()
 	if l.hold.CompareAndSwap(h, nil) {
-		r.releaseLater(l.key, h.token)
+		r.releaseLater(l.key, h.Token)
 	}
-	r.log.Warn("lockyard: lock lost while held; passed on to the next goroutine", "key", l.key, "token", h.fence)
+	r.core.Log.Warn("lockyard: lock lost while held; passed on to the next goroutine", "key", l.key, "token", h.Fence)
 	return true
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockyard/lockyard/internal/core"
 	"github.com/lockyard/lockyard/internal/wire"
 )
 
@@ -32,13 +33,13 @@ var (
 	//go:embed lua/nudge.lua
 	nudgeSrc string
 
-	obtainScript  = newScript("obtain", preludeSrc+obtainSrc)
-	releaseScript = newScript("release", preludeSrc+releaseSrc)
-	renewScript   = newScript("renew", renewSrc)
-	passScript    = newScript("pass", preludeSrc+passSrc)
-	fenceScript   = newScript("fence", fenceSrc)
-	leaveScript   = newScript("leave", preludeSrc+leaveSrc)
-	nudgeScript   = newScript("nudge", preludeSrc+nudgeSrc)
+	obtainScript  = core.NewScript("obtain", preludeSrc+obtainSrc)
+	releaseScript = core.NewScript("release", preludeSrc+releaseSrc)
+	renewScript   = core.NewScript("renew", renewSrc)
+	passScript    = core.NewScript("pass", preludeSrc+passSrc)
+	fenceScript   = core.NewScript("fence", fenceSrc)
+	leaveScript   = core.NewScript("leave", preludeSrc+leaveSrc)
+	nudgeScript   = core.NewScript("nudge", preludeSrc+nudgeSrc)
 )
 
 // hint is what the per-key path knows of an obtain or a pass.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/lockyard/lockyard/internal/core"
 )
 
 // A semaphore's leases: release, and the hand-off of a permit to the next
@@ -14,13 +16,13 @@ import (
 // The Semaphore as the kind of its leases.
 func (s *Semaphore) leaseKey() string { return s.key }
 
-func (s *Semaphore) holds(le *Lease) bool { return le.h.kind.(*permit).h.Load() == le.h }
+func (s *Semaphore) holds(le *Lease) bool { return le.h.Kind.(*permit).h.Load() == le.h }
 
 // endLease releases le's permit: it passes to the next lease of this
 // registry that waits, or is given back in Redis (semrelease.lua). Errors
 // are those of a lock's Lease.Release.
 func (s *Semaphore) endLease(ctx context.Context, le *Lease) error {
-	p := le.h.kind.(*permit)
+	p := le.h.Kind.(*permit)
 	if s.waited() {
 		switch res, err := s.handOff(ctx, p); res {
 		case handedOver:
@@ -40,20 +42,20 @@ func (s *Semaphore) endLease(ctx context.Context, le *Lease) error {
 // or their poll interval).
 func (s *Semaphore) endLeaseAfter(ctx context.Context, le *Lease, d time.Duration) error {
 	r := s.reg
-	h := le.h.kind.(*permit).h.Load()
-	h.retire()
-	h.renewing.Lock()
-	ok, _, err := r.retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
-		return r.sem.renew(ctx, s.key, h.token, d)
+	h := le.h.Kind.(*permit).h.Load()
+	h.Retire()
+	h.Renewing.Lock()
+	ok, _, err := r.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
+		return r.sem.Renew(ctx, s.key, h.Token, d)
 	})
-	h.renewing.Unlock()
+	h.Renewing.Unlock()
 	switch {
 	case err != nil:
-		err = errors.Join(releaseFailed(s.key, err), h.lostAtRelease())
+		err = errors.Join(releaseFailed(s.key, err), h.LostAtRelease())
 	case !ok:
-		err = errGone(s.key)
+		err = core.KeyGone(s.key)
 	default:
-		err = h.lostAtRelease()
+		err = h.LostAtRelease()
 	}
 	return s.teardown(h, err)
 }
@@ -67,30 +69,30 @@ func (s *Semaphore) waited() bool {
 
 // release gives h's permit back in Redis, retried as a lock's release is
 // (deleteToken), with a context that ignores the caller's cancellation.
-func (s *Semaphore) release(ctx context.Context, h *hold) error {
+func (s *Semaphore) release(ctx context.Context, h *core.Hold) error {
 	r := s.reg
-	h.retire()
-	done, first, err := r.retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
-		done, _, err := r.sem.release(ctx, s.key, h.token, s.permits)
+	h.Retire()
+	done, first, err := r.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
+		done, _, err := r.sem.release(ctx, s.key, h.Token, s.permits)
 		return done, err
 	})
 	switch {
 	case err != nil:
-		return errors.Join(releaseFailed(s.key, err), h.lostAtRelease())
+		return errors.Join(releaseFailed(s.key, err), h.LostAtRelease())
 	case !done && first != nil:
 		return fmt.Errorf("%w: a permit of %q was gone at a retried release (the first attempt failed with %w and may have given it back)", ErrLockLost, s.key, first)
 	case !done:
 		return fmt.Errorf("%w: a permit of %q expired or was pruned", ErrLockLost, s.key)
 	}
-	return h.lostAtRelease()
+	return h.LostAtRelease()
 }
 
 // teardown ends a lease whose hold h ended with err: h is retired (a loss
 // counted), and the lease no longer counts as held.
-func (s *Semaphore) teardown(h *hold, err error) error {
-	h.retire()
+func (s *Semaphore) teardown(h *core.Hold, err error) error {
+	h.Retire()
 	if errors.Is(err, ErrLockLost) {
-		h.countLost()
+		h.CountLost()
 	}
 	s.ended()
 	return err
@@ -102,7 +104,7 @@ func (s *Semaphore) ended() {
 	s.mu.Lock()
 	s.held--
 	if s.needers > 0 {
-		s.wake.poke()
+		s.wake.Poke()
 	}
 	s.mu.Unlock()
 	s.touch()
@@ -115,8 +117,8 @@ func (s *Semaphore) ended() {
 func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, error) {
 	r := s.reg
 	h := p.h.Load()
-	now := r.now()
-	if r.bg.isClosed() || h.lost(now) {
+	now := r.core.Now()
+	if r.core.BG.IsClosed() || h.Lost(now) {
 		return notHandedOver, nil
 	}
 	next := r.cfg.expireAfter // the TTL most leases ask for; another is renewed to by its taker
@@ -125,22 +127,22 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 	more, at := s.needers > 1, s.queuedAt
 	s.mu.Unlock()
 	if !r.cfg.fencing && !bounded && p.passes < maxFreePasses && now-p.lastCmd < int64(r.cfg.freePassSpan) &&
-		h.TTL() == next && h.deadline.Load()-now >= int64(next*3/4) {
+		h.TTL() == next && h.Deadline.Load()-now >= int64(next*3/4) {
 		p.passes++
 		return s.give(p), nil
 	}
 	// As for a lock's pass: h is retired whatever the outcome, and no
 	// renewal of it reaches Redis after the pass.
-	h.retire()
-	h.renewing.Lock()
-	defer h.renewing.Unlock()
-	sent := r.now()
-	res, err := r.sem.pass(context.WithoutCancel(ctx), s.key, h.token, s.waiter, next, s.permits, bounded, more)
+	h.Retire()
+	h.Renewing.Lock()
+	defer h.Renewing.Unlock()
+	sent := r.core.Now()
+	res, err := r.sem.pass(context.WithoutCancel(ctx), s.key, h.Token, s.waiter, next, s.permits, bounded, more)
 	switch {
-	case isStaleConn(err), err != nil && !isAmbiguous(err) && isTransient(err):
+	case core.IsStaleConn(err), err != nil && !core.IsAmbiguous(err) && core.IsTransient(err):
 		return notHandedOver, nil // release instead
 	case err != nil:
-		s.releaseLater(h.token)
+		s.releaseLater(h.Token)
 		return passFailed, releaseFailed(s.key, err)
 	}
 	switch res.outcome {
@@ -153,12 +155,12 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 			}
 			s.mu.Unlock()
 		}
-		s.install(p, newHold(&r.core, s.key, h.token, res.fence, next, validUntil(sent, next), p, r.sem))
+		s.install(p, core.NewHold(&r.core, s.key, h.Token, res.fence, next, core.ValidUntil(sent, next), p, r.sem))
 		return s.give(p), nil
 	case passGone:
 		return passFailed, fmt.Errorf("%w: a permit of %q expired or was pruned", ErrLockLost, s.key)
 	}
-	return releasedForOthers, h.lostAtRelease()
+	return releasedForOthers, h.LostAtRelease()
 }
 
 // give hands p to the leases of this registry that wait, and wakes the one
@@ -171,7 +173,7 @@ func (s *Semaphore) give(p *permit) handoffResult {
 		return notHandedOver
 	}
 	s.spare = append(s.spare, p)
-	s.wake.poke()
+	s.wake.Poke()
 	return handedOver
 }
 
@@ -198,23 +200,23 @@ func (s *Semaphore) takeSpare(ctx context.Context, ttl time.Duration) *permit {
 		s.spare = s.spare[1:]
 		s.mu.Unlock()
 		h := p.h.Load()
-		if h.TTL() != ttl && !h.lost(r.now()) {
-			h.renewing.Lock()
-			_ = h.renew(ctx, ttl) // a failure leaves h lost, or valid at its TTL
-			h.renewing.Unlock()
+		if h.TTL() != ttl && !h.Lost(r.core.Now()) {
+			h.Renewing.Lock()
+			_ = h.Renew(ctx, ttl) // a failure leaves h lost, or valid at its TTL
+			h.Renewing.Unlock()
 		}
-		if !h.lost(r.now()) {
+		if !h.Lost(r.core.Now()) {
 			return p
 		}
-		h.lose()
-		h.retire()
-		s.releaseLater(h.token)
+		h.Lose()
+		h.Retire()
+		s.releaseLater(h.Token)
 	}
 }
 
-var _ holder = (*permit)(nil)
+var _ core.Holder = (*permit)(nil)
 
-// holdLost: a lost permit blocks no lease of its registry (each waits for
+// HoldLost: a lost permit blocks no lease of its registry (each waits for
 // a permit in Redis, where the lost one has expired or is gone), so there
 // is nothing to free locally; its lease sees the loss (Lost, Release).
-func (p *permit) holdLost(*hold) {}
+func (p *permit) HoldLost(*core.Hold) {}

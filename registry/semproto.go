@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"fmt"
 	"time"
+
+	"github.com/lockyard/lockyard/internal/core"
 )
 
 // The semaphore's scripts (lua/sem*.lua): permits in a sorted set scored
@@ -20,10 +22,10 @@ var (
 	//go:embed lua/semrenew.lua
 	semRenewSrc string
 
-	semAcquireScript = newScript("semacquire", preludeSrc+semAcquireSrc)
-	semReleaseScript = newScript("semrelease", preludeSrc+semReleaseSrc)
-	semPassScript    = newScript("sempass", preludeSrc+semPassSrc)
-	semRenewScript   = newScript("semrenew", semRenewSrc)
+	semAcquireScript = core.NewScript("semacquire", preludeSrc+semAcquireSrc)
+	semReleaseScript = core.NewScript("semrelease", preludeSrc+semReleaseSrc)
+	semPassScript    = core.NewScript("sempass", preludeSrc+semPassSrc)
+	semRenewScript   = core.NewScript("semrenew", semRenewSrc)
 )
 
 // semProto is the protocol of a Semaphore, on one Client (a single node,
@@ -33,11 +35,11 @@ var (
 // wait queue's leave is the lock's (leave.lua), which also deletes a fenced
 // semaphore's counter when nothing is left.
 type semProto struct {
-	one *clientExec
+	one *core.ClientExec
 	s   scripts
 }
 
-var _ renewer = (*semProto)(nil)
+var _ core.Renewer = (*semProto)(nil)
 
 // semGrant is the outcome of semacquire.lua: a grant, and whether the
 // caller's instance was queued again with it (more leases of its registry
@@ -57,7 +59,7 @@ func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Durat
 	}
 	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
 		s.fenceArg, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits, m}}
-	v, err := p.one.one(ctx, semAcquireScript, c)
+	v, err := p.one.One(ctx, semAcquireScript, c)
 	if err != nil {
 		return semGrant{grant: unknown}, err
 	}
@@ -89,7 +91,7 @@ func (p *semProto) pass(ctx context.Context, lk, token, waiter string, ttl time.
 	}
 	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg,
 		s.fenceArg, permits, f, waiter, m}}
-	v, err := p.one.one(ctx, semPassScript, c)
+	v, err := p.one.One(ctx, semPassScript, c)
 	if err != nil {
 		return passReply{}, err
 	}
@@ -101,29 +103,29 @@ func (p *semProto) pass(ctx context.Context, lk, token, waiter string, ttl time.
 func (p *semProto) release(ctx context.Context, lk, token string, permits int) (done, others bool, err error) {
 	s := &p.s
 	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, permits, s.fenceArg}}
-	return decodeRelease(p.one.one(ctx, semReleaseScript, c))
+	return decodeRelease(p.one.One(ctx, semReleaseScript, c))
 }
 
-// renew resets the expiry of token's permit to ttl from now, and reports
+// Renew resets the expiry of token's permit to ttl from now, and reports
 // whether it still held one.
-func (p *semProto) renew(ctx context.Context, lk, token string, ttl time.Duration) (bool, error) {
-	return decodeDone(p.one.one(ctx, semRenewScript, Call{Keys: []string{lk}, Args: []any{token, p.s.ttlOf(ttl)}}))
+func (p *semProto) Renew(ctx context.Context, lk, token string, ttl time.Duration) (bool, error) {
+	return core.DecodeDone(p.one.One(ctx, semRenewScript, Call{Keys: []string{lk}, Args: []any{token, p.s.ttlOf(ttl)}}))
 }
 
-// renewBatch renews many permits in one pipeline (the watchdog).
-func (p *semProto) renewBatch(ctx context.Context, calls []renewCall) []renewReply {
+// RenewBatch renews many permits in one pipeline (the watchdog).
+func (p *semProto) RenewBatch(ctx context.Context, calls []core.RenewCall) []core.RenewReply {
 	batch := make([]Call, len(calls))
 	for i, x := range calls {
-		batch[i] = Call{Keys: []string{x.lk}, Args: []any{x.token, p.s.ttlOf(x.ttl)}}
+		batch[i] = Call{Keys: []string{x.Key}, Args: []any{x.Token, p.s.ttlOf(x.TTL)}}
 	}
-	res := p.one.evalBatch(ctx, 0, semRenewScript, batch)[0]
-	out := make([]renewReply, len(calls))
+	res := p.one.EvalBatch(ctx, 0, semRenewScript, batch)[0]
+	out := make([]core.RenewReply, len(calls))
 	for i := range calls {
 		if i >= len(res) { // a Client that broke its contract
-			out[i].err = errShortBatch
+			out[i].Err = core.ErrShortBatch
 			continue
 		}
-		out[i].ok, out[i].err = decodeDone(res[i].Reply, res[i].Err)
+		out[i].OK, out[i].Err = core.DecodeDone(res[i].Reply, res[i].Err)
 	}
 	return out
 }
@@ -136,6 +138,6 @@ func (p *semProto) leave(ctx context.Context, lk, waiter string) error {
 		kind = "f"
 	}
 	c := Call{Keys: s.lockKeys(lk, true), Args: []any{waiter, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, kind}}
-	_, err := p.one.one(ctx, leaveScript, c)
+	_, err := p.one.One(ctx, leaveScript, c)
 	return err
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/lockyard/lockyard/internal/core"
 )
 
 // The subscriber PINGs its connection every subscriberPing and reconnects
@@ -38,21 +40,21 @@ type subscriber struct {
 // subscribes (and so does not receive every release of its registry key).
 // A release between the failed attempt and the subscription is not
 // missed: once subscribed, the subscriber wakes every waiter.
-func (s *subscriber) start() { s.r.bg.startOnce(&s.started, s.loop) }
+func (s *subscriber) start() { s.r.core.BG.StartOnce(&s.started, s.loop) }
 
 // loop keeps one subscription alive until Close, resubscribing with
 // backoff when it drops.
 func (s *subscriber) loop() {
 	r := s.r
-	var bo backoff
+	var bo core.Backoff
 	for {
 		err := s.session(&bo)
 		s.wakeAll() // messages may have been lost: everyone re-checks
-		if r.bg.isClosed() {
+		if r.core.BG.IsClosed() {
 			return
 		}
-		r.log.Warn("lockyard: pub/sub subscriber dropped, resubscribing; waiters poll meanwhile", "err", err)
-		if r.bg.sleep(r.bg.ctx, bo.delay(), nil) != nil {
+		r.core.Log.Warn("lockyard: pub/sub subscriber dropped, resubscribing; waiters poll meanwhile", "err", err)
+		if r.core.BG.Sleep(r.core.BG.Ctx, bo.Delay(), nil) != nil {
 			return
 		}
 	}
@@ -61,14 +63,14 @@ func (s *subscriber) loop() {
 // session subscribes and dispatches messages until the subscription fails
 // or falls silent, or the registry is closed (which cancels bg.ctx and so
 // the receive).
-func (s *subscriber) session(bo *backoff) error {
+func (s *subscriber) session(bo *core.Backoff) error {
 	r := s.r
-	sub, err := r.exec.subscribe(r.bg.ctx, r.layout.ChannelPattern())
+	sub, err := r.core.Exec.Subscribe(r.core.BG.Ctx, r.layout.ChannelPattern())
 	if err != nil {
 		return err
 	}
 	defer sub.Close()
-	bo.reset()
+	bo.Reset()
 	s.wakeAll() // waiters that polled meanwhile switch to wake-ups
 	// The pinger sends while this goroutine receives, as Subscription
 	// allows; it stops before the subscription is closed.
@@ -82,7 +84,7 @@ func (s *subscriber) session(bo *backoff) error {
 			case <-stop:
 				return
 			case <-t.C:
-				if sub.Ping(r.bg.ctx) != nil {
+				if sub.Ping(r.core.BG.Ctx) != nil {
 					return // the receive sees the broken connection
 				}
 			}
@@ -90,7 +92,7 @@ func (s *subscriber) session(bo *backoff) error {
 	}()
 	defer func() { close(stop); <-stopped }()
 	for {
-		ctx, cancel := context.WithTimeout(r.bg.ctx, subscriberDead)
+		ctx, cancel := context.WithTimeout(r.core.BG.Ctx, subscriberDead)
 		ch, err := sub.Receive(ctx)
 		cancel()
 		if err != nil {
@@ -117,11 +119,11 @@ func (s *subscriber) deliver(ch string) {
 
 // wakeAll makes every cached lock's and semaphore's waiters try at once:
 // messages may have been lost.
-func (s *subscriber) wakeAll() { s.r.cache.each(func(e cached) { e.signal(everyTurn) }) }
+func (s *subscriber) wakeAll() { s.r.cache.each(func(e cached) { e.signal(core.EveryTurn) }) }
 
 // listen starts the subscriber after a failed attempt of a lock whose
 // waiter it wakes (a PubSubLock).
-func (s *subscriber) listen(w *waker) {
+func (s *subscriber) listen(w *core.Waker) {
 	if w != nil {
 		s.start()
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockyard/lockyard/internal/core"
 	"github.com/lockyard/lockyard/internal/reentrant"
 )
 
@@ -23,7 +24,7 @@ const (
 // lives ttl, without waiting for another holder. The error is the failed
 // obtain's (tryFailed), or ErrClosed.
 func (l *RedisLock) tryLock(ctx context.Context, ttl time.Duration, who reentrant.Owner) (tryResult, error) {
-	if l.reg.bg.isClosed() {
+	if l.reg.core.BG.IsClosed() {
 		return tryClosed, ErrClosed
 	}
 	ok, reentered, _ := l.local.TryLock(reentrant.Request{}, who) // exclusive: never too heavy
@@ -46,7 +47,7 @@ func (l *RedisLock) tryLock(ctx context.Context, ttl time.Duration, who reentran
 		l.unlockLocal(who)
 		return tryRedisOwner, nil
 	}
-	l.reg.stats.acquired(false, -1)
+	l.reg.core.Counters.Acquired(false, -1)
 	return tryHeld, nil
 }
 
@@ -59,7 +60,7 @@ func (l *RedisLock) tryErr(res tryResult, err error) error {
 	case tryRedisOwner:
 		return fmt.Errorf("%w: %q is held in Redis, or it is the turn of a registry that has waited longer", ErrNotObtained, l.key)
 	case tryFailed:
-		return wrapKey("obtaining", l.key, err)
+		return core.WrapKey("obtaining", l.key, err)
 	}
 	return err
 }

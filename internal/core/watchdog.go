@@ -1,4 +1,4 @@
-package registry
+package core
 
 import (
 	"math"
@@ -19,59 +19,59 @@ const renewBatchSize = 5000
 // spread over 1s to 60s cost a few round trips a second, not one a lock.
 // Without WithAutoRenew it tracks nothing.
 type watchdog struct {
-	r       *core
+	r       *Core
 	enabled bool
 	started atomic.Bool
 	wake    chan struct{} // buffered: a hold due before the planned wake-up was tracked
 
-	// mu guards the following.
-	mu   sync.Mutex
-	held map[*hold]int64 // the holds to renew, and when each is due (registry clock)
+	// Mu guards the following.
+	Mu   sync.Mutex
+	Held map[*Hold]int64 // the holds to renew, and when each is due (registry clock)
 	plan int64           // registry clock of the planned wake-up
 }
 
-func newWatchdog(r *core, enabled bool) watchdog {
+func NewWatchdog(r *Core, enabled bool) watchdog {
 	return watchdog{r: r, enabled: enabled, wake: make(chan struct{}, 1),
-		held: make(map[*hold]int64), plan: math.MaxInt64}
+		Held: make(map[*Hold]int64), plan: math.MaxInt64}
 }
 
 // period is how often h is renewed: a third of its TTL.
-func period(h *hold) int64 { return h.ttl.Load() / 3 }
+func period(h *Hold) int64 { return h.ttl.Load() / 3 }
 
-// track records h, a new hold, due a period from now, and starts the
+// Track records h, a new hold, due a period from now, and starts the
 // watchdog on first use, or wakes it if h is due before its plan.
-func (w *watchdog) track(h *hold) {
+func (w *watchdog) Track(h *Hold) {
 	if !w.enabled {
 		return
 	}
-	next := w.r.now() + period(h)
-	w.mu.Lock()
-	w.held[h] = next
+	next := w.r.Now() + period(h)
+	w.Mu.Lock()
+	w.Held[h] = next
 	early := next < w.plan
-	w.mu.Unlock()
-	w.r.bg.startOnce(&w.started, w.loop)
+	w.Mu.Unlock()
+	w.r.BG.StartOnce(&w.started, w.loop)
 	if early {
 		w.signal()
 	}
-	if w.r.bg.isClosed() { // Close ran meanwhile: see orphanAll
+	if w.r.BG.IsClosed() { // Close ran meanwhile: see orphanAll
 		h.orphan(errRenewalsStopped)
 	}
 }
 
 // retimed reschedules h after its TTL changed (RenewLockFor): due a period
 // of the new TTL from now.
-func (w *watchdog) retimed(h *hold) {
+func (w *watchdog) retimed(h *Hold) {
 	if !w.enabled {
 		return
 	}
-	next := w.r.now() + period(h)
-	w.mu.Lock()
-	_, ok := w.held[h]
+	next := w.r.Now() + period(h)
+	w.Mu.Lock()
+	_, ok := w.Held[h]
 	early := ok && next < w.plan
 	if ok {
-		w.held[h] = next
+		w.Held[h] = next
 	}
-	w.mu.Unlock()
+	w.Mu.Unlock()
 	if early {
 		w.signal()
 	}
@@ -86,13 +86,13 @@ func (w *watchdog) signal() {
 }
 
 // untrack forgets h.
-func (w *watchdog) untrack(h *hold) {
+func (w *watchdog) untrack(h *Hold) {
 	if !w.enabled {
 		return
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.held, h)
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	delete(w.Held, h)
 }
 
 // loop renews what is due, then sleeps until the next hold is due, a
@@ -105,12 +105,12 @@ func (w *watchdog) loop() {
 		start := time.Now()
 		for len(batch) > 0 {
 			n := min(len(batch), renewBatchSize)
-			w.renew(batch[:n])
+			w.Renew(batch[:n])
 			batch = batch[n:]
 		}
 		t.Reset(max(wait-time.Since(start), 0)) // the renewals' own time counts
 		select {
-		case <-w.r.bg.closed:
+		case <-w.r.BG.Closed:
 			return
 		case <-t.C:
 		case <-w.wake:
@@ -121,18 +121,18 @@ func (w *watchdog) loop() {
 // due returns the holds to renew now (due, or due within half their
 // period), with their next renewal set a period from now, and how long
 // until the next hold is due; it records that as the plan.
-func (w *watchdog) due() ([]*hold, time.Duration) {
-	now := w.r.now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var batch []*hold
+func (w *watchdog) due() ([]*Hold, time.Duration) {
+	now := w.r.Now()
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	var batch []*Hold
 	next := int64(math.MaxInt64)
-	for h, due := range w.held {
+	for h, due := range w.Held {
 		p := period(h)
 		if due-p/2 <= now {
 			batch = append(batch, h)
 			due = now + p
-			w.held[h] = due
+			w.Held[h] = due
 		}
 		next = min(next, due)
 	}
@@ -156,16 +156,16 @@ func (renewalsStopped) Error() string {
 
 func (renewalsStopped) Is(target error) bool { return target == ErrClosed || target == ErrLockLost }
 
-// orphanAll tells every hold the watchdog renews that it renews them no more
+// OrphanAll tells every hold the watchdog renews that it renews them no more
 // (Close): their Lost channels close, and ExecuteLocked's fn sees its context
 // end with errRenewalsStopped, instead of a TTL later.
-func (w *watchdog) orphanAll() {
+func (w *watchdog) OrphanAll() {
 	if !w.enabled {
 		return
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for h := range w.held {
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	for h := range w.Held {
 		h.orphan(errRenewalsStopped)
 	}
 }

@@ -1,4 +1,4 @@
-package registry
+package core
 
 import (
 	"context"
@@ -8,30 +8,30 @@ import (
 	"time"
 )
 
-// hold is one acquisition in Redis: a token set at a key, from a successful
+// Hold is one acquisition in Redis: a token set at a key, from a successful
 // obtain to the release. It is the unit that every lock kind shares: the
-// watchdog renews holds, not locks; a hold watches its own validity with
-// one timer; and a hold is lost by one path, lose, which tells the kind
+// watchdog renews holds, not locks; a Hold watches its own validity with
+// one timer; and a Hold is lost by one path, lose, which tells the kind
 // that owns it (a holder) last. Its key, token and fence never change; its
 // TTL changes only by a renewal to another TTL (RenewLockFor, Lease.Renew).
-type hold struct {
-	r     *core
+type Hold struct {
+	r     *Core
 	key   string  // the Redis key
-	token string  // the value stored at key
-	fence int64   // fencing token, 0 without WithFencing
-	kind  holder  // told when the hold is lost
-	proto renewer // renews it
+	Token string  // the value stored at key
+	Fence int64   // fencing token, 0 without WithFencing
+	Kind  Holder  // told when the hold is lost
+	Proto Renewer // renews it
 	ttl   atomic.Int64
-	// deadline is the end of validity on the registry clock (see
+	// Deadline is the end of validity on the registry clock (see
 	// Registry.now): the send time of the obtain, or of the latest successful
 	// renewal, plus ttl minus the drift margin.
-	deadline atomic.Int64
-	// renewing is held while a command that resets the key's TTL (a
+	Deadline atomic.Int64
+	// Renewing is held while a command that resets the key's TTL (a
 	// renewal, a pass) is in flight, so that they reach Redis one at a time
 	// and in order: the last one sent sets the key's TTL, and the validity
 	// follows it, even when RenewLockFor changed the TTL meanwhile. The
 	// watchdog skips a hold whose renewal is in flight.
-	renewing sync.Mutex
+	Renewing sync.Mutex
 	lostFlag atomic.Bool
 	// lostCounted records that Stats counted the loss.
 	lostCounted atomic.Bool
@@ -45,11 +45,11 @@ type hold struct {
 	stopped error       // why nothing renews it any more (Close); ends ctx at once
 }
 
-// holder is the lock kind that owns a hold, told by lose that the hold is
+// Holder is the lock kind that owns a hold, told by lose that the hold is
 // lost after everything else knows it: the kind frees what the hold guarded
 // locally (a RedisLock revokes its local mutex if goroutines queue).
-type holder interface {
-	holdLost(h *hold)
+type Holder interface {
+	HoldLost(h *Hold)
 }
 
 // drift is the safety margin subtracted from a hold's validity for clock
@@ -59,66 +59,66 @@ func drift(ttl time.Duration) time.Duration {
 	return min(ttl/100+2*time.Millisecond, ttl/10)
 }
 
-func newHold(r *core, key, token string, fence int64, ttl time.Duration, deadline int64, kind holder, proto renewer) *hold {
-	h := &hold{r: r, key: key, token: token, fence: fence, kind: kind, proto: proto}
+func NewHold(r *Core, key, token string, fence int64, ttl time.Duration, deadline int64, kind Holder, proto Renewer) *Hold {
+	h := &Hold{r: r, key: key, Token: token, Fence: fence, Kind: kind, Proto: proto}
 	h.ttl.Store(int64(ttl))
-	h.deadline.Store(deadline)
+	h.Deadline.Store(deadline)
 	return h
 }
 
 // TTL returns the key's time to live, to which each renewal resets it.
-func (h *hold) TTL() time.Duration { return time.Duration(h.ttl.Load()) }
+func (h *Hold) TTL() time.Duration { return time.Duration(h.ttl.Load()) }
 
-// validUntil returns the deadline of a hold whose key got ttl from a
+// ValidUntil returns the deadline of a hold whose key got ttl from a
 // command sent at sent.
-func validUntil(sent int64, ttl time.Duration) int64 { return sent + int64(ttl-drift(ttl)) }
+func ValidUntil(sent int64, ttl time.Duration) int64 { return sent + int64(ttl-drift(ttl)) }
 
-// lost reports whether the hold was found gone or its deadline has passed.
+// Lost reports whether the hold was found gone or its deadline has passed.
 // Loss is final: a renewal that completes later does not revive the hold.
-func (h *hold) lost(now int64) bool {
+func (h *Hold) Lost(now int64) bool {
 	if h.lostFlag.Load() {
 		return true
 	}
-	if now >= h.deadline.Load() {
+	if now >= h.Deadline.Load() {
 		h.lostFlag.Store(true)
 		return true
 	}
 	return false
 }
 
-// lose is the loss of h, written once: h is marked lost, whoever watches
+// Lose is the loss of h, written once: h is marked lost, whoever watches
 // it (Lost, ExecuteLocked's context) hears of it, Stats counts it, the
 // watchdog stops renewing it, and last its holder frees what it guarded.
 // Every step is idempotent: a loss found twice (by the timer and by a
 // renewal) is one loss.
-func (h *hold) lose() {
+func (h *Hold) Lose() {
 	h.lostFlag.Store(true)
 	h.mu.Lock()
 	if h.cancel != nil && !h.ended {
 		h.cancel(ErrLockLost)
 	}
 	h.mu.Unlock()
-	h.countLost()
-	h.r.watchdog.untrack(h)
-	h.kind.holdLost(h)
+	h.CountLost()
+	h.r.Watchdog.untrack(h)
+	h.Kind.HoldLost(h)
 }
 
-// countLost counts h lost in Stats, once.
-func (h *hold) countLost() { h.r.stats.lostOnce(&h.lostCounted) }
+// CountLost counts h lost in Stats, once.
+func (h *Hold) CountLost() { h.r.Counters.lostOnce(&h.lostCounted) }
 
 // renewed applies a renewal that set the key's TTL to ttl and was sent at
 // sent: the hold's TTL becomes ttl and its deadline sent+ttl-drift, earlier
 // or later than before (renewals are ordered by renewing). It reports
 // whether the hold is still valid; a lost hold stays lost.
-func (h *hold) renewed(now, sent int64, ttl time.Duration) bool {
-	d := validUntil(sent, ttl)
+func (h *Hold) renewed(now, sent int64, ttl time.Duration) bool {
+	d := ValidUntil(sent, ttl)
 	for {
-		cur := h.deadline.Load()
+		cur := h.Deadline.Load()
 		if h.lostFlag.Load() || now >= cur || now >= d {
 			h.lostFlag.Store(true)
 			return false
 		}
-		if h.deadline.CompareAndSwap(cur, d) {
+		if h.Deadline.CompareAndSwap(cur, d) {
 			h.ttl.Store(int64(ttl))
 			if d < cur { // a shorter TTL: the timer must fire sooner
 				h.rearm(time.Duration(d - now))
@@ -128,16 +128,16 @@ func (h *hold) renewed(now, sent int64, ttl time.Duration) bool {
 	}
 }
 
-// watch returns a context cancelled with cause ErrLockLost when the hold is
+// Watch returns a context cancelled with cause ErrLockLost when the hold is
 // lost: at its deadline unless renewed first, or when lose is called. The
 // first call arms the hold's timer, if guard has not; end disarms it.
-func (h *hold) watch() context.Context {
+func (h *Hold) Watch() context.Context {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ctx != nil {
 		// A deadline already passed counts at once, before the timer
 		// runs: a holder that resumes from a pause must see it first.
-		if !h.ended && h.stopped == nil && h.lost(h.r.now()) {
+		if !h.ended && h.stopped == nil && h.Lost(h.r.Now()) {
 			h.cancel(ErrLockLost)
 		}
 		return h.ctx
@@ -149,7 +149,7 @@ func (h *hold) watch() context.Context {
 	case h.ended:
 	case h.stopped != nil:
 		h.cancel(h.stopped)
-	case h.lost(h.r.now()):
+	case h.Lost(h.r.Now()):
 		h.cancel(ErrLockLost)
 	default:
 		h.arm()
@@ -157,10 +157,10 @@ func (h *hold) watch() context.Context {
 	return h.ctx
 }
 
-// guard makes the hold's timer fire at its deadline (and at each later
+// Guard makes the hold's timer fire at its deadline (and at each later
 // one) until it ends, so that a loss is found without a renewal or a
 // watcher: a RedisLock guards its hold while goroutines queue behind it.
-func (h *hold) guard() {
+func (h *Hold) Guard() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.ended {
@@ -169,30 +169,30 @@ func (h *hold) guard() {
 }
 
 // arm starts the timer at the deadline, once. mu must be held.
-func (h *hold) arm() {
+func (h *Hold) arm() {
 	if h.timer == nil {
-		h.timer = time.AfterFunc(time.Duration(h.deadline.Load()-h.r.now()), h.check)
+		h.timer = time.AfterFunc(time.Duration(h.Deadline.Load()-h.r.Now()), h.check)
 	}
 }
 
 // check runs when the timer fires: the hold is lost if the deadline has
 // passed; otherwise a renewal moved it and the timer is re-armed.
-func (h *hold) check() {
-	now := h.r.now()
-	if h.lost(now) {
-		h.lose()
+func (h *Hold) check() {
+	now := h.r.Now()
+	if h.Lost(now) {
+		h.Lose()
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.ended {
-		h.timer.Reset(time.Duration(h.deadline.Load() - now))
+		h.timer.Reset(time.Duration(h.Deadline.Load() - now))
 	}
 }
 
 // orphan records that nothing renews h any more (its registry was closed)
 // and ends its watch context with cause, ahead of the loss to come.
-func (h *hold) orphan(cause error) {
+func (h *Hold) orphan(cause error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ended || h.stopped != nil {
@@ -207,14 +207,14 @@ func (h *hold) orphan(cause error) {
 // shorten moves the deadline back to d if it is later (now is the
 // registry clock), and sets the TTL to ttl; it reports whether the
 // deadline moved.
-func (h *hold) shorten(now, d int64, ttl time.Duration) bool {
+func (h *Hold) shorten(now, d int64, ttl time.Duration) bool {
 	h.ttl.Store(int64(ttl))
 	for {
-		cur := h.deadline.Load()
+		cur := h.Deadline.Load()
 		if d >= cur {
 			return false
 		}
-		if h.deadline.CompareAndSwap(cur, d) {
+		if h.Deadline.CompareAndSwap(cur, d) {
 			h.rearm(time.Duration(max(d-now, 0)))
 			return true
 		}
@@ -222,7 +222,7 @@ func (h *hold) shorten(now, d int64, ttl time.Duration) bool {
 }
 
 // rearm makes an armed timer fire in d, for a deadline that moved earlier.
-func (h *hold) rearm(d time.Duration) {
+func (h *Hold) rearm(d time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.timer != nil && !h.ended {
@@ -230,10 +230,10 @@ func (h *hold) rearm(d time.Duration) {
 	}
 }
 
-// retire stops caring about h: the watchdog stops renewing it, its timer
+// Retire stops caring about h: the watchdog stops renewing it, its timer
 // stops, and it reports no more loss. Safe to repeat.
-func (h *hold) retire() {
-	h.r.watchdog.untrack(h)
+func (h *Hold) Retire() {
+	h.r.Watchdog.untrack(h)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ended = true
@@ -242,17 +242,17 @@ func (h *hold) retire() {
 	}
 }
 
-// released reports whether retire was called.
-func (h *hold) released() bool {
+// Released reports whether retire was called.
+func (h *Hold) Released() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.ended
 }
 
-// lostAtRelease returns ErrLockLost if h's validity ended before its
+// LostAtRelease returns ErrLockLost if h's validity ended before its
 // release: another holder may have had its key meanwhile.
-func (h *hold) lostAtRelease() error {
-	if h.lost(h.r.now()) {
+func (h *Hold) LostAtRelease() error {
+	if h.Lost(h.r.Now()) {
 		return fmt.Errorf("%w: validity of %q ended before release", ErrLockLost, h.key)
 	}
 	return nil

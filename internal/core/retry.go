@@ -1,4 +1,4 @@
-package registry
+package core
 
 import (
 	"context"
@@ -10,21 +10,21 @@ import (
 // many.
 const netTries = 10
 
-// retried runs op, an idempotent command on a key, as deleteToken runs the
+// Retried runs op, an idempotent command on a key, as deleteToken runs the
 // release: again after a stale connection or a transient error reply.
-func (r *core) retried(ctx context.Context, op func(context.Context) (bool, error)) (done bool, first, err error) {
-	var bo backoff
+func (r *Core) Retried(ctx context.Context, op func(context.Context) (bool, error)) (done bool, first, err error) {
+	var bo Backoff
 	for try := 1; ; try++ {
 		done, err = op(ctx)
 		switch {
 		case try >= netTries || err == nil:
 			return done, first, err
-		case isStaleConn(err):
+		case IsStaleConn(err):
 			if first == nil {
 				first = err
 			}
-		case !isAmbiguous(err) && isTransient(err):
-			if r.bg.sleep(ctx, bo.delay(), nil) != nil {
+		case !IsAmbiguous(err) && IsTransient(err):
+			if r.BG.Sleep(ctx, bo.Delay(), nil) != nil {
 				return done, first, err
 			}
 		default:

@@ -1,33 +1,34 @@
-package registry
+package core
 
 import "sync/atomic"
 
-// everyTurn is a count of release messages that passes any waiter's turn.
-const everyTurn = 1 << 30
+// EveryTurn is a count of release messages that passes any waiter's turn.
+const EveryTurn = 1 << 30
 
-// waker carries release notices to a PubSubLock's remote waiter; nil for
+// Waker carries release notices to a PubSubLock's remote waiter; nil for
 // a SpinLock, whose waiters only poll. n counts every release message of
 // the lock; a waiter behind others in the queue waits for several (as many
 // as the queue says: lua/obtain.lua), and want says how many: the
 // subscriber wakes the waiter (ch, buffered: a notice sent before the wait
 // is kept) only once n reaches it, so that a release wakes the goroutine of
 // the waiter whose turn it is, not those of every waiter.
-type waker struct {
+type Waker struct {
 	n, want atomic.Int64
 	ch      chan struct{}
 }
 
-func newWaker(t LockType) *waker {
-	if t == PubSubLock {
-		return &waker{ch: make(chan struct{}, 1)}
+// NewWaker returns the waker of a PubSubLock's waiter (pubsub), or nil.
+func NewWaker(pubsub bool) *Waker {
+	if pubsub {
+		return &Waker{ch: make(chan struct{}, 1)}
 	}
 	return nil
 }
 
-// mark returns the count of messages so far, and drops a stale notice. A
+// Mark returns the count of messages so far, and drops a stale notice. A
 // waiter marks before each obtain attempt, so that a release between the
 // attempt and its wait is counted, not missed.
-func (w *waker) mark() int64 {
+func (w *Waker) Mark() int64 {
 	if w == nil {
 		return 0
 	}
@@ -40,7 +41,7 @@ func (w *waker) mark() int64 {
 
 // expect sets the count at which the waiter wants to be woken, and reports
 // whether it has been reached already.
-func (w *waker) expect(want int64) bool {
+func (w *Waker) expect(want int64) bool {
 	if w == nil {
 		return false
 	}
@@ -49,11 +50,11 @@ func (w *waker) expect(want int64) bool {
 }
 
 // reached reports whether the count has reached want.
-func (w *waker) reached(want int64) bool { return w != nil && w.n.Load() >= want }
+func (w *Waker) reached(want int64) bool { return w != nil && w.n.Load() >= want }
 
-// signal counts k messages and, if that is the count the waiter waits for,
+// Signal counts k messages and, if that is the count the waiter waits for,
 // wakes it, without blocking.
-func (w *waker) signal(k int64) {
+func (w *Waker) Signal(k int64) {
 	if w == nil {
 		return
 	}
@@ -66,9 +67,9 @@ func (w *waker) signal(k int64) {
 	}
 }
 
-// poke wakes the waiter without counting a message (a semaphore's head:
+// Poke wakes the waiter without counting a message (a semaphore's head:
 // a permit was handed off; its wait checks for it).
-func (w *waker) poke() {
+func (w *Waker) Poke() {
 	select {
 	case w.ch <- struct{}{}:
 	default:
@@ -77,7 +78,7 @@ func (w *waker) poke() {
 
 // notices returns the channel the waiter sleeps on (nil, which never
 // yields, for a SpinLock).
-func (w *waker) notices() <-chan struct{} {
+func (w *Waker) notices() <-chan struct{} {
 	if w == nil {
 		return nil
 	}

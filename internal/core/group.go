@@ -1,4 +1,4 @@
-package registry
+package core
 
 import (
 	"context"
@@ -11,10 +11,10 @@ import (
 // subscriber, best-effort releases) and its shutdown. Close closes closed,
 // cancels ctx and waits for every goroutine started with spawn.
 type group struct {
-	closed chan struct{}
-	// ctx bounds the Redis calls of background goroutines; close cancels
+	Closed chan struct{}
+	// Ctx bounds the Redis calls of background goroutines; close cancels
 	// it, so Close does not wait for a server that is down.
-	ctx    context.Context
+	Ctx    context.Context
 	cancel context.CancelFunc
 
 	// mu guards the following: no goroutine is added once closed is
@@ -24,24 +24,24 @@ type group struct {
 	wg   sync.WaitGroup
 }
 
-func newGroup() *group {
+func NewGroup() *group {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &group{closed: make(chan struct{}), ctx: ctx, cancel: cancel}
+	return &group{Closed: make(chan struct{}), Ctx: ctx, cancel: cancel}
 }
 
-// isClosed reports whether close was called.
-func (g *group) isClosed() bool {
+// IsClosed reports whether close was called.
+func (g *group) IsClosed() bool {
 	select {
-	case <-g.closed:
+	case <-g.Closed:
 		return true
 	default:
 		return false
 	}
 }
 
-// spawn runs fn in a goroutine that close waits for, unless the group is
+// Spawn runs fn in a goroutine that close waits for, unless the group is
 // closed; it reports whether fn was started.
-func (g *group) spawn(fn func()) bool {
+func (g *group) Spawn(fn func()) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.done {
@@ -55,30 +55,30 @@ func (g *group) spawn(fn func()) bool {
 	return true
 }
 
-// startOnce spawns fn the first time it is called with started. Later
+// StartOnce spawns fn the first time it is called with started. Later
 // calls cost one atomic load: it is on the path of every acquisition.
-func (g *group) startOnce(started *atomic.Bool, fn func()) {
+func (g *group) StartOnce(started *atomic.Bool, fn func()) {
 	if started.Load() || !started.CompareAndSwap(false, true) {
 		return
 	}
-	g.spawn(fn)
+	g.Spawn(fn)
 }
 
-// close stops the group and waits for its goroutines. It is idempotent.
-func (g *group) close() {
+// Close stops the group and waits for its goroutines. It is idempotent.
+func (g *group) Close() {
 	g.mu.Lock()
 	if !g.done {
 		g.done = true
-		close(g.closed)
+		close(g.Closed)
 		g.cancel()
 	}
 	g.mu.Unlock()
 	g.wg.Wait()
 }
 
-// sleep waits for d, or until wake yields (a nil wake never does), ctx is
+// Sleep waits for d, or until wake yields (a nil wake never does), ctx is
 // done (ctx.Err()) or the group is closed (ErrClosed).
-func (g *group) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+func (g *group) Sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -88,7 +88,7 @@ func (g *group) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-g.closed:
+	case <-g.Closed:
 		return ErrClosed
 	}
 }

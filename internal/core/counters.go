@@ -1,0 +1,59 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+)
+
+// WaitBounds are the upper bounds of the wait-time histogram in Stats.
+var WaitBounds = [...]time.Duration{
+	time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second, 30 * time.Second,
+}
+
+// Counters holds a registry's counters.
+type Counters struct {
+	Acquisitions, Contended, Renewals, Lost, RedisErrors atomic.Uint64
+	Waits                                                atomic.Uint64
+	WaitSum                                              atomic.Int64
+	WaitCounts                                           []atomic.Uint64 // per bucket, not cumulative; the last is +Inf
+}
+
+func NewCounters() *Counters {
+	return &Counters{WaitCounts: make([]atomic.Uint64, len(WaitBounds)+1)}
+}
+
+// Acquired counts an outermost acquisition; wait >= 0 is how long a
+// waiting call waited (-1: TryLock).
+func (s *Counters) Acquired(contended bool, wait time.Duration) {
+	s.Acquisitions.Add(1)
+	if contended {
+		s.Contended.Add(1)
+	}
+	if wait < 0 {
+		return
+	}
+	i := 0
+	for i < len(WaitBounds) && wait > WaitBounds[i] {
+		i++
+	}
+	s.WaitCounts[i].Add(1)
+	s.WaitSum.Add(int64(wait))
+	s.Waits.Add(1)
+}
+
+// RedisError counts err if it is a failed Redis call.
+func (s *Counters) RedisError(err error) {
+	if err != nil && !errors.Is(err, context.Canceled) {
+		s.RedisErrors.Add(1)
+	}
+}
+
+// lostOnce counts a lost hold, once: counted records that it was.
+func (s *Counters) lostOnce(counted *atomic.Bool) {
+	if counted.CompareAndSwap(false, true) {
+		s.Lost.Add(1)
+	}
+}

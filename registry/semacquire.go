@@ -1,0 +1,206 @@
+package registry
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/lockyard/lockyard/internal/core"
+)
+
+// The head of a Semaphore in Redis: it obtains a permit (handed off, or
+// from semacquire.lua, waiting its turn in the wait queue), installs it,
+// and leaves the queue when it gives up.
+
+// obtain gets the head a permit: one handed off by a lease of this
+// registry, or one from Redis, trying semacquire.lua until it grants one,
+// sleeping between tries as the script says, and waking early when release
+// messages say its turn may have come or a permit is handed off. The
+// caller owns head.
+func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, waited bool, err error) {
+	r := s.reg
+	var (
+		bo      core.Backoff
+		lastErr error
+	)
+	s.mu.Lock()
+	if !s.queued { // the last head's entry is gone: no turn to wait for
+		s.turn.waitUntil = 0
+	}
+	s.mu.Unlock()
+	if left := s.turn.waitUntil - r.core.Now(); s.turn.waitUntil > 0 {
+		// The last head's acquisition queued the instance again: wait for
+		// its turn before trying.
+		s.turn.waitUntil = 0
+		waited = true
+		if left > 0 {
+			if err := r.core.Await(ctx, s.wake, time.Duration(left), s.turn.mark, s.turn.after, s.hasSpare); err != nil {
+				return nil, waited, core.WaitErr(s.key, err, nil)
+			}
+		}
+	}
+	for {
+		if p := s.takeSpare(ctx, ttl); p != nil {
+			return p, waited, nil
+		}
+		if s.holdsAll() {
+			// Every permit is held by this registry's leases: no attempt
+			// can succeed, and the next release hands one over. Try Redis
+			// after a poll interval all the same (a lease that was lost
+			// and never released holds nothing there).
+			waited = true
+			if err := r.core.Await(ctx, s.wake, r.cfg.idle, s.wake.Mark(), core.EveryTurn, s.freedLocally); err != nil {
+				return nil, waited, core.WaitErr(s.key, err, lastErr)
+			}
+			if p := s.takeSpare(ctx, ttl); p != nil {
+				return p, waited, nil
+			}
+		}
+		mark := s.wake.Mark()
+		h := hint{waits: true, waiter: s.waiter, deaf: !s.pubsub || s.deaf(), spread: rand.N(r.cfg.idle/4 + 1), rtt: s.turn.rtt}
+		p, g, err := s.attempt(ctx, ttl, h, true, mark)
+		switch {
+		case err == nil && p != nil:
+			return p, waited, nil
+		case err == nil:
+			waited = true
+			bo.Reset()
+			if s.pubsub {
+				r.subscriber.listen(s.wake)
+			}
+		default:
+			if lastErr == nil || core.CtxEnded(ctx) == nil {
+				lastErr = err
+			}
+			if end := core.CtxEnded(ctx); end != nil {
+				return nil, waited, core.WaitErr(s.key, end, lastErr)
+			}
+			if !core.IsTransient(err) {
+				return nil, waited, core.WrapKey("acquiring", s.key, err)
+			}
+			r.core.Log.Warn("lockyard: semaphore acquire failed, retrying", "key", s.key, "err", err)
+			g = grant{sleep: bo.Delay(), after: -1}
+		}
+		delay := g.sleep
+		if delay < 0 {
+			delay = core.PollDelay(r.cfg.idle, -1)
+		}
+		if err := r.core.Await(ctx, s.wake, delay, mark, g.after, s.hasSpare); err != nil {
+			return nil, waited, core.WaitErr(s.key, err, lastErr)
+		}
+	}
+}
+
+// setQueued records, for the head, whether its attempt left the
+// instance's entry in line.
+func (s *Semaphore) setQueued(q bool) {
+	s.mu.Lock()
+	s.queued = q
+	s.queuedAt++
+	s.mu.Unlock()
+}
+
+// freedLocally reports whether a lease of this registry handed off its
+// permit, or ended: the head waiting for it goes on.
+func (s *Semaphore) freedLocally() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.spare) > 0 || s.held < s.permits
+}
+
+// holdsAll reports whether this registry's leases hold every permit.
+func (s *Semaphore) holdsAll() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held >= s.permits
+}
+
+// deaf reports whether this instance is not the cached one (evicted, and
+// kept by its caller): the subscriber wakes the cached one, so this one
+// queues as a poller.
+func (s *Semaphore) deaf() bool {
+	e, ok := s.reg.cache.peek(s.name)
+	return !ok || e != cached(s)
+}
+
+// attempt runs semacquire.lua once: a new permit, or nil and the grant
+// that says when to try again. waits: the caller queues if it fails (the
+// head of a registry's waiting leases); then, if more leases of the
+// registry wait behind it, a successful attempt queues the instance again
+// for them.
+//
+// mark is the waker's count before the attempt.
+func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, waits bool, mark int64) (*permit, grant, error) {
+	r := s.reg
+	token := r.core.NewToken()
+	more := false
+	if waits {
+		s.mu.Lock()
+		more = s.needers > 1
+		s.mu.Unlock()
+	}
+	sent := r.core.Now()
+	g, err := r.sem.acquire(ctx, s.key, token, ttl, s.permits, h, more)
+	switch {
+	case err != nil:
+		if core.IsAmbiguous(err) {
+			s.releaseLater(token) // the script may have added the permit
+		}
+		return nil, unknown, err
+	case !g.ok:
+		if waits {
+			s.turn.rtt = time.Duration(r.core.Now() - sent)
+			s.setQueued(true)
+		}
+		return nil, g.grant, nil
+	}
+	if waits {
+		s.setQueued(g.queued)
+	}
+	if g.queued { // queued again for the leases behind: the next head waits for its turn
+		s.turn.waitUntil, s.turn.mark, s.turn.after = sent+int64(g.sleep), mark, g.after
+		if s.pubsub {
+			r.subscriber.listen(s.wake) // its turn is announced by a release message
+		}
+	}
+	deadline := core.ValidUntil(sent, ttl)
+	if r.core.Now() >= deadline { // the reply came too late to be of use
+		s.releaseLater(token)
+		return nil, grant{sleep: 0, after: -1}, nil
+	}
+	p := &permit{since: sent, lastCmd: sent}
+	s.install(p, core.NewHold(&r.core, s.key, token, g.fence, ttl, deadline, p, r.sem))
+	return p, g.grant, nil
+}
+
+// install makes h the hold of p, tracked by the watchdog.
+func (s *Semaphore) install(p *permit, h *core.Hold) {
+	p.h.Store(h)
+	s.reg.core.Watchdog.Track(h)
+}
+
+// leaveQueue takes the instance out of the wait queue in the background,
+// so that no turn is given to it.
+func (s *Semaphore) leaveQueue() {
+	r := s.reg
+	leave := func(ctx context.Context) {
+		if err := r.sem.leave(ctx, s.key, s.waiter); err != nil {
+			r.core.Log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", s.key, "err", err)
+		}
+	}
+	r.soon(leave)
+}
+
+// releaseLater gives back, in the background and best effort, a permit
+// that this registry may hold with token without knowing it; after Close,
+// at once, within a short bound (the permit would otherwise stay taken
+// for its TTL).
+func (s *Semaphore) releaseLater(token string) {
+	r := s.reg
+	r.soon(func(ctx context.Context) {
+		_, _, _ = r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
+			done, _, err := r.sem.release(ctx, s.key, token, s.permits)
+			return done, err
+		})
+	})
+}
