@@ -146,6 +146,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 	}
 	if !g.ok {
 		l.turn.rtt = time.Duration(r.core.Now() - sent)
+		r.publishLabel(ctx) // once: the registry waits or holds from now on
 		return g, nil
 	}
 	deadline := core.ValidUntil(sent, ttl)
@@ -160,6 +161,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 		l.turn.freed = 0
 	}
 	l.begin(core.NewHold(&r.core, l.key, token, g.fence, ttl, deadline, (*queueHook)(l), r.mutex))
+	r.publishLabel(ctx)
 	return g, nil
 }
 

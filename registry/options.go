@@ -61,6 +61,7 @@ type config struct {
 	hashTag        bool
 	ackReplicas    int
 	ackTimeout     time.Duration
+	label          string // WithLabel; defaultLabel() when empty
 	// Turns and runs of local holds (the defaults below); tests change
 	// them.
 	turnWindow, pollAhead, pollSlack, freePassSpan, chainSpan time.Duration
@@ -129,6 +130,7 @@ func defaultConfig() config {
 		pollSlack:      pollSlack,
 		freePassSpan:   freePassSpan,
 		chainSpan:      chainSpan,
+		label:          defaultLabel(),
 	}
 }
 

@@ -28,6 +28,7 @@ type Registry struct {
 	layout    wire.Layout
 	cfg       config
 	instances atomic.Uint64 // lock instances made, numbering their wait queue ids
+	labelled  atomic.Bool   // the label is published (label.go)
 
 	mutex      *mutexProto // the protocol of RedisLock and its Leases
 	sem        *semProto   // the protocol of Semaphore; nil under Redlock

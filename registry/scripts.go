@@ -32,6 +32,10 @@ var (
 	leaveSrc string
 	//go:embed lua/nudge.lua
 	nudgeSrc string
+	//go:embed lua/inspect.lua
+	inspectSrc string
+	//go:embed lua/label.lua
+	labelSrc string
 
 	obtainScript  = core.NewScript("obtain", preludeSrc+obtainSrc)
 	releaseScript = core.NewScript("release", preludeSrc+releaseSrc)
@@ -40,6 +44,8 @@ var (
 	fenceScript   = core.NewScript("fence", fenceSrc)
 	leaveScript   = core.NewScript("leave", preludeSrc+leaveSrc)
 	nudgeScript   = core.NewScript("nudge", preludeSrc+nudgeSrc)
+	inspectScript = core.NewScript("inspect", preludeSrc+inspectSrc)
+	labelScript   = core.NewScript("label", labelSrc)
 )
 
 // hint is what the per-key path knows of an obtain or a pass.

@@ -152,6 +152,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 			s.turn.rtt = time.Duration(r.core.Now() - sent)
 			s.setQueued(true)
 		}
+		r.publishLabel(ctx) // once: the registry waits or holds from now on
 		return nil, g.grant, nil
 	}
 	if waits {
@@ -170,6 +171,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 	}
 	p := &permit{since: sent, lastCmd: sent}
 	s.install(p, core.NewHold(&r.core, s.key, token, g.fence, ttl, deadline, p, r.sem))
+	r.publishLabel(ctx)
 	return p, g.grant, nil
 }
 

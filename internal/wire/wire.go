@@ -20,6 +20,7 @@ import (
 //	                 :waiters                    :waiters
 //	turn             {R:KEY}:turn                R:{KEY}:turn
 //	release channel  R-channel:LOCKKEY           R-channel:LOCKKEY
+//	label            {R:}:label:ID               {R:}:label:ID
 //
 // A semaphore (registry.Semaphore) uses the same names: its key is the lock
 // key of its name, holding a sorted set whose members are lock values
@@ -104,6 +105,12 @@ func (w Layout) AppendSidePrefix(b []byte, lk string) []byte {
 	}
 	return append(append(append(append(append(b, '{'), tag...), '}'), lk...), ':')
 }
+
+// LabelKey returns the key of the label that the registry id publishes
+// (registry.WithLabel), {R:}:label:ID in either layout: a '{' first, as
+// side keys, so that no lock key equals it, and one Cluster slot for the
+// labels of a registry key.
+func (w Layout) LabelKey(id string) string { return "{" + w.Registry + ":}:label:" + id }
 
 // Channel returns the release channel of the lock key lk, on which every
 // release publishes lk (Spring-compatible).

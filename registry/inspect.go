@@ -1,0 +1,209 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/lockyard/lockyard/internal/core"
+	"github.com/lockyard/lockyard/internal/wire"
+)
+
+// ErrForeignKey means that Inspect found a key that is no lock or
+// semaphore of lockyard (or Spring) at the key's Redis key: a value of
+// another type, or a string without a TTL (every lock key has one).
+var ErrForeignKey = errors.New("lockyard: not a lock or semaphore")
+
+// KeyInfo is what Redis holds for a key, as Inspect read it.
+type KeyInfo struct {
+	Key     string       // the Redis key
+	Kind    string       // "lock", "semaphore", or "" when nothing is held or waited for
+	Holders []HolderInfo // one for a lock, up to the permits for a semaphore
+	Waiters []WaiterInfo // registries waiting, oldest first
+	Fence   int64        // the fence counter now (0 without fencing)
+}
+
+// HolderInfo is one holder of a key: a lock's, or one permit of a
+// semaphore.
+type HolderInfo struct {
+	Token    string        // the value in Redis
+	Registry string        // the holder's registry id (from the token)
+	Label    string        // that registry's label, if it published one
+	TTL      time.Duration // remaining time to live
+}
+
+// WaiterInfo is one registry waiting for a key: one entry of its wait
+// queue (a lock or semaphore instance of that registry, whose goroutines
+// or leases wait behind it).
+type WaiterInfo struct {
+	Registry string
+	Label    string
+	Waiting  time.Duration // how long it has waited, by the server's clock
+}
+
+// inspectMost bounds the holders, and the waiters, that Inspect lists.
+const inspectMost = 1000
+
+// Inspect reads what Redis holds for key now, without taking it or waiting: advisory, since it may change as soon
+// as it is read. Works for a lock and a semaphore, from any process.
+//
+// It runs one read-only script in the key's Cluster slot (lua/inspect.lua),
+// and one pipelined read of the labels of the registries it names (see
+// WithLabel); a label that cannot be read is left empty. A lock held by
+// Spring's RedisLockRegistry is listed with the whole value as its
+// Registry. Waiters are those of lockyard registries, which keep a wait
+// queue (Spring's do not); listing them, and a semaphore's holders, needs
+// TIME (see docs/SECURITY.md). A key that holds something else (another
+// type, or a string without a TTL) gives an error matching ErrForeignKey.
+// On a Redlock registry it reads the first node that answers.
+func (r *Registry) Inspect(ctx context.Context, key string) (KeyInfo, error) {
+	if r.core.BG.IsClosed() {
+		return KeyInfo{}, ErrClosed
+	}
+	if err := checkLockKey(r.layout, key); err != nil {
+		return KeyInfo{}, err
+	}
+	lk := r.layout.LockKey(key)
+	info := KeyInfo{Key: lk}
+	call := core.Call{Keys: []string{lk, r.layout.QueueKey(lk), r.layout.WaitersKey(lk), r.layout.FenceKey(lk)}, Args: []any{inspectMost}}
+	var (
+		v   any
+		err error
+	)
+	for i, res := range r.core.Exec.Eval(ctx, 0, inspectScript, call) {
+		if i == 0 || err != nil {
+			v, err = res.Reply, res.Err
+		}
+	}
+	if err != nil {
+		return info, core.WrapKey("inspecting", key, err)
+	}
+	typ, err := decodeInspect(v, &info)
+	if err != nil {
+		return info, core.WrapKey("inspecting", key, err)
+	}
+	switch {
+	case typ == "string" && info.Holders[0].TTL < 0:
+		return info, fmt.Errorf("%w: %q holds a string without a TTL", ErrForeignKey, lk)
+	case typ == "string":
+		info.Kind = "lock"
+	case typ == "zset":
+		info.Kind = "semaphore"
+	case typ != "none":
+		return info, fmt.Errorf("%w: %q holds a %s", ErrForeignKey, lk, typ)
+	case len(info.Waiters) > 0: // waited for, free for a moment: the kind this registry knows it as
+		info.Kind = "lock"
+		if e, ok := r.cache.peek(key); ok {
+			if _, sem := e.(*Semaphore); sem {
+				info.Kind = "semaphore"
+			}
+		}
+	}
+	r.readLabels(ctx, &info)
+	return info, nil
+}
+
+// decodeInspect decodes inspect.lua's reply into info, and returns the
+// lock key's type.
+func decodeInspect(v any, info *KeyInfo) (string, error) {
+	bad := fmt.Errorf("lockyard: unexpected inspect reply %v", v)
+	a, ok := v.([]any)
+	if !ok || len(a) < 4 {
+		return "", bad
+	}
+	typ, ok := replyString(a[0])
+	fence, ok2 := a[1].(int64)
+	if !ok || !ok2 {
+		return "", bad
+	}
+	info.Fence = fence
+	n, ok := a[3].(int64)
+	i := 4
+	if !ok || n < 0 || len(a) < i+2*int(n)+1 {
+		return "", bad
+	}
+	for range n {
+		token, ok := replyString(a[i])
+		ms, ok2 := a[i+1].(int64)
+		if !ok || !ok2 {
+			return "", bad
+		}
+		ttl := time.Duration(ms) * time.Millisecond
+		if ms < 0 {
+			ttl = -1
+		}
+		info.Holders = append(info.Holders, HolderInfo{Token: token, Registry: wire.Holder(token), TTL: ttl})
+		i += 2
+	}
+	n, ok = a[i].(int64)
+	i++
+	if !ok || n < 0 || len(a) != i+2*int(n) {
+		return "", bad
+	}
+	for range n {
+		id, ok := replyString(a[i])
+		ms, ok2 := a[i+1].(int64)
+		if !ok || !ok2 {
+			return "", bad
+		}
+		reg, _, _ := strings.Cut(id, "/") // registry id "/" instance number
+		info.Waiters = append(info.Waiters, WaiterInfo{Registry: reg, Waiting: time.Duration(max(ms, 0)) * time.Millisecond})
+		i += 2
+	}
+	return typ, nil
+}
+
+// replyString returns a bulk string reply, which a Client returns as a
+// string or a []byte (redigo).
+func replyString(v any) (string, bool) {
+	switch s := v.(type) {
+	case string:
+		return s, true
+	case []byte:
+		return string(s), true
+	}
+	return "", false
+}
+
+// readLabels fills in the labels of the registries that info names, in one
+// pipelined read. Labels are advisory: one that cannot be read stays
+// empty.
+func (r *Registry) readLabels(ctx context.Context, info *KeyInfo) {
+	var ids []string
+	at := map[string]int{}
+	add := func(id string) {
+		if _, ok := at[id]; !ok {
+			at[id] = len(ids)
+			ids = append(ids, id)
+		}
+	}
+	for _, h := range info.Holders {
+		add(h.Registry)
+	}
+	for _, w := range info.Waiters {
+		add(w.Registry)
+	}
+	if len(ids) == 0 {
+		return
+	}
+	calls := make([]core.Call, len(ids))
+	for i, id := range ids {
+		calls[i] = core.Call{Keys: []string{r.layout.LabelKey(id)}}
+	}
+	res := r.core.Exec.EvalBatch(ctx, 0, labelScript, calls)
+	if len(res) == 0 || len(res[0]) != len(ids) {
+		return
+	}
+	label := func(id string) string {
+		s, _ := replyString(res[0][at[id]].Reply)
+		return s
+	}
+	for i := range info.Holders {
+		info.Holders[i].Label = label(info.Holders[i].Registry)
+	}
+	for i := range info.Waiters {
+		info.Waiters[i].Label = label(info.Waiters[i].Registry)
+	}
+}
