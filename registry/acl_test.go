@@ -92,8 +92,17 @@ func TestLeastPrivilegeACL(t *testing.T) {
 	mustNil(t, l1.LockContext(bg(t)))
 	defer l1.Unlock()
 	intruder := newRegPrefix(t, userPool(t, other), pfx, registry.WithLogger(discardLogger))
+	// Inspect reads under the ACL, labels included; the other user may not.
+	info, err := r2.Inspect(bg(t), "k")
+	mustNil(t, err)
+	if len(info.Holders) != 1 || info.Holders[0].Label == "" || info.Fence != l1.Token() {
+		t.Fatalf("Inspect under the ACL: %+v, want the holder with its label and fence %d", info, l1.Token())
+	}
+	if _, err := intruder.Inspect(bg(t), "k"); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("another prefix's user: Inspect = %v, want a NOPERM reply", err)
+	}
 	il := obtain(t, intruder, "k")
-	err := il.LockContext(bg(t))
+	err = il.LockContext(bg(t))
 	var re *registry.ReplyError
 	if !errors.As(err, &re) || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("another prefix's user: LockContext = %v, want a NOPERM reply at once", err)

@@ -89,8 +89,9 @@ func (r *Registry) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 		return info, fmt.Errorf("%w: %q holds a string without a TTL", ErrForeignKey, lk)
 	case typ == "string":
 		info.Kind = "lock"
-	case typ == "zset":
+	case typ == "zset" && len(info.Holders)+len(info.Waiters) > 0:
 		info.Kind = "semaphore"
+	case typ == "zset": // every permit expired, not yet pruned
 	case typ != "none":
 		return info, fmt.Errorf("%w: %q holds a %s", ErrForeignKey, lk, typ)
 	case len(info.Waiters) > 0: // waited for, free for a moment: the kind this registry knows it as

@@ -122,7 +122,7 @@ func TestStatusEscapesAndMarksNonLocks(t *testing.T) {
 			t.Errorf("status does not show %s escaped:\n%s", want, out)
 		}
 	}
-	for k, state := range map[string]string{plain: "not a lock (no TTL)", hash: "not a lock (not a string)"} {
+	for k, state := range map[string]string{plain: "not a lock (holds a string without a TTL)", hash: "not a lock (holds a hash)"} {
 		var line string
 		for _, l := range strings.Split(out, "\n") {
 			if strings.HasPrefix(l, k+" ") {

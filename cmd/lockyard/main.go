@@ -69,7 +69,7 @@ const (
 
 const usage = `usage:
   lockyard run [flags] KEY [--] COMMAND [ARGS...] run COMMAND while holding the lock on KEY (waits for it, as flock)
-  lockyard status [flags] [KEY...]                list held locks (all, or KEYs) with TTL and fencing counter
+  lockyard status [flags] [KEY...]                who holds and who waits for each lock (all, or KEYs): TTL, fence, label; --json; exit 1 if free
   lockyard release --force [flags] KEY            remove a lock, whoever holds it
   lockyard --version                              print the version
 Run "lockyard COMMAND -h" for the flags of a command (run -h also lists the exit statuses).

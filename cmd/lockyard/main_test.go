@@ -334,7 +334,7 @@ func TestStatusReleaseAndLoss(t *testing.T) {
 		t.Fatalf("status (exit %d):\n%s", code, out)
 	}
 	code, out = exitCode(t, lockyard("status", key))
-	if fields := strings.Fields(strings.Split(out, "\n")[1]); code != 0 || len(fields) != 5 || fields[3] != "1" {
+	if fields := strings.Fields(strings.Split(out, "\n")[1]); code != 0 || len(fields) != 6 || fields[3] != "1" {
 		t.Fatalf("status %s (exit %d): want one held line with fence 1:\n%s", key, code, out)
 	}
 	if code, out := exitCode(t, lockyard("release", key)); code != exitUsage {
@@ -393,7 +393,7 @@ func TestHashTagForm(t *testing.T) {
 			line = l
 		}
 	}
-	if f := strings.Fields(line); code != 0 || len(f) != 5 || f[0] != key || f[1] != "held" || f[3] != "2" {
+	if f := strings.Fields(line); code != 0 || len(f) != 6 || f[0] != key || f[1] != "held" || f[3] != "2" {
 		t.Fatalf("status --hash-tag (exit %d): want %s held with fence 2:\n%s", code, key, out)
 	}
 	if code, out := exitCode(t, lockyard("release", "--force", "--hash-tag", key)); code != 0 || !strings.HasPrefix(out, "removed lockyard:{"+key+"}") {

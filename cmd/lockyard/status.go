@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
-	_ "embed"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -16,15 +17,24 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/lockyard/lockyard/internal/wire"
+	"github.com/lockyard/lockyard/registry"
 )
 
+// exitFree is status's exit status when a key it was asked about is free
+// (or, with no KEY, when nothing is held).
+const exitFree = 1
+
 func cmdStatus(args []string) int {
-	var f common
+	var (
+		f      common
+		asJSON bool
+	)
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	f.register(fs)
+	fs.BoolVar(&asJSON, "json", false, "print one JSON object per key (key, kind, holders, waiters, fence) instead of a table")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: lockyard status [flags] [KEY...]")
+		fmt.Fprintln(fs.Output(), "Exit status: 0 when every KEY is held (with no KEY: when any lock is), 1 when not, 64 on bad input, 69 when Redis is unavailable.")
 		fs.PrintDefaults()
 	}
 	if code, ok := parse(fs, args); !ok {
@@ -39,26 +49,56 @@ func cmdStatus(args []string) int {
 		return fail("status", exitUnavailable, err)
 	}
 	defer pool.Close()
-	c, err := pool.GetContext(ctx)
-	if err != nil {
-		return fail("status", exitUnavailable, err)
+	opts := []registry.Option{registry.WithLogger(f.logger())}
+	if f.hashTag {
+		opts = append(opts, registry.WithHashTag())
 	}
-	defer c.Close()
+	reg, err := registry.New(pool, f.registry, opts...)
+	if err != nil {
+		return fail("status", exitUsage, err)
+	}
+	defer reg.Close()
 	keys := fs.Args()
-	if len(keys) == 0 {
-		if keys, err = scanKeys(c, &f); err != nil {
+	named := len(keys) > 0
+	if !named {
+		if keys, err = scanKeys(ctx, pool, &f); err != nil {
 			return fail("status", exitUnavailable, err)
 		}
 	}
-	if err := printStatus(os.Stdout, c, &f, keys); err != nil {
+	out := newStatusWriter(os.Stdout, asJSON)
+	held := 0
+	for _, k := range keys {
+		info, err := reg.Inspect(ctx, k)
+		switch {
+		case errors.Is(err, registry.ErrInvalidKey):
+			out.flush()
+			return fail("status", exitUsage, err)
+		case err != nil && !errors.Is(err, registry.ErrForeignKey):
+			out.flush()
+			return fail("status", exitUnavailable, err)
+		}
+		if len(info.Holders) > 0 {
+			held++
+		}
+		out.key(k, info, err)
+	}
+	if err := out.flush(); err != nil {
 		return fail("status", exitUnavailable, err)
+	}
+	if held == 0 || named && held < len(keys) {
+		return exitFree
 	}
 	return 0
 }
 
 // scanKeys returns the keys of the locks held under registryKey, found
 // with SCAN (never KEYS, which blocks the server).
-func scanKeys(c redis.Conn, f *common) ([]string, error) {
+func scanKeys(ctx context.Context, pool *redis.Pool, f *common) ([]string, error) {
+	c, err := pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
 	w := f.layout()
 	pattern := w.ScanPattern()
 	var keys []string
@@ -83,88 +123,100 @@ func scanKeys(c redis.Conn, f *common) ([]string, error) {
 	}
 }
 
-// printStatus prints one line per key: whether it is held, its remaining
-// TTL, its fencing counter and the holder's registry id. A key that is not
-// a lock (not a string, or a string without a TTL: every lock key has one)
-// is marked so (with the commands of the least-privilege ACL: GET, PTTL). Keys and holders are printed as they are when they are
-// printable, quoted with Go escapes (%q) otherwise, so that no key can
-// break the table or send control sequences to the terminal.
-func printStatus(w io.Writer, c redis.Conn, f *common, keys []string) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tSTATE\tTTL\tFENCE\tHOLDER")
-	layout := f.layout()
-	for _, k := range keys {
-		lk := layout.LockKey(k)
-		c.Send("GET", lk)
-		c.Send("PTTL", lk)
-		c.Send("GET", layout.FenceKey(lk))
-		v, err := redis.Values(c.Do(""))
-		if err != nil {
-			return err
-		}
-		token, err := redis.String(v[0], nil)
-		pttl, _ := redis.Int64(v[1], nil)
-		var re redis.Error
-		switch {
-		case errors.Is(err, redis.ErrNil):
-			fmt.Fprintf(tw, "%s\tfree\t-\t%s\t-\n", printable(k), fence(v[2]))
-		case errors.As(err, &re): // WRONGTYPE: a semaphore, or a hash, a list, ...
-			if ok, err := printSemaphore(tw, c, layout, k, fence(v[2])); err != nil || ok {
-				if err != nil {
-					return err
-				}
-				continue
-			}
-			fmt.Fprintf(tw, "%s\tnot a lock (not a string)\t%s\t%s\t-\n", printable(k), ttlString(pttl), fence(v[2]))
-		case err != nil:
-			return err
-		case pttl < 0:
-			fmt.Fprintf(tw, "%s\tnot a lock (no TTL)\tnone\t%s\t-\n", printable(k), fence(v[2]))
-		default:
-			fmt.Fprintf(tw, "%s\theld\t%s\t%s\t%s\n", printable(k), ttlString(pttl), fence(v[2]), printable(wire.Holder(token)))
-		}
-	}
-	return tw.Flush()
+// statusWriter prints what Inspect read: a table, or one JSON object per
+// key.
+type statusWriter struct {
+	tw  *tabwriter.Writer
+	enc *json.Encoder
 }
 
-// printSemaphore prints the permits of the semaphore on k, one line each
-// (its TTL by the server's clock, and its holder), and how many wait, if
-// k's key is a sorted set (a semaphore: wire.Layout); it reports whether
-// it was one.
-func printSemaphore(w io.Writer, c redis.Conn, layout wire.Layout, k, fence string) (bool, error) {
-	lk := layout.LockKey(k)
-	c.Send("TYPE", lk)
-	c.Send("TIME")
-	c.Send("ZRANGE", lk, 0, -1, "WITHSCORES")
-	c.Send("ZCARD", layout.QueueKey(lk))
-	v, err := redis.Values(c.Do(""))
-	if err != nil {
-		return false, err
+func newStatusWriter(w io.Writer, asJSON bool) *statusWriter {
+	if asJSON {
+		return &statusWriter{enc: json.NewEncoder(w)}
 	}
-	if t, _ := redis.String(v[0], nil); t != "zset" {
-		return false, nil
-	}
-	tv, err := redis.Int64s(v[1], nil)
-	if err != nil || len(tv) != 2 {
-		return false, fmt.Errorf("TIME: %v", err)
-	}
-	now := tv[0]*1000 + tv[1]/1000
-	permits, err := redis.Strings(v[2], nil)
-	if err != nil {
-		return false, err
-	}
-	held := 0
-	for i := 0; i+1 < len(permits); i += 2 {
-		expiry, err := strconv.ParseInt(permits[i+1], 10, 64)
-		if err != nil || expiry <= now {
-			continue // expired: pruned by the next attempt
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tSTATE\tTTL\tFENCE\tHOLDER\tLABEL")
+	return &statusWriter{tw: tw}
+}
+
+// jsonKey is the JSON form of a KeyInfo (--json), with durations in ms.
+type jsonKey struct {
+	Name    string       `json:"name"` // the key as given (or found)
+	Key     string       `json:"key"`  // the Redis key
+	Kind    string       `json:"kind"`
+	Holders []jsonHolder `json:"holders"`
+	Waiters []jsonWaiter `json:"waiters"`
+	Fence   int64        `json:"fence"`
+	Error   string       `json:"error,omitempty"` // a key that is no lock or semaphore
+}
+
+type jsonHolder struct {
+	Token    string `json:"token"`
+	Registry string `json:"registry"`
+	Label    string `json:"label"`
+	TTLMs    int64  `json:"ttl_ms"`
+}
+
+type jsonWaiter struct {
+	Registry  string `json:"registry"`
+	Label     string `json:"label"`
+	WaitingMs int64  `json:"waiting_ms"`
+}
+
+// key prints what Inspect read of key k: info, or err (ErrForeignKey).
+// Keys, holders and labels are printed as they are when they are
+// printable, quoted with Go escapes (%q) otherwise, so that no key can
+// break the table or send control sequences to the terminal.
+func (s *statusWriter) key(k string, info registry.KeyInfo, err error) {
+	if s.enc != nil {
+		j := jsonKey{Name: k, Key: info.Key, Kind: info.Kind, Holders: []jsonHolder{}, Waiters: []jsonWaiter{}, Fence: info.Fence}
+		if err != nil {
+			j.Error = err.Error()
 		}
-		held++
-		fmt.Fprintf(w, "%s\tpermit\t%s\t%s\t%s\n", printable(k), ttlString(expiry-now), fence, printable(wire.Holder(permits[i])))
+		for _, h := range info.Holders {
+			j.Holders = append(j.Holders, jsonHolder{h.Token, h.Registry, h.Label, h.TTL.Milliseconds()})
+		}
+		for _, w := range info.Waiters {
+			j.Waiters = append(j.Waiters, jsonWaiter{w.Registry, w.Label, w.Waiting.Milliseconds()})
+		}
+		_ = s.enc.Encode(j)
+		return
 	}
-	waiting, _ := redis.Int(v[3], nil)
-	fmt.Fprintf(w, "%s\tsemaphore: %d held, %d waiting\t-\t%s\t-\n", printable(k), held, waiting, fence)
-	return true, nil
+	name, fence := printable(k), fenceString(info.Fence)
+	if err != nil {
+		reason := err.Error()
+		if i := strings.LastIndex(reason, " holds "); i >= 0 {
+			reason = reason[i+1:]
+		}
+		fmt.Fprintf(s.tw, "%s\tnot a lock (%s)\t-\t%s\t-\t-\n", name, reason, fence)
+		return
+	}
+	switch info.Kind {
+	case "":
+		fmt.Fprintf(s.tw, "%s\tfree\t-\t%s\t-\t-\n", name, fence)
+	case "semaphore":
+		for _, h := range info.Holders {
+			fmt.Fprintf(s.tw, "%s\tpermit\t%s\t%s\t%s\t%s\n", name, ttlString(h.TTL), fence, printable(h.Registry), label(h.Label))
+		}
+		fmt.Fprintf(s.tw, "%s\tsemaphore: %d held, %d waiting\t-\t%s\t-\t-\n", name, len(info.Holders), len(info.Waiters), fence)
+	default:
+		if len(info.Holders) == 0 {
+			fmt.Fprintf(s.tw, "%s\tfree\t-\t%s\t-\t-\n", name, fence)
+		}
+		for _, h := range info.Holders {
+			fmt.Fprintf(s.tw, "%s\theld\t%s\t%s\t%s\t%s\n", name, ttlString(h.TTL), fence, printable(h.Registry), label(h.Label))
+		}
+	}
+	for _, w := range info.Waiters {
+		fmt.Fprintf(s.tw, "%s\twaiting\t%s\t-\t%s\t%s\n", name, "for "+w.Waiting.Round(time.Millisecond).String(), printable(w.Registry), label(w.Label))
+	}
+}
+
+func (s *statusWriter) flush() error {
+	if s.tw != nil {
+		return s.tw.Flush()
+	}
+	return nil
 }
 
 // printable returns s as it is if it is valid UTF-8 of printable
@@ -181,70 +233,25 @@ func printable(s string) string {
 	return s
 }
 
-func ttlString(pttl int64) string {
-	if pttl < 0 {
-		return "none"
-	}
-	return (time.Duration(pttl) * time.Millisecond).String()
-}
-
-func fence(v any) string {
-	n, err := redis.Int64(v, nil)
-	if err != nil {
+// label is a holder's or waiter's label for the table: "-" when none.
+func label(s string) string {
+	if s == "" {
 		return "-"
 	}
-	return fmt.Sprint(n)
+	return printable(s)
 }
 
-func cmdRelease(args []string) int {
-	var f common
-	var force bool
-	fs := flag.NewFlagSet("release", flag.ContinueOnError)
-	f.register(fs)
-	fs.BoolVar(&force, "force", false, "required: remove the lock whoever holds it")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: lockyard release --force [flags] KEY")
-		fs.PrintDefaults()
+// ttlString prints a TTL; a negative one (no TTL) as "none".
+func ttlString(ttl time.Duration) string {
+	if ttl < 0 {
+		return "none"
 	}
-	if code, ok := parse(fs, args); !ok {
-		return code
-	}
-	if !force || fs.NArg() != 1 {
-		return fail("release", exitUsage, errors.New("need --force and exactly one KEY: this removes a lock that someone else may hold"))
-	}
-	if err := f.checkURL(); err != nil {
-		return fail(fs.Name(), exitUsage, err)
-	}
-	ctx := context.Background()
-	pool, err := f.pool(ctx)
-	if err != nil {
-		return fail("release", exitUnavailable, err)
-	}
-	defer pool.Close()
-	c, err := pool.GetContext(ctx)
-	if err != nil {
-		return fail("release", exitUnavailable, err)
-	}
-	defer c.Close()
-	w := f.layout()
-	lk := w.LockKey(fs.Arg(0))
-	v, err := redis.Values(forceRelease.Do(c, lk, w.Channel(lk)))
-	if err != nil {
-		return fail("release", exitUnavailable, err)
-	}
-	token, _ := redis.String(v[0], nil)
-	if token == "" {
-		fmt.Printf("%s was not held: nothing removed\n", printable(lk))
-		return 0
-	}
-	pttl, _ := redis.Int64(v[1], nil)
-	fmt.Printf("removed %s (holder %s, %s left); waiters were notified\n", printable(lk), printable(wire.Holder(token)), ttlString(pttl))
-	return 0
+	return ttl.Round(time.Millisecond).String()
 }
 
-// forceRelease deletes a lock key whatever its value and publishes the
-// release, in one step; it returns the value and TTL it removed.
-var forceRelease = redis.NewScript(1, forceReleaseSrc)
-
-//go:embed forcerelease.lua
-var forceReleaseSrc string
+func fenceString(n int64) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.FormatInt(n, 10)
+}

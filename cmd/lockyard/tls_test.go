@@ -97,8 +97,8 @@ func TestTLSAndACLUser(t *testing.T) {
 	}
 	cmd = lockyard("status", "job")
 	cmd.Env = append(cmd.Env, tlsCmd()...)
-	if code, out := exitCode(t, cmd); code != 0 || !strings.Contains(out, "free") {
-		t.Fatalf("status over TLS (exit %d): %s", code, out)
+	if code, out := exitCode(t, cmd); code != exitFree || !strings.Contains(out, "free") {
+		t.Fatalf("status over TLS of a free key (exit %d, want %d): %s", code, exitFree, out)
 	}
 	// The server's certificate is verified: without the CA, no connection.
 	cmd = lockyard("run", "job", "--", "true")

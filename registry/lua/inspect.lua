@@ -11,7 +11,9 @@
 --        holder, with its PTTL in ms, -1 when the key has none), 'zset' (a
 --        semaphore: its permits that have not expired by the server's
 --        clock, each with the ms it has left, soonest first), or another
---        (not a key of ours: no holders). fence is the fence counter, 0
+--        (not a key of ours: no holders), named by TYPE if the script may
+--        call it. The type is found by GET and ZRANGE themselves, so that
+--        an ACL for locks alone need not allow TYPE. fence is the fence counter, 0
 --        when it is missing or not a number. now is the server's time in
 --        ms, -1 when the script may not call TIME (then a semaphore's
 --        permits and the waiters are not listed: their times are on that
@@ -19,31 +21,39 @@
 --        first (a registry's lock or semaphore instance each), with how
 --        long (ms) each has waited.
 local most = tonumber(ARGV[1])
-local t = redis.call('TYPE', KEYS[1])
-if type(t) == 'table' then
-  t = t.ok or t['ok']
-end
 local fence = 0
 local f = redis.pcall('GET', KEYS[4])
 if type(f) == 'string' then
   fence = tonumber(f) or 0
 end
 local now = clock()
-local out = {t, fence, now and math.floor(now) or -1}
+local out = {'none', fence, now and math.floor(now) or -1, 0}
 
-if t == 'string' then
-  out[#out + 1] = 1
-  out[#out + 1] = redis.call('GET', KEYS[1])
-  out[#out + 1] = redis.call('PTTL', KEYS[1])
-elseif t == 'zset' and now then
-  local permits = redis.call('ZRANGE', KEYS[1], '(' .. string.format('%d', now), '+inf', 'BYSCORE', 'LIMIT', 0, most, 'WITHSCORES')
-  out[#out + 1] = #permits / 2
-  for i = 1, #permits, 2 do
-    out[#out + 1] = permits[i]
-    out[#out + 1] = math.floor(tonumber(permits[i + 1]) - now)
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'string' then
+  out[1], out[4] = 'string', 1
+  out[5] = v
+  out[6] = redis.call('PTTL', KEYS[1])
+elseif type(v) == 'table' and v.err then
+  if string.sub(v.err, 1, 9) ~= 'WRONGTYPE' then
+    return redis.call('GET', KEYS[1]) -- raises it (NOPERM, ...)
   end
-else
-  out[#out + 1] = 0
+  local permits = redis.pcall('ZRANGE', KEYS[1], '(' .. string.format('%d', now or 0), '+inf', 'BYSCORE', 'LIMIT', 0, most, 'WITHSCORES')
+  if type(permits) == 'table' and not permits.err then
+    out[1] = 'zset'
+    if now then
+      out[4] = #permits / 2
+      for i = 1, #permits, 2 do
+        out[#out + 1] = permits[i]
+        out[#out + 1] = math.floor(tonumber(permits[i + 1]) - now)
+      end
+    end
+  elseif string.sub(permits.err, 1, 9) ~= 'WRONGTYPE' then
+    return redis.call('ZCARD', KEYS[1]) -- raises it
+  else
+    local t = redis.pcall('TYPE', KEYS[1])
+    out[1] = type(t) == 'table' and t.ok or 'value of another type'
+  end
 end
 
 if not now then

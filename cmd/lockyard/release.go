@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/wire"
+)
+
+func cmdRelease(args []string) int {
+	var f common
+	var force bool
+	fs := flag.NewFlagSet("release", flag.ContinueOnError)
+	f.register(fs)
+	fs.BoolVar(&force, "force", false, "required: remove the lock whoever holds it")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: lockyard release --force [flags] KEY")
+		fs.PrintDefaults()
+	}
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if !force || fs.NArg() != 1 {
+		return fail("release", exitUsage, errors.New("need --force and exactly one KEY: this removes a lock that someone else may hold"))
+	}
+	if err := f.checkURL(); err != nil {
+		return fail(fs.Name(), exitUsage, err)
+	}
+	ctx := context.Background()
+	pool, err := f.pool(ctx)
+	if err != nil {
+		return fail("release", exitUnavailable, err)
+	}
+	defer pool.Close()
+	c, err := pool.GetContext(ctx)
+	if err != nil {
+		return fail("release", exitUnavailable, err)
+	}
+	defer c.Close()
+	w := f.layout()
+	lk := w.LockKey(fs.Arg(0))
+	v, err := redis.Values(forceRelease.Do(c, lk, w.Channel(lk)))
+	if err != nil {
+		return fail("release", exitUnavailable, err)
+	}
+	token, _ := redis.String(v[0], nil)
+	if token == "" {
+		fmt.Printf("%s was not held: nothing removed\n", printable(lk))
+		return 0
+	}
+	pttl, _ := redis.Int64(v[1], nil)
+	fmt.Printf("removed %s (holder %s, %s left); waiters were notified\n", printable(lk), printable(wire.Holder(token)), ttlString(time.Duration(pttl)*time.Millisecond))
+	return 0
+}
+
+// forceRelease deletes a lock key whatever its value and publishes the
+// release, in one step; it returns the value and TTL it removed.
+var forceRelease = redis.NewScript(1, forceReleaseSrc)
+
+//go:embed forcerelease.lua
+var forceReleaseSrc string
