@@ -91,6 +91,20 @@ func (e *Election) Resign(ctx context.Context) error {
 	return le.Release(ctx)
 }
 
+// Leader returns who leads now, read from Redis by any replica (leading,
+// campaigning, or neither): the holder of the election key, with its
+// registry id, its label (registry.WithLabel: how a follower names the
+// leader) and the TTL left. It reports false when no one leads. It is
+// advisory, as registry.Inspect: the leader may change as soon as it is
+// read.
+func (e *Election) Leader(ctx context.Context) (registry.HolderInfo, bool, error) {
+	info, err := e.reg.Inspect(ctx, e.key)
+	if err != nil || len(info.Holders) == 0 {
+		return registry.HolderInfo{}, false, err
+	}
+	return info.Holders[0], true, nil
+}
+
 // Leading returns the lease of this replica's leadership, or nil if it
 // does not lead: it never won, it resigned, or the lease was lost.
 func (e *Election) Leading() *registry.Lease {

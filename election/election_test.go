@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -229,5 +230,32 @@ func TestResignEndsTheTerm(t *testing.T) {
 			t.Fatalf("Run = %v", err)
 		}
 		redistest.MustIs(t, <-causes, election.ErrResigned)
+	})
+}
+
+// Any replica reads who leads: the leader's registry and label, and false
+// once it resigned.
+func TestLeader(t *testing.T) {
+	forBackends(t, func(t *testing.T, addr, prefix string) {
+		ctx := context.Background()
+		a, err := election.New(replica(t, addr, prefix, registry.WithLabel("replica-a")), "leader", 0)
+		redistest.MustNil(t, err)
+		b, err := election.New(replica(t, addr, prefix, registry.WithLabel("replica-b")), "leader", 0)
+		redistest.MustNil(t, err)
+		if _, ok, err := b.Leader(ctx); ok || err != nil {
+			t.Fatalf("before any campaign: Leader = %v, %v; want none", ok, err)
+		}
+		_, err = a.Campaign(ctx)
+		redistest.MustNil(t, err)
+		for _, e := range []*election.Election{a, b} {
+			h, ok, err := e.Leader(ctx)
+			if !ok || err != nil || h.Label != "replica-a" || h.TTL <= 0 || !strings.HasPrefix(h.Token, h.Registry+":") {
+				t.Errorf("Leader = %+v, %v, %v; want replica-a", h, ok, err)
+			}
+		}
+		redistest.MustNil(t, a.Resign(ctx))
+		if h, ok, err := b.Leader(ctx); ok || err != nil {
+			t.Errorf("after the resignation: Leader = %+v, %v, %v; want none", h, ok, err)
+		}
 	})
 }

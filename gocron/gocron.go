@@ -277,6 +277,22 @@ func (e *Elector) lead(ctx context.Context, le *registry.Lease) {
 	}
 }
 
+// Leader returns who leads now, read from Redis by any replica: the
+// holder of the leader key, with its registry id, its label
+// (registry.WithLabel: how a follower names the leader) and the TTL left;
+// false when no one leads. Advisory, as registry.Inspect. A configuration
+// error is returned as by IsLeader.
+func (e *Elector) Leader(ctx context.Context) (registry.HolderInfo, bool, error) {
+	if e.err != nil {
+		return registry.HolderInfo{}, false, e.err
+	}
+	info, err := e.reg.Inspect(ctx, e.key)
+	if err != nil || len(info.Holders) == 0 {
+		return registry.HolderInfo{}, false, err
+	}
+	return info.Holders[0], true, nil
+}
+
 // IsLeader returns nil while this replica leads, else ErrNotLeader (joined
 // with the error that last ended a campaign, if any).
 func (e *Elector) IsLeader(context.Context) error {

@@ -3,6 +3,7 @@ package gocronlock_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -369,6 +370,30 @@ func TestElectorCloseHandsOver(t *testing.T) {
 		t.Fatal("the closed elector still says it leads")
 	}
 	redistest.MustNil(t, a.Close(context.Background())) // again: nothing to do
+}
+
+// Leader names the leading replica, from the leader and from a
+// follower, by its label; no one once the leader closed.
+func TestElectorLeader(t *testing.T) {
+	srv := startServer(t)
+	a := electorOn(t, srv.Addr, "named", 10*time.Second, registry.WithLabel("replica-a"))
+	redistest.WaitFor(t, 5*time.Second, "the first elector to lead", func() bool { return a.IsLeader(context.Background()) == nil })
+	b := electorOn(t, srv.Addr, "named", 10*time.Second, registry.WithLabel("replica-b"))
+	for _, e := range []*gocronlock.Elector{a, b} {
+		h, ok, err := e.Leader(context.Background())
+		if !ok || err != nil || h.Label != "replica-a" || h.TTL <= 0 {
+			t.Fatalf("Leader = %+v, %v, %v; want replica-a", h, ok, err)
+		}
+	}
+	redistest.MustNil(t, a.Close(redistest.CtxFor(t, 5*time.Second)))
+	redistest.WaitFor(t, 5*time.Second, "the second elector to lead", func() bool { return b.IsLeader(context.Background()) == nil })
+	if h, ok, err := a.Leader(context.Background()); !ok || err != nil || h.Label != "replica-b" {
+		t.Fatalf("after the first one closed: Leader = %+v, %v, %v; want replica-b", h, ok, err)
+	}
+	bad := gocronlock.NewElector(context.Background(), nil, "named")
+	if _, _, err := bad.Leader(context.Background()); !errors.Is(err, registry.ErrInvalidConfig) {
+		t.Fatalf("Leader of a misconfigured elector: %v, want ErrInvalidConfig", err)
+	}
 }
 
 // The Elector renews its lease itself: on a registry without WithAutoRenew
