@@ -13,4 +13,5 @@ func TestClusterWakeups(t *testing.T)         { clienttest.ClusterWakeups(t, ada
 func TestClusterHashTagFencing(t *testing.T)  { clienttest.ClusterHashTagFencing(t, adapter) }
 func TestClusterSlotMigration(t *testing.T)   { clienttest.ClusterSlotMigration(t, adapter) }
 func TestClusterSemaphore(t *testing.T)       { clienttest.ClusterSemaphore(t, adapter) }
+func TestClusterInspect(t *testing.T)         { clienttest.ClusterInspect(t, adapter) }
 func TestSentinelFailover(t *testing.T)       { clienttest.SentinelFailover(t, adapter) }

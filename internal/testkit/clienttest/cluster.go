@@ -281,3 +281,61 @@ func ClusterSemaphore(t *testing.T, a Adapter) {
 		}
 	}
 }
+
+// ClusterInspect: Inspect of a lock and of a semaphore on a key of every
+// master, in both key forms and with a key that has braces of its own, by a
+// registry that neither holds nor waits: the holder with its label (read
+// from another slot than the key's), the waiter, the fence counter.
+func ClusterInspect(t *testing.T, a Adapter) {
+	c := redistest.SharedCluster(t)
+	rc := a.cluster(t, c.Addrs)
+	for _, hashTag := range []bool{false, true} {
+		opts := []registry.Option{registry.WithFencing(), registry.WithLockType(registry.PubSubLock)}
+		if hashTag {
+			opts = append(opts, registry.WithHashTag())
+		}
+		pfx := prefix(t)
+		holder := NewRegistry(t, rc, pfx, append(opts, registry.WithLabel("holder"))...)
+		waiter := NewRegistry(t, rc, pfx, append(opts, registry.WithLabel("waiter"))...)
+		observer := NewRegistry(t, rc, pfx, opts...)
+		keys := []string{"user:{42}:cart"}
+		for _, ks := range c.KeysPerMaster(t, 1) {
+			keys = append(keys, ks[0])
+		}
+		for _, k := range keys {
+			le, err := holder.Acquire(redistest.CtxFor(t, 5*time.Second), k, 0)
+			redistest.MustNil(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if w, err := waiter.Acquire(ctx, k, 0); err == nil {
+					_ = w.Release(context.Background())
+				}
+			}()
+			var info registry.KeyInfo
+			redistest.WaitFor(t, 5*time.Second, "the waiter listed", func() bool {
+				info, err = observer.Inspect(redistest.CtxFor(t, 5*time.Second), k)
+				redistest.MustNil(t, err)
+				return len(info.Waiters) == 1
+			})
+			if info.Kind != "lock" || len(info.Holders) != 1 || info.Holders[0].Label != "holder" || info.Waiters[0].Label != "waiter" || info.Fence != le.Token() {
+				t.Errorf("Inspect(%q): %+v, want the holder, the waiter and fence %d", k, info, le.Token())
+			}
+			cancel()
+			<-done
+			redistest.MustNil(t, le.Release(redistest.CtxFor(t, 5*time.Second)))
+
+			s, err := holder.Semaphore(k+"-sem", 2)
+			redistest.MustNil(t, err)
+			p, err := s.Acquire(redistest.CtxFor(t, 5*time.Second), 0)
+			redistest.MustNil(t, err)
+			info, err = observer.Inspect(redistest.CtxFor(t, 5*time.Second), k+"-sem")
+			redistest.MustNil(t, err)
+			if info.Kind != "semaphore" || len(info.Holders) != 1 || info.Holders[0].Label != "holder" || info.Fence != p.Token() {
+				t.Errorf("Inspect(%q): %+v, want one permit of holder, fence %d", k+"-sem", info, p.Token())
+			}
+			redistest.MustNil(t, p.Release(redistest.CtxFor(t, 5*time.Second)))
+		}
+	}
+}
