@@ -282,3 +282,23 @@ func ExampleRegistry_Semaphore() {
 	// third permit: true
 	// tokens increase: true
 }
+
+// Inspect shows who holds a key and who waits, from any process.
+func ExampleRegistry_Inspect() {
+	pool, done := exampleRedis()
+	defer done()
+	worker, _ := registry.New(pool, "jobs", registry.WithLabel("worker-1"))
+	defer worker.Close()
+	lease, _ := worker.Acquire(context.Background(), "nightly-report", 30*time.Second)
+	defer lease.Release(context.Background())
+
+	ops, _ := registry.New(pool, "jobs")
+	defer ops.Close()
+	info, err := ops.Inspect(context.Background(), "nightly-report")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(info.Kind, len(info.Holders), info.Holders[0].Label, info.Holders[0].TTL > 29*time.Second)
+	// Output: lock 1 worker-1 true
+}

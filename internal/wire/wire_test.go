@@ -140,3 +140,21 @@ func unescape(s string) string {
 	}
 	return b.String()
 }
+
+// A label key begins with '{' in either layout, so that no lock key (whose
+// registry key may not begin with '{') equals it, and lies in one slot per
+// registry key.
+func TestLabelKey(t *testing.T) {
+	for _, hashTag := range []bool{false, true} {
+		w := Layout{Registry: "orders", HashTag: hashTag}
+		if got := w.LabelKey("id-1"); got != "{orders:}:label:id-1" {
+			t.Errorf("LabelKey = %q", got)
+		}
+		if Slot(w.LabelKey("a")) != Slot(w.LabelKey("b")) {
+			t.Error("labels of one registry key in different slots")
+		}
+		if _, ok := w.UserKey(w.LabelKey("a")); ok {
+			t.Error("a label key reads as a lock key")
+		}
+	}
+}
