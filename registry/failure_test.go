@@ -148,7 +148,8 @@ func TestOddKeys(t *testing.T) {
 }
 
 // FuzzKeys: any two keys either both fail validation alike, or block each
-// other exactly when they are equal, and round-trip exactly into Redis.
+// other exactly when they are equal, round-trip exactly into Redis, and
+// read back by Inspect.
 func FuzzKeys(f *testing.F) {
 	for i, k := range oddKeys {
 		f.Add(k, oddKeys[(i+1)%len(oddKeys)])
@@ -175,6 +176,9 @@ func FuzzKeys(f *testing.F) {
 		defer la.Unlock()
 		if !mr.Exists("fuzz:" + a) {
 			t.Fatalf("key %q not in Redis", "fuzz:"+a)
+		}
+		if info, err := r.Inspect(context.Background(), a); err != nil || info.Key != "fuzz:"+a || info.Kind != "lock" || len(info.Holders) != 1 {
+			t.Fatalf("Inspect(%q) = %+v, %v; want the one holder of fuzz:%s", a, info, err, a)
 		}
 		lb, err := r.Obtain(b)
 		if err != nil {

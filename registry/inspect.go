@@ -120,40 +120,42 @@ func decodeInspect(v any, info *KeyInfo) (string, error) {
 		return "", bad
 	}
 	info.Fence = fence
-	n, ok := a[3].(int64)
-	i := 4
-	if !ok || n < 0 || len(a) < i+2*int(n)+1 {
-		return "", bad
-	}
-	for range n {
-		token, ok := replyString(a[i])
-		ms, ok2 := a[i+1].(int64)
-		if !ok || !ok2 {
-			return "", bad
-		}
+	rest, ok := pairs(a[3:], func(token string, ms int64) {
 		ttl := time.Duration(ms) * time.Millisecond
 		if ms < 0 {
-			ttl = -1
+			ttl = -1 // no TTL
 		}
 		info.Holders = append(info.Holders, HolderInfo{Token: token, Registry: wire.Holder(token), TTL: ttl})
-		i += 2
-	}
-	n, ok = a[i].(int64)
-	i++
-	if !ok || n < 0 || len(a) != i+2*int(n) {
+	})
+	if !ok || len(rest) == 0 {
 		return "", bad
 	}
-	for range n {
-		id, ok := replyString(a[i])
-		ms, ok2 := a[i+1].(int64)
-		if !ok || !ok2 {
-			return "", bad
-		}
+	rest, ok = pairs(rest, func(id string, ms int64) {
 		reg, _, _ := strings.Cut(id, "/") // registry id "/" instance number
 		info.Waiters = append(info.Waiters, WaiterInfo{Registry: reg, Waiting: time.Duration(max(ms, 0)) * time.Millisecond})
-		i += 2
+	})
+	if !ok || len(rest) != 0 {
+		return "", bad
 	}
 	return typ, nil
+}
+
+// pairs reads a count n from a[0] and n (string, integer) pairs after it,
+// passing each to fn, and returns what follows them.
+func pairs(a []any, fn func(string, int64)) ([]any, bool) {
+	n, ok := a[0].(int64)
+	if !ok || n < 0 || int64(len(a)) < 1+2*n {
+		return nil, false
+	}
+	for i := 1; i < 1+2*int(n); i += 2 {
+		s, ok := replyString(a[i])
+		ms, ok2 := a[i+1].(int64)
+		if !ok || !ok2 {
+			return nil, false
+		}
+		fn(s, ms)
+	}
+	return a[1+2*n:], true
 }
 
 // replyString returns a bulk string reply, which a Client returns as a

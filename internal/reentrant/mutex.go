@@ -25,12 +25,8 @@ package reentrant
 import (
 	"context"
 	"errors"
-	"math"
 	"sync"
 	"sync/atomic"
-	"time"
-
-	"github.com/petermattis/goid"
 )
 
 // ErrNotOwner is returned by Unlock when the owner it names does not hold
@@ -47,43 +43,6 @@ var ErrRevoked = errors.New("reentrant: ownership was revoked")
 // ErrTooHeavy is returned by Lock and TryLock for a request that can never
 // fit: a weight below 1 or above the mutex's size.
 var ErrTooHeavy = errors.New("reentrant: request weight out of range")
-
-// Owner identifies who holds a Mutex: a goroutine (Self, a positive
-// runtime id) or a token made by NewOwner (negative). The zero Owner is
-// nobody.
-type Owner int64
-
-// Self returns the calling goroutine as an Owner.
-func Self() Owner { return Owner(goid.Get()) }
-
-var lastToken atomic.Int64
-
-// NewOwner returns an owner that is no goroutine and differs from every
-// other Owner of the process: any goroutine may act for it.
-func NewOwner() Owner { return Owner(-lastToken.Add(1)) }
-
-// Mode is how much of a Mutex a request takes.
-type Mode int
-
-const (
-	Exclusive Mode = iota // the whole mutex (the zero value)
-	Shared                // a share: any number at once, none beside Exclusive
-	Weighted              // Request.Weight out of the mutex's size
-)
-
-// Request is what one acquisition asks for: how much of the mutex, and the
-// caller's TTL, which the owner about to hand the mutex over reads with
-// Next (the registry passes its hold on at the TTL the next owner asked
-// for). The zero Request is exclusive, with no TTL.
-type Request struct {
-	Mode   Mode
-	Weight int64 // Weighted only: 1 to the mutex's size
-	TTL    time.Duration
-}
-
-// unbounded is the size of a Mutex made without NewWeighted: Shared takes 1
-// of it, so no number of shared owners fills it.
-const unbounded = math.MaxInt64 / 2
 
 // Mutex is a reentrant, weighted mutex owned by goroutines or tokens
 // (Owner). The zero value is an unlocked mutex of unbounded size, for
@@ -356,136 +315,4 @@ func (m *Mutex) Busy() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.owners) > 0 || len(m.waiters) > 0
-}
-
-// Revoke takes m from its sole owner, if it has exactly one, that owner is
-// not finishing its last hold (see Leave), and ok, called with m's
-// internal lock held, agrees; m then goes to the waiters that fit. The
-// owner's holds are recorded: each of its later Leave or Unlock calls
-// returns ErrRevoked. It is for an owner that will not unlock in time (a
-// goroutine that exited holding m, or whose hold of what m guards expired).
-// ok must not call m's methods.
-func (m *Mutex) Revoke(ok func() bool) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.owners) != 1 {
-		return false
-	}
-	return m.revoke(0, ok)
-}
-
-// RevokeOwner is Revoke for who, one of m's owners.
-func (m *Mutex) RevokeOwner(who Owner, ok func() bool) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	i := m.find(who)
-	if i < 0 {
-		return false
-	}
-	return m.revoke(i, ok)
-}
-
-// revoke takes m's part from owners[i] if it is not leaving and ok agrees.
-// mu must be held.
-func (m *Mutex) revoke(i int, ok func() bool) bool {
-	o := m.owners[i]
-	if o.leaving || !ok() {
-		return false
-	}
-	if m.revoked == nil {
-		m.revoked = make(map[Owner]int)
-	}
-	if m.revoked[o.who] == 0 {
-		m.nrev.Add(1)
-	}
-	m.revoked[o.who] += o.depth
-	m.drop(i)
-	m.wake()
-	return true
-}
-
-// AnyRevoked reports whether some owner has holds that Revoke took and
-// that it has not yet unlocked: without a lock, so that the common case
-// (none) costs one atomic load.
-func (m *Mutex) AnyRevoked() bool { return m.nrev.Load() > 0 }
-
-// Revoked reports whether who has holds that Revoke took and that it has
-// not yet unlocked.
-func (m *Mutex) Revoked(who Owner) bool {
-	if m.nrev.Load() == 0 {
-		return false
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.revoked[who] > 0
-}
-
-// notOwner returns ErrRevoked, consuming one revoked hold, if who has one,
-// else ErrNotOwner. mu must be held.
-func (m *Mutex) notOwner(who Owner) error {
-	n := m.revoked[who]
-	switch {
-	case n == 0:
-		return ErrNotOwner
-	case n == 1:
-		delete(m.revoked, who)
-		m.nrev.Add(-1)
-	default:
-		m.revoked[who] = n - 1
-	}
-	return ErrRevoked
-}
-
-// grant makes who an owner of weight w, once. mu must be held.
-func (m *Mutex) grant(who Owner, w int64) {
-	m.owners = append(m.owners, holding{who: who, weight: w, depth: 1})
-	m.held += w
-	m.setSole()
-}
-
-// drop removes owners[i] and gives its part back. mu must be held.
-func (m *Mutex) drop(i int) {
-	m.held -= m.owners[i].weight
-	last := len(m.owners) - 1
-	m.owners[i] = m.owners[last]
-	m.owners[last] = holding{}
-	m.owners = m.owners[:last]
-	m.setSole()
-}
-
-// setSole updates sole. mu must be held.
-func (m *Mutex) setSole() {
-	if len(m.owners) == 1 {
-		m.sole.Store(int64(m.owners[0].who))
-	} else {
-		m.sole.Store(0)
-	}
-}
-
-// wake grants m to the waiters at the head of the queue, in order, while
-// each fits; the first that does not fit stops it, so that it is not
-// starved by smaller requests behind it. mu must be held.
-func (m *Mutex) wake() {
-	for len(m.waiters) > 0 {
-		next := m.waiters[0]
-		if m.free() < next.weight {
-			return
-		}
-		m.waiters[0] = nil
-		m.waiters = m.waiters[1:]
-		m.grant(next.who, next.weight)
-		close(next.ready)
-	}
-}
-
-// remove deletes w from the queue. mu must be held.
-func (m *Mutex) remove(w *waiter) {
-	for i, x := range m.waiters {
-		if x == w {
-			copy(m.waiters[i:], m.waiters[i+1:])
-			m.waiters[len(m.waiters)-1] = nil
-			m.waiters = m.waiters[:len(m.waiters)-1]
-			return
-		}
-	}
 }
