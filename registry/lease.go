@@ -37,6 +37,9 @@ type Lease struct {
 	of  leased          // the lock or semaphore it holds a part of
 	who reentrant.Owner // the lease's owner in that kind's local mutex
 	h   *core.Hold      // the lease's hold: the same from Acquire to Release
+	// since is when a semaphore's lease was acquired, on the registry
+	// clock (a lock's lease: RedisLock.since).
+	since int64
 	// done is set by the first Release; Renew reads it under h.renewing,
 	// so that no Renew of the lease reaches Redis after Release began.
 	done atomic.Bool
@@ -257,6 +260,7 @@ func (le *Lease) begin() bool {
 // obtains the key in Redis once it has expired.
 func (l *RedisLock) expireAfter(ctx context.Context, d time.Duration, who reentrant.Owner) error {
 	h := l.hold.Load()
+	l.reg.released(kindLock, l.key, h, l.since.Load())
 	l.setPhase(releasing)
 	// As for a pass: no renewal (the watchdog, RenewLock) may reach Redis
 	// after this command and give the key its full TTL again.
@@ -272,6 +276,7 @@ func (l *RedisLock) expireAfter(ctx context.Context, d time.Duration, who reentr
 	switch {
 	case err != nil:
 		// The key expires by its TTL, or by d if the command ran.
+		l.reg.core.Counters.ReleaseFailed.Add(1)
 		err = errors.Join(releaseFailed(l.key, err), h.LostAtRelease())
 	case !ok:
 		err = core.KeyGone(l.key)

@@ -54,6 +54,15 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration, 
 		return ErrClosed
 	}
 	start := r.core.Now()
+	r.waiting(kindLock, l.key)
+	err := l.lockAs(ctx, retryAll, ttl, who, start)
+	r.waited(err)
+	return err
+}
+
+// lockAs is lock's wait, begun at start.
+func (l *RedisLock) lockAs(ctx context.Context, retryAll bool, ttl time.Duration, who reentrant.Owner, start int64) error {
+	r := l.reg
 	how, err := l.local.Lock(ctx, r.core.BG.Closed, (*queueHook)(l), reentrant.Request{TTL: ttl}, who)
 	switch {
 	case errors.Is(err, reentrant.ErrAborted):
@@ -64,7 +73,7 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration, 
 		return nil
 	}
 	if l.inherit(ctx, ttl) {
-		r.core.Counters.Acquired(true, time.Duration(r.core.Now()-start))
+		l.since.Store(r.acquired(kindLock, l.key, l.hold.Load(), true, time.Duration(r.core.Now()-start)))
 		return nil
 	}
 	if r.core.BG.IsClosed() { // the wait was handed the mutex as Close aborted it
@@ -78,7 +87,7 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration, 
 		l.unlockLocal(who)
 		return err
 	}
-	r.core.Counters.Acquired(waited || how == reentrant.Queued, time.Duration(r.core.Now()-start))
+	l.since.Store(r.acquired(kindLock, l.key, l.hold.Load(), waited || how == reentrant.Queued, time.Duration(r.core.Now()-start)))
 	return nil
 }
 
@@ -113,6 +122,7 @@ func (l *RedisLock) track(h *core.Hold) {
 // hands the hold over to the next local owner, or releases the key.
 func (l *RedisLock) unlock(ctx context.Context, who reentrant.Owner) error {
 	h := l.hold.Load()
+	l.reg.released(kindLock, l.key, h, l.since.Load())
 	if l.local.Waiters() > 0 {
 		l.setPhase(handingOver)
 		switch res, err := l.handOff(ctx, h, who); res {
@@ -155,6 +165,7 @@ func (l *RedisLock) release(ctx context.Context, h *core.Hold, first error) erro
 	switch {
 	case err != nil:
 		// A hold whose validity had ended is reported lost too.
+		l.reg.core.Counters.ReleaseFailed.Add(1)
 		return errors.Join(releaseFailed(l.key, err), h.LostAtRelease())
 	case !done && first != nil:
 		return fmt.Errorf("%w: %q was gone at a retried release (the first attempt failed with %w and may have deleted it)", ErrLockLost, l.key, first)

@@ -61,7 +61,8 @@ type config struct {
 	hashTag        bool
 	ackReplicas    int
 	ackTimeout     time.Duration
-	label          string // WithLabel; defaultLabel() when empty
+	label          string    // WithLabel; defaultLabel() when empty
+	observer       *Observer // WithObserver; nil: none
 	// Turns and runs of local holds (the defaults below); tests change
 	// them.
 	turnWindow, pollAhead, pollSlack, freePassSpan, chainSpan time.Duration

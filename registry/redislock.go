@@ -34,6 +34,7 @@ type RedisLock struct {
 	hold     atomic.Pointer[core.Hold]
 	phase    atomic.Int32 // a phase (lifecycle.go), for tests and debugging
 	lastUsed atomic.Int64 // registry clock of the last Obtain, lock or unlock
+	since    atomic.Int64 // registry clock of the current outermost acquisition (observe.go)
 	wake     *core.Waker  // wakes the remote waiter (PubSubLock; nil otherwise)
 	// waiter is this instance's id in the key's wait queue: the registry
 	// id, "/", and a number unique to the instance, so that an instance

@@ -78,6 +78,9 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 	}
 	r.cache.capacity = cfg.capacity
 	r.core.Watchdog = core.NewWatchdog(&r.core, cfg.autoRenew)
+	if cfg.observer != nil {
+		r.core.OnRenewalFailed = r.renewalFailed
+	}
 	r.subscriber.r = r
 	return r, nil
 }

@@ -47,6 +47,7 @@ func (q *queueHook) Queued() {
 // next one to queue does (Queued), or the holder's unlock reports it.
 func (q *queueHook) HoldLost(h *core.Hold) {
 	l := (*RedisLock)(q)
+	l.reg.lost(h)
 	if l.local.Waiters() > 0 {
 		l.revoke(h)
 	}
@@ -69,11 +70,14 @@ func (l *RedisLock) revokeLost() bool {
 // token. The mutex goes to the next local waiter.
 func (l *RedisLock) revoke(h *core.Hold) bool {
 	r := l.reg
+	var since int64
 	if !l.local.Revoke(func() bool {
+		since = l.since.Load() // the revoked owner's: the next owner sets its own once this returns true
 		return l.hold.Load() == h && l.phase.CompareAndSwap(int32(held), int32(idle))
 	}) {
 		return false
 	}
+	r.released(kindLock, l.key, h, since)
 	h.Retire()
 	if l.hold.CompareAndSwap(h, nil) {
 		r.releaseLater(l.key, h.Token)

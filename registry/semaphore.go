@@ -79,6 +79,7 @@ type semTurn struct {
 // set, and the hold the watchdog renews. It passes from lease to lease of
 // one registry (a hand-off); it is the holder of its holds.
 type permit struct {
+	reg     *Registry // told of its loss (Observer)
 	h       atomic.Pointer[core.Hold]
 	since   int64 // registry clock: obtained in Redis (the run of local holds began)
 	lastCmd int64 // registry clock: the last command on it
@@ -174,6 +175,20 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Lease, 
 
 func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, waits bool) (*Lease, error) {
 	r := s.reg
+	if !waits {
+		le, err := s.acquireOnce(ctx, ttl, false)
+		r.failed(err)
+		return le, err
+	}
+	r.waiting(kindSemaphore, s.key)
+	le, err := s.acquireOnce(ctx, ttl, true)
+	r.waited(err)
+	return le, err
+}
+
+// acquireOnce is acquire's attempt (TryAcquire), or its wait.
+func (s *Semaphore) acquireOnce(ctx context.Context, ttl time.Duration, waits bool) (*Lease, error) {
+	r := s.reg
 	if ttl <= 0 {
 		ttl = r.cfg.expireAfter
 	} else if err := checkDuration("ttl", ttl, MinExpireAfter); err != nil {
@@ -211,8 +226,8 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, waits bool) 
 		return nil, err
 	}
 	s.gotPermit(&who)
-	r.core.Counters.Acquired(waited || how == reentrant.Queued, time.Duration(r.core.Now()-start))
-	return &Lease{of: s, h: p.h.Load()}, nil
+	h := p.h.Load()
+	return &Lease{of: s, h: h, since: r.acquired(kindSemaphore, s.key, h, waited || how == reentrant.Queued, time.Duration(r.core.Now()-start))}, nil
 }
 
 // try makes one attempt for TryAcquire: it fails at once while other
@@ -237,8 +252,8 @@ func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Lease, error) 
 	s.mu.Lock()
 	s.held++
 	s.mu.Unlock()
-	r.core.Counters.Acquired(false, -1)
-	return &Lease{of: s, h: p.h.Load()}, nil
+	h := p.h.Load()
+	return &Lease{of: s, h: h, since: r.acquired(kindSemaphore, s.key, h, false, -1)}, nil
 }
 
 // gotPermit counts a new lease held, and ends its wait (done).

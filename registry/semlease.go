@@ -23,6 +23,7 @@ func (s *Semaphore) holds(le *Lease) bool { return le.h.Kind.(*permit).h.Load() 
 // are those of a lock's Lease.Release.
 func (s *Semaphore) endLease(ctx context.Context, le *Lease) error {
 	p := le.h.Kind.(*permit)
+	s.reg.released(kindSemaphore, s.key, p.h.Load(), le.since)
 	if s.waited() {
 		switch res, err := s.handOff(ctx, p); res {
 		case handedOver:
@@ -43,6 +44,7 @@ func (s *Semaphore) endLease(ctx context.Context, le *Lease) error {
 func (s *Semaphore) endLeaseAfter(ctx context.Context, le *Lease, d time.Duration) error {
 	r := s.reg
 	h := le.h.Kind.(*permit).h.Load()
+	r.released(kindSemaphore, s.key, h, le.since)
 	h.Retire()
 	h.Renewing.Lock()
 	ok, _, err := r.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
@@ -51,6 +53,7 @@ func (s *Semaphore) endLeaseAfter(ctx context.Context, le *Lease, d time.Duratio
 	h.Renewing.Unlock()
 	switch {
 	case err != nil:
+		r.core.Counters.ReleaseFailed.Add(1)
 		err = errors.Join(releaseFailed(s.key, err), h.LostAtRelease())
 	case !ok:
 		err = core.KeyGone(s.key)
@@ -78,6 +81,7 @@ func (s *Semaphore) release(ctx context.Context, h *core.Hold) error {
 	})
 	switch {
 	case err != nil:
+		s.reg.core.Counters.ReleaseFailed.Add(1)
 		return errors.Join(releaseFailed(s.key, err), h.LostAtRelease())
 	case !done && first != nil:
 		return fmt.Errorf("%w: a permit of %q was gone at a retried release (the first attempt failed with %w and may have given it back)", ErrLockLost, s.key, first)
@@ -218,5 +222,6 @@ var _ core.Holder = (*permit)(nil)
 
 // HoldLost: a lost permit blocks no lease of its registry (each waits for
 // a permit in Redis, where the lost one has expired or is gone), so there
-// is nothing to free locally; its lease sees the loss (Lost, Release).
-func (p *permit) HoldLost(*core.Hold) {}
+// is nothing to free locally; its lease sees the loss (Lost, Release). The
+// Observer is told.
+func (p *permit) HoldLost(h *core.Hold) { p.reg.lost(h) }

@@ -12,6 +12,10 @@ import (
 // changing this slice changes nothing.
 var WaitBuckets = slices.Clone(core.WaitBounds[:])
 
+// HoldBuckets are the upper bounds of the hold-time histogram in Stats, a
+// copy as WaitBuckets is.
+var HoldBuckets = slices.Clone(core.HoldBounds[:])
+
 // Stats is a snapshot of a registry's counters since New, from
 // Registry.Stats. Counters only grow; export them as Prometheus counters
 // (examples/prometheus does).
@@ -30,8 +34,27 @@ type Stats struct {
 	Waits      uint64
 	WaitSum    time.Duration
 	WaitCounts []uint64
-	// Renewals counts successful renewals, by the watchdog or RenewLock.
-	Renewals uint64
+	// Holds counts the outermost acquisitions that ended (an Unlock, a
+	// Release or ReleaseAfter, a hand-over to the next goroutine, a
+	// revocation), HoldSum their total time held, and HoldCounts[i] those
+	// held at most HoldBuckets[i] (cumulative, as WaitCounts).
+	Holds      uint64
+	HoldSum    time.Duration
+	HoldCounts []uint64
+	// Held is the number of outermost acquisitions held now (goroutine
+	// holds, leases, permits), and Waiting the number of calls waiting now
+	// (Lock, LockContext, Acquire, Semaphore.Acquire): gauges.
+	Held, Waiting int64
+	// NotObtained counts TryLock, TryLockContext, TryAcquire and
+	// Semaphore.TryAcquire calls that found the lock or every permit
+	// taken; GaveUp the waits that ended with their context;
+	// ReleaseFailed the releases that failed in Redis (ErrReleaseFailed:
+	// the key expires by its TTL).
+	NotObtained, GaveUp, ReleaseFailed uint64
+	// Renewals counts successful renewals, by the watchdog or RenewLock,
+	// and RenewalsFailed those that failed (the hold stays valid until its
+	// deadline; one that found the key gone counts in LostLocks).
+	Renewals, RenewalsFailed uint64
 	// LostLocks counts holds lost before their release: the key was found
 	// gone or taken, or the validity ended.
 	LostLocks uint64
@@ -54,11 +77,26 @@ func snapshot(s *core.Counters, cachedLocks int) Stats {
 		LostLocks:    s.Lost.Load(),
 		RedisErrors:  s.RedisErrors.Load(),
 		CachedLocks:  cachedLocks,
+
+		Holds:          s.Holds.Load(),
+		HoldSum:        time.Duration(s.HoldSum.Load()),
+		HoldCounts:     make([]uint64, len(core.HoldBounds)),
+		Held:           s.Held.Load(),
+		Waiting:        s.Waiting.Load(),
+		NotObtained:    s.NotObtained.Load(),
+		GaveUp:         s.GaveUp.Load(),
+		ReleaseFailed:  s.ReleaseFailed.Load(),
+		RenewalsFailed: s.RenewalsFailed.Load(),
 	}
 	var cum uint64
 	for i := range core.WaitBounds {
 		cum += s.WaitCounts[i].Load()
 		out.WaitCounts[i] = cum
+	}
+	cum = 0
+	for i := range core.HoldBounds {
+		cum += s.HoldCounts[i].Load()
+		out.HoldCounts[i] = cum
 	}
 	return out
 }

@@ -24,6 +24,15 @@ const (
 // lives ttl, without waiting for another holder. The error is the failed
 // obtain's (tryFailed), or ErrClosed.
 func (l *RedisLock) tryLock(ctx context.Context, ttl time.Duration, who reentrant.Owner) (tryResult, error) {
+	res, err := l.tryOnce(ctx, ttl, who)
+	if res == tryLocalOwner || res == tryRedisOwner {
+		l.reg.core.Counters.NotObtained.Add(1)
+	}
+	return res, err
+}
+
+// tryOnce is tryLock's attempt.
+func (l *RedisLock) tryOnce(ctx context.Context, ttl time.Duration, who reentrant.Owner) (tryResult, error) {
 	if l.reg.core.BG.IsClosed() {
 		return tryClosed, ErrClosed
 	}
@@ -47,7 +56,7 @@ func (l *RedisLock) tryLock(ctx context.Context, ttl time.Duration, who reentran
 		l.unlockLocal(who)
 		return tryRedisOwner, nil
 	}
-	l.reg.core.Counters.Acquired(false, -1)
+	l.since.Store(l.reg.acquired(kindLock, l.key, l.hold.Load(), false, -1))
 	return tryHeld, nil
 }
 

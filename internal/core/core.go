@@ -23,6 +23,9 @@ type Core struct {
 	Counters *Counters
 	BG       *group
 	Log      *slog.Logger
+	// OnRenewalFailed, if set, is told of each renewal that failed (the
+	// hold stays valid until its deadline): registry.Observer.
+	OnRenewalFailed func(h *Hold, err error)
 }
 
 // Now returns the registry clock: nanoseconds since New, on the monotonic clock.

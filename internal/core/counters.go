@@ -13,22 +13,50 @@ var WaitBounds = [...]time.Duration{
 	100 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second, 30 * time.Second,
 }
 
-// Counters holds a registry's counters.
+// HoldBounds are the upper bounds of the hold-time histogram in Stats.
+var HoldBounds = [...]time.Duration{
+	time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 5 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute, 30 * time.Minute,
+}
+
+// Counters holds a registry's counters (registry.Stats).
 type Counters struct {
 	Acquisitions, Contended, Renewals, Lost, RedisErrors atomic.Uint64
 	Waits                                                atomic.Uint64
 	WaitSum                                              atomic.Int64
 	WaitCounts                                           []atomic.Uint64 // per bucket, not cumulative; the last is +Inf
+	// Outcomes other than an acquisition: a TryLock that found the key
+	// taken, a wait ended by its context, a release or renewal that failed.
+	NotObtained, GaveUp, ReleaseFailed, RenewalsFailed atomic.Uint64
+	// Gauges: outermost acquisitions held now, and calls waiting now.
+	Held, Waiting atomic.Int64
+	// The hold-time histogram, as the wait-time one.
+	Holds      atomic.Uint64
+	HoldSum    atomic.Int64
+	HoldCounts []atomic.Uint64
 }
 
 func NewCounters() *Counters {
-	return &Counters{WaitCounts: make([]atomic.Uint64, len(WaitBounds)+1)}
+	return &Counters{WaitCounts: make([]atomic.Uint64, len(WaitBounds)+1), HoldCounts: make([]atomic.Uint64, len(HoldBounds)+1)}
+}
+
+// Released counts the release of an outermost acquisition held for held.
+func (s *Counters) Released(held time.Duration) {
+	s.Held.Add(-1)
+	i := 0
+	for i < len(HoldBounds) && held > HoldBounds[i] {
+		i++
+	}
+	s.HoldCounts[i].Add(1)
+	s.HoldSum.Add(int64(held))
+	s.Holds.Add(1)
 }
 
 // Acquired counts an outermost acquisition; wait >= 0 is how long a
 // waiting call waited (-1: TryLock).
 func (s *Counters) Acquired(contended bool, wait time.Duration) {
 	s.Acquisitions.Add(1)
+	s.Held.Add(1)
 	if contended {
 		s.Contended.Add(1)
 	}

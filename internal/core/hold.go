@@ -66,6 +66,9 @@ func NewHold(r *Core, key, token string, fence int64, ttl time.Duration, deadlin
 	return h
 }
 
+// Key returns the Redis key of h.
+func (h *Hold) Key() string { return h.key }
+
 // TTL returns the key's time to live, to which each renewal resets it.
 func (h *Hold) TTL() time.Duration { return time.Duration(h.ttl.Load()) }
 

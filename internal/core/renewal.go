@@ -87,9 +87,11 @@ func (w *watchdog) renewKind(kind Renewer, batch []*Hold) {
 				again = append(again, h)
 			case res.Err != nil && (IsAmbiguous(res.Err) || errors.Is(res.Err, ErrReplicaAck)):
 				lastErr, failed = res.Err, failed+1
+				r.renewalFailed(h, res.Err)
 			case h.Released(): // an Unlock raced this renewal: nothing to report
 			case res.Err != nil:
 				r.Log.Warn("lockyard: renewal failed", "key", h.key, "err", res.Err)
+				r.renewalFailed(h, res.Err)
 			default:
 				if err := h.applyRenewal(res.OK, sent, ttls[i]); err != nil {
 					r.Log.Warn("lockyard: lock lost: renewal found the key gone", "key", h.key, "token", h.Fence)
@@ -149,8 +151,10 @@ func (h *Hold) Renew(ctx context.Context, ttl time.Duration) error {
 	}
 	switch {
 	case errors.Is(err, ErrReplicaAck):
+		r.renewalFailed(h, err)
 		return err
 	case err != nil:
+		r.renewalFailed(h, err)
 		return WrapKey("renewing", h.key, err)
 	case h.Released() && !h.Lost(r.Now()):
 		// Released while the renewal was in flight (which found the key
@@ -178,4 +182,13 @@ func (h *Hold) applyRenewal(ok bool, sent int64, ttl time.Duration) error {
 	}
 	r.Counters.Renewals.Add(1)
 	return nil
+}
+
+// renewalFailed counts a renewal of h that failed with err (the hold stays
+// valid until its deadline), and tells OnRenewalFailed.
+func (r *Core) renewalFailed(h *Hold, err error) {
+	r.Counters.RenewalsFailed.Add(1)
+	if r.OnRenewalFailed != nil {
+		r.OnRenewalFailed(h, err)
+	}
 }
