@@ -6,6 +6,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockyard/lockyard/registry"
@@ -15,7 +17,8 @@ import (
 type Collector struct {
 	reg *registry.Registry
 	acquisitions, contended, renewals, lost, redisErrors,
-	cached, wait *prometheus.Desc
+	notObtained, gaveUp, releaseFailed, renewalsFailed,
+	cached, held, waiting, wait, hold *prometheus.Desc
 }
 
 // NewCollector returns a collector for reg; its metrics carry the label
@@ -34,12 +37,21 @@ func NewCollector(reg *registry.Registry, name string) *Collector {
 		redisErrors:  d("redis_errors_total", "Failed Redis calls."),
 		cached:       d("cached_locks", "Locks in the registry's cache."),
 		wait:         d("wait_seconds", "Time Lock, LockContext and ExecuteLocked waited for a lock."),
+
+		notObtained:    d("not_obtained_total", "TryLock and TryAcquire calls that found the lock or every permit taken."),
+		gaveUp:         d("gave_up_total", "Waits ended by their context."),
+		releaseFailed:  d("release_failed_total", "Releases that failed in Redis (the key expires by its TTL)."),
+		renewalsFailed: d("renewals_failed_total", "Renewals that failed (the hold stays valid until its deadline)."),
+		held:           d("held", "Locks, leases and permits held now."),
+		waiting:        d("waiting", "Calls waiting for a lock or permit now."),
+		hold:           d("hold_seconds", "Time from an outermost acquisition to its release."),
 	}
 }
 
 // Describe sends the descriptors of every metric.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.acquisitions, c.contended, c.renewals, c.lost, c.redisErrors, c.cached, c.wait} {
+	for _, d := range []*prometheus.Desc{c.acquisitions, c.contended, c.renewals, c.lost, c.redisErrors,
+		c.notObtained, c.gaveUp, c.releaseFailed, c.renewalsFailed, c.cached, c.held, c.waiting, c.wait, c.hold} {
 		ch <- d
 	}
 }
@@ -55,10 +67,22 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.renewals, s.Renewals)
 	counter(c.lost, s.LostLocks)
 	counter(c.redisErrors, s.RedisErrors)
+	counter(c.notObtained, s.NotObtained)
+	counter(c.gaveUp, s.GaveUp)
+	counter(c.releaseFailed, s.ReleaseFailed)
+	counter(c.renewalsFailed, s.RenewalsFailed)
 	ch <- prometheus.MustNewConstMetric(c.cached, prometheus.GaugeValue, float64(s.CachedLocks))
-	buckets := make(map[float64]uint64, len(registry.WaitBuckets))
-	for i, b := range registry.WaitBuckets {
-		buckets[b.Seconds()] = s.WaitCounts[i]
+	ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(s.Held))
+	ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(s.Waiting))
+	ch <- prometheus.MustNewConstHistogram(c.wait, s.Waits, s.WaitSum.Seconds(), histogram(registry.WaitBuckets, s.WaitCounts))
+	ch <- prometheus.MustNewConstHistogram(c.hold, s.Holds, s.HoldSum.Seconds(), histogram(registry.HoldBuckets, s.HoldCounts))
+}
+
+// histogram pairs cumulative counts with their bounds, in seconds.
+func histogram(bounds []time.Duration, counts []uint64) map[float64]uint64 {
+	out := make(map[float64]uint64, len(bounds))
+	for i, b := range bounds {
+		out[b.Seconds()] = counts[i]
 	}
-	ch <- prometheus.MustNewConstHistogram(c.wait, s.Waits, s.WaitSum.Seconds(), buckets)
+	return out
 }

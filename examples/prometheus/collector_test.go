@@ -39,12 +39,15 @@ lockyard_acquisitions_total{registry="orders"} 3
 # HELP lockyard_cached_locks Locks in the registry's cache.
 # TYPE lockyard_cached_locks gauge
 lockyard_cached_locks{registry="orders"} 1
+# HELP lockyard_held Locks, leases and permits held now.
+# TYPE lockyard_held gauge
+lockyard_held{registry="orders"} 0
 # HELP lockyard_lost_locks_total Holds lost before their release.
 # TYPE lockyard_lost_locks_total counter
 lockyard_lost_locks_total{registry="orders"} 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
-		"lockyard_acquisitions_total", "lockyard_cached_locks", "lockyard_lost_locks_total"); err != nil {
+		"lockyard_acquisitions_total", "lockyard_cached_locks", "lockyard_held", "lockyard_lost_locks_total"); err != nil {
 		t.Fatal(err)
 	}
 	// The histogram has every bucket and counts the 3 waits.
@@ -54,17 +57,21 @@ lockyard_lost_locks_total{registry="orders"} 0
 	if err != nil {
 		t.Fatal(err)
 	}
+	found := 0
 	for _, f := range families {
-		if f.GetName() != "lockyard_wait_seconds" {
+		bounds := map[string]int{"lockyard_wait_seconds": len(registry.WaitBuckets), "lockyard_hold_seconds": len(registry.HoldBuckets)}[f.GetName()]
+		if bounds == 0 {
 			continue
 		}
+		found++
 		h := f.GetMetric()[0].GetHistogram()
-		if h.GetSampleCount() != 3 || len(h.GetBucket()) != len(registry.WaitBuckets) {
-			t.Fatalf("wait histogram: %d samples, %d buckets", h.GetSampleCount(), len(h.GetBucket()))
+		if h.GetSampleCount() != 3 || len(h.GetBucket()) != bounds {
+			t.Fatalf("%s: %d samples, %d buckets", f.GetName(), h.GetSampleCount(), len(h.GetBucket()))
 		}
-		return
 	}
-	t.Fatal("no lockyard_wait_seconds")
+	if found != 2 {
+		t.Fatal("no lockyard_wait_seconds and lockyard_hold_seconds")
+	}
 }
 
 // Without -redis or REDIS_ADDR the example runs on an embedded Redis, as
