@@ -39,9 +39,9 @@ const (
 )
 
 type config struct {
-	tp      trace.TracerProvider
-	mp      metric.MeterProvider
-	noKeys  bool
+	tp     trace.TracerProvider
+	mp     metric.MeterProvider
+	noKeys bool
 }
 
 // Option configures NewObserver and RegisterMetrics.
