@@ -113,7 +113,7 @@ func (o *observer) span(name string, e registry.Event, d time.Duration, err erro
 }
 
 func (o *observer) acquired(e registry.Event) {
-	if o.wait != nil {
+	if o.wait != nil && e.Wait > 0 { // 0: TryLock, which does not wait (nor count in Stats.Waits)
 		o.wait.Record(context.Background(), e.Wait.Seconds(), metric.WithAttributes(KeyKind.String(e.Kind)))
 	}
 	if e.Wait > 0 {

@@ -155,6 +155,22 @@ func TestACLWithoutTime(t *testing.T) {
 	if !errors.As(err, &re) || !strings.Contains(err.Error(), "TIME") {
 		t.Fatalf("a semaphore without +time: %v, want a reply error that names TIME", err)
 	}
+
+	// Inspect reads a lock without TIME (no waiters: they are dated by
+	// it), and refuses to call a held semaphore free.
+	mustNil(t, l1.LockContext(bg(t)))
+	info, err := r2.Inspect(bg(t), "k")
+	if err != nil || len(info.Holders) != 1 {
+		t.Fatalf("Inspect of a lock without +time: %+v, %v", info, err)
+	}
+	l1.Unlock()
+	held := newRegPrefix(t, b.pool(t), pfx) // the default user: TIME allowed
+	p, err := semaphore(t, held, "sem2", 2).Acquire(bg(t), 0)
+	mustNil(t, err)
+	defer p.Release(bg(t))
+	if info, err := r2.Inspect(bg(t), "sem2"); err == nil || !strings.Contains(err.Error(), "TIME") {
+		t.Fatalf("Inspect of a held semaphore without +time: %+v, %v; want an error that names TIME", info, err)
+	}
 }
 
 // An ACL that lacks a command of the wait queue (here +zscore, as the docs

@@ -125,6 +125,7 @@ func (l *RedisLock) leaveQueue() {
 func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits bool) (grant, error) {
 	r := l.reg
 	r.eviction.check(ctx, r.core.Exec, r.core.Log)
+	r.publishLabel(ctx) // once, before the registry's first attempt: it holds or waits from now on
 	token := r.core.NewToken()
 	sent := r.core.Now()
 	g, err := r.mutex.obtain(ctx, l.key, token, ttl, l.hint(first && !l.turn.taken, waits))
@@ -146,7 +147,6 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 	}
 	if !g.ok {
 		l.turn.rtt = time.Duration(r.core.Now() - sent)
-		r.publishLabel(ctx) // once: the registry waits or holds from now on
 		return g, nil
 	}
 	deadline := core.ValidUntil(sent, ttl)
@@ -161,7 +161,6 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 		l.turn.freed = 0
 	}
 	l.begin(core.NewHold(&r.core, l.key, token, g.fence, ttl, deadline, (*queueHook)(l), r.mutex))
-	r.publishLabel(ctx)
 	return g, nil
 }
 

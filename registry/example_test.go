@@ -158,8 +158,8 @@ func ExampleRedisLock_Token() {
 }
 
 // NewWithClient takes any Client: here the redigo one that New builds,
-// wrapped to count the scripts the registry runs (the first acquisition
-// also publishes the registry's label, once: see WithLabel).
+// wrapped to count the scripts the registry runs (before its first
+// attempt a registry publishes its label, once: see WithLabel).
 func ExampleNewWithClient() {
 	pool, done := exampleRedis()
 	defer done()
@@ -173,7 +173,7 @@ func ExampleNewWithClient() {
 	fmt.Println(counter.scripts)
 	// Output:
 	// holding orders:order-42
-	// [obtain label release]
+	// [label obtain release]
 }
 
 type countingClient struct {

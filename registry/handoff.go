@@ -133,7 +133,7 @@ func (l *RedisLock) handOff(ctx context.Context, h *core.Hold, who reentrant.Own
 		// The key may or may not still be ours: free it in the
 		// background rather than wait for a second command now.
 		l.reg.releaseLater(l.key, h.Token)
-		return passFailed, releaseFailed(l.key, err)
+		return passFailed, l.reg.releaseFailed(l.key, err)
 	case res == handedOver:
 		return l.giveLocal(who), nil
 	default:

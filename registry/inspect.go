@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,7 +58,8 @@ const inspectMost = 1000
 // queue (Spring's do not); listing them, and a semaphore's holders, needs
 // TIME (see docs/SECURITY.md). A key that holds something else (another
 // type, or a string without a TTL) gives an error matching ErrForeignKey.
-// On a Redlock registry it reads the first node that answers.
+// On a Redlock registry it reads every node, and reports the holders that
+// a majority of them agree on (ErrNoQuorum when none do).
 func (r *Registry) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 	if r.core.BG.IsClosed() {
 		return KeyInfo{}, ErrClosed
@@ -66,21 +68,9 @@ func (r *Registry) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 		return KeyInfo{}, err
 	}
 	lk := r.layout.LockKey(key)
-	info := KeyInfo{Key: lk}
-	call := core.Call{Keys: []string{lk, r.layout.QueueKey(lk), r.layout.WaitersKey(lk), r.layout.FenceKey(lk)}, Args: []any{inspectMost}}
-	var (
-		v   any
-		err error
-	)
-	for i, res := range r.core.Exec.Eval(ctx, 0, inspectScript, call) {
-		if i == 0 || err != nil {
-			v, err = res.Reply, res.Err
-		}
-	}
-	if err != nil {
-		return info, core.WrapKey("inspecting", key, err)
-	}
-	typ, err := decodeInspect(v, &info)
+	call := core.Call{Keys: []string{lk, r.layout.QueueKey(lk), r.layout.WaitersKey(lk), r.layout.FenceKey(lk)},
+		Args: []any{inspectMost, r.cfg.turnWindow.Milliseconds()}}
+	info, typ, err := agree(lk, r.core.Exec.Eval(ctx, 0, inspectScript, call))
 	if err != nil {
 		return info, core.WrapKey("inspecting", key, err)
 	}
@@ -89,6 +79,8 @@ func (r *Registry) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 		return info, fmt.Errorf("%w: %q holds a string without a TTL", ErrForeignKey, lk)
 	case typ == "string":
 		info.Kind = "lock"
+	case typ == "zset!": // its permits are dated by the server's clock
+		return info, fmt.Errorf("lockyard: inspecting %q: a semaphore's permits can be read only with TIME (see docs/SECURITY.md)", key)
 	case typ == "zset" && len(info.Holders)+len(info.Waiters) > 0:
 		info.Kind = "semaphore"
 	case typ == "zset": // every permit expired, not yet pruned
@@ -106,6 +98,45 @@ func (r *Registry) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 	return info, nil
 }
 
+// agree decodes the replies of inspect.lua for the lock key lk, one per
+// node, into what a majority of the nodes agree on: their holders' tokens
+// (a Redlock registry's lock is held where a majority holds it; with one
+// node, its reply). It returns the key's type ("zset!": a semaphore read
+// without TIME).
+func agree(lk string, results []core.Result) (KeyInfo, string, error) {
+	type view struct {
+		info KeyInfo
+		typ  string
+	}
+	votes := map[string][]view{}
+	var firstErr error
+	for _, res := range results {
+		v := view{info: KeyInfo{Key: lk}}
+		err := res.Err
+		if err == nil {
+			v.typ, err = decodeInspect(res.Reply, &v.info)
+		}
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		tokens := v.typ
+		for _, h := range v.info.Holders {
+			tokens += " " + h.Token
+		}
+		votes[tokens] = append(votes[tokens], v)
+	}
+	for _, vs := range votes {
+		if len(vs) > len(results)/2 {
+			return vs[0].info, vs[0].typ, nil
+		}
+	}
+	if firstErr == nil || len(results) > 1 {
+		firstErr = errors.Join(fmt.Errorf("%w: the nodes disagree on who holds %q", ErrNoQuorum, lk), firstErr)
+	}
+	return KeyInfo{Key: lk}, "", firstErr
+}
+
 // decodeInspect decodes inspect.lua's reply into info, and returns the
 // lock key's type.
 func decodeInspect(v any, info *KeyInfo) (string, error) {
@@ -116,8 +147,12 @@ func decodeInspect(v any, info *KeyInfo) (string, error) {
 	}
 	typ, ok := replyString(a[0])
 	fence, ok2 := a[1].(int64)
-	if !ok || !ok2 {
+	now, ok3 := a[2].(int64)
+	if !ok || !ok2 || !ok3 {
 		return "", bad
+	}
+	if typ == "zset" && now < 0 {
+		typ = "zset!"
 	}
 	info.Fence = fence
 	rest, ok := pairs(a[3:], func(token string, ms int64) {

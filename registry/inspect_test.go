@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -90,8 +91,12 @@ func TestInspectLock(t *testing.T) {
 		q := queueKey(l.Key(), false)
 		b.do(t, "ZADD", q, 1, "ghost/1")
 		b.do(t, "HSET", strings.TrimSuffix(q, "queue")+"waiters", "ghost/1", "l 1 1")
+		// And one whose entry lives but whose turn ended long ago, untaken.
+		now := serverMillis(t, b)
+		b.do(t, "ZADD", q, 2, "ghost/2")
+		b.do(t, "HSET", strings.TrimSuffix(q, "queue")+"waiters", "ghost/2", fmt.Sprintf("l %d %d %d", now, now+60000, now-1000))
 		if info := inspect(t, observer, "order"); len(info.Waiters) != 0 {
-			t.Errorf("a lapsed entry listed: %+v", info.Waiters)
+			t.Errorf("a lapsed entry, or one whose turn went by, listed: %+v", info.Waiters)
 		}
 	})
 }

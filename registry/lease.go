@@ -276,8 +276,7 @@ func (l *RedisLock) expireAfter(ctx context.Context, d time.Duration, who reentr
 	switch {
 	case err != nil:
 		// The key expires by its TTL, or by d if the command ran.
-		l.reg.core.Counters.ReleaseFailed.Add(1)
-		err = errors.Join(releaseFailed(l.key, err), h.LostAtRelease())
+		err = errors.Join(l.reg.releaseFailed(l.key, err), h.LostAtRelease())
 	case !ok:
 		err = core.KeyGone(l.key)
 	default:

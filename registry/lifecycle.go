@@ -73,7 +73,8 @@ func (l *RedisLock) lockAs(ctx context.Context, retryAll bool, ttl time.Duration
 		return nil
 	}
 	if l.inherit(ctx, ttl) {
-		l.since.Store(r.acquired(kindLock, l.key, l.hold.Load(), true, time.Duration(r.core.Now()-start)))
+		l.since.Store(r.core.Now())
+		r.acquired(kindLock, l.key, l.hold.Load(), true, time.Duration(r.core.Now()-start))
 		return nil
 	}
 	if r.core.BG.IsClosed() { // the wait was handed the mutex as Close aborted it
@@ -87,13 +88,14 @@ func (l *RedisLock) lockAs(ctx context.Context, retryAll bool, ttl time.Duration
 		l.unlockLocal(who)
 		return err
 	}
-	l.since.Store(r.acquired(kindLock, l.key, l.hold.Load(), waited || how == reentrant.Queued, time.Duration(r.core.Now()-start)))
+	r.acquired(kindLock, l.key, l.hold.Load(), waited || how == reentrant.Queued, time.Duration(r.core.Now()-start))
 	return nil
 }
 
 // begin makes h the lock's hold, held: the watchdog renews it from now on,
 // and local waiters are guarded against its loss.
 func (l *RedisLock) begin(h *core.Hold) {
+	l.since.Store(l.reg.core.Now()) // before a revocation can read it
 	l.hold.Store(h)
 	l.setPhase(held) // before the guard: a loss it finds at once is revocable
 	l.track(h)
@@ -165,8 +167,7 @@ func (l *RedisLock) release(ctx context.Context, h *core.Hold, first error) erro
 	switch {
 	case err != nil:
 		// A hold whose validity had ended is reported lost too.
-		l.reg.core.Counters.ReleaseFailed.Add(1)
-		return errors.Join(releaseFailed(l.key, err), h.LostAtRelease())
+		return errors.Join(l.reg.releaseFailed(l.key, err), h.LostAtRelease())
 	case !done && first != nil:
 		return fmt.Errorf("%w: %q was gone at a retried release (the first attempt failed with %w and may have deleted it)", ErrLockLost, l.key, first)
 	case !done:

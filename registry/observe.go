@@ -10,13 +10,19 @@ import (
 
 // Observer is told what a registry's acquisitions do, for tracing and
 // metrics beyond Stats (the module github.com/lockyard/lockyard/otel is
-// one). Each function runs on the goroutine where the event happened,
-// with no lock of the registry held, and must not block: record what it
-// needs and return. A nil function is skipped, and a registry without an
-// Observer builds no Event.
+// one). Waiting, Acquired and Released run on the goroutine where the
+// event happened, with no lock of the registry held; Lost, RenewalFailed
+// and the Released of a revoked hold are found with a hold's locks held,
+// and run on a goroutine of the registry instead (none after Close). The
+// functions must not block: record what is needed and return. A nil
+// function is skipped, and a registry without an Observer builds no
+// Event. An Event's Token names the hold in Redis, which a local hand-off
+// passes to the next goroutine: the Lost of a hold may follow the Released
+// of the acquisition that handed it on.
 type Observer struct {
 	// Waiting: a Lock, LockContext, Acquire or Semaphore.Acquire begins
-	// (it may get the lock at once).
+	// (it may get the lock at once, re-enter it, or fail: a wait that
+	// fails has no event of its own; Stats counts it).
 	Waiting func(Event)
 	// Acquired: an outermost acquisition, with how long it waited (Wait;
 	// 0 for TryLock and TryAcquire).
@@ -26,7 +32,8 @@ type Observer struct {
 	// how long it was held (Held).
 	Released func(Event)
 	// Lost: a hold lost before its release (its validity ended, or a
-	// renewal found its key gone).
+	// renewal or the release found its key gone), once per hold, as
+	// Stats.LostLocks counts it.
 	Lost func(Event)
 	// RenewalFailed: a renewal failed with Err; the hold stays valid until
 	// its deadline.
@@ -83,21 +90,20 @@ func (r *Registry) waiting(kind, key string) {
 	}
 }
 
-// waited ends a wait (waiting) that ended with err (nil: acquired).
+// waited ends a wait (waiting) that ended with err (nil: acquired): one
+// ended by its context gave up.
 func (r *Registry) waited(err error) {
 	r.core.Counters.Waiting.Add(-1)
-	r.failed(err)
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		r.core.Counters.GaveUp.Add(1)
+	}
 }
 
-// failed counts an acquisition that failed with err: ErrNotObtained, or a
-// wait ended by its context.
-func (r *Registry) failed(err error) {
-	switch {
-	case err == nil:
-	case errors.Is(err, ErrNotObtained):
+// tried counts an attempt that does not wait and failed with err:
+// ErrNotObtained when the lock or every permit was taken.
+func (r *Registry) tried(err error) {
+	if errors.Is(err, ErrNotObtained) {
 		r.core.Counters.NotObtained.Add(1)
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		r.core.Counters.GaveUp.Add(1)
 	}
 }
 
@@ -114,7 +120,7 @@ func (r *Registry) acquired(kind, key string, h *core.Hold, contended bool, wait
 }
 
 // released counts the end of an outermost acquisition of h that began at
-// since (acquired).
+// since (acquired), and tells the Observer.
 func (r *Registry) released(kind, key string, h *core.Hold, since int64) {
 	held := time.Duration(r.core.Now() - since)
 	r.core.Counters.Released(held)
@@ -125,26 +131,33 @@ func (r *Registry) released(kind, key string, h *core.Hold, since int64) {
 	}
 }
 
-// releaseFailedHere counts a release that failed in Redis.
-func (r *Registry) releaseFailedHere(err error) {
-	if errors.Is(err, ErrReleaseFailed) {
-		r.core.Counters.ReleaseFailed.Add(1)
+// releasedLater is released for a revocation, which runs with a hold's
+// locks held: the Observer is told from a goroutine of the registry.
+func (r *Registry) releasedLater(kind, key string, h *core.Hold, since int64) {
+	held := time.Duration(r.core.Now() - since)
+	r.core.Counters.Released(held)
+	if o := r.cfg.observer; o != nil && o.Released != nil {
+		e := event(kind, key, h)
+		e.Held = held
+		r.core.BG.Spawn(func() { o.Released(e) })
 	}
 }
 
-// lost tells the Observer that h was lost.
+// lost tells the Observer, from a goroutine of the registry, that h was
+// lost (core.Core.OnLost: once, when Stats counts it).
 func (r *Registry) lost(h *core.Hold) {
 	if o := r.cfg.observer; o != nil && o.Lost != nil {
-		o.Lost(event(kindOf(h), h.Key(), h))
+		e := event(kindOf(h), h.Key(), h)
+		r.core.BG.Spawn(func() { o.Lost(e) })
 	}
 }
 
-// renewalFailed tells the Observer that a renewal of h failed with err
-// (core.Core.OnRenewalFailed).
+// renewalFailed tells the Observer, from a goroutine of the registry, that
+// a renewal of h failed with err (core.Core.OnRenewalFailed).
 func (r *Registry) renewalFailed(h *core.Hold, err error) {
 	if o := r.cfg.observer; o != nil && o.RenewalFailed != nil {
 		e := event(kindOf(h), h.Key(), h)
 		e.Err = err
-		o.RenewalFailed(e)
+		r.core.BG.Spawn(func() { o.RenewalFailed(e) })
 	}
 }

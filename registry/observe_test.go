@@ -35,6 +35,38 @@ func (e *events) names() []string {
 	return append([]string(nil), e.got...)
 }
 
+// await waits until an event named name (e.g. "lost lock") was told, and
+// returns the last one of that name.
+func (e *events) await(t *testing.T, name string) registry.Event {
+	t.Helper()
+	var got registry.Event
+	waitFor(t, 5*time.Second, "the Observer to be told "+name, func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for i, n := range e.got {
+			if n == name {
+				got = e.all[i]
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// count returns how many events named name were told.
+func (e *events) count(name string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, g := range e.got {
+		if g == name {
+			n++
+		}
+	}
+	return n
+}
+
 func (e *events) last() registry.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -108,23 +140,35 @@ func TestStatsOutcomesAndObserver(t *testing.T) {
 	})
 }
 
-// A lost hold is told to the Observer and counted; a failed renewal too.
-func TestObserverLostAndRenewalFailed(t *testing.T) {
+// A lost hold is told to the Observer once, as Stats counts it: found by
+// a renewal (told once however often it is found), or at the release.
+func TestObserverLost(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		var ev events
 		r := newReg(t, b.pool(t), registry.WithObserver(ev.observer()), registry.WithLogger(discardLogger))
 		le, err := r.Acquire(bg(t), "k", 0)
 		mustNil(t, err)
 		b.do(t, "DEL", le.Key()) // behind its back
-		if err := le.Renew(bg(t), 0); !errors.Is(err, registry.ErrLockLost) {
-			t.Fatalf("Renew of a deleted key: %v", err)
+		for range 2 {
+			if err := le.Renew(bg(t), 0); !errors.Is(err, registry.ErrLockLost) {
+				t.Fatalf("Renew of a deleted key: %v", err)
+			}
 		}
-		if e := ev.last(); e.Kind != "lock" || e.Key != le.Key() || ev.names()[len(ev.names())-1] != "lost lock" {
-			t.Errorf("events %v, last %+v; want lost", ev.names(), e)
+		if e := ev.await(t, "lost lock"); e.Key != le.Key() || e.Token == "" {
+			t.Errorf("lost event %+v", e)
 		}
 		_ = le.Release(bg(t))
-		if s := r.Stats(); s.LostLocks != 1 || s.Held != 0 {
-			t.Errorf("%+v, want one lost and nothing held", s)
+
+		// Found at the release: the key was deleted, and nothing renewed it.
+		le, err = r.Acquire(bg(t), "k2", 0)
+		mustNil(t, err)
+		b.do(t, "DEL", le.Key())
+		if err := le.Release(bg(t)); !errors.Is(err, registry.ErrLockLost) {
+			t.Fatalf("Release of a deleted key: %v", err)
+		}
+		waitFor(t, 5*time.Second, "two lost events", func() bool { return ev.count("lost lock") == 2 })
+		if s := r.Stats(); s.LostLocks != 2 || s.Held != 0 || ev.count("lost lock") != 2 {
+			t.Errorf("%+v and %d lost events, want 2 of each and nothing held", s, ev.count("lost lock"))
 		}
 	})
 }
@@ -143,8 +187,8 @@ func TestObserverRenewalFailed(t *testing.T) {
 	if err := le.Renew(bg(t), 0); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Renew: %v, want the injected timeout", err)
 	}
-	if e := ev.last(); !errors.Is(e.Err, context.DeadlineExceeded) || e.Key != le.Key() || e.Token == "" {
-		t.Errorf("last event %+v (of %v), want renewalFailed with the error", e, ev.names())
+	if e := ev.await(t, "renewalFailed lock"); !errors.Is(e.Err, context.DeadlineExceeded) || e.Key != le.Key() || e.Token == "" {
+		t.Errorf("renewalFailed event %+v, want the error", e)
 	}
 	mustNil(t, le.Renew(bg(t), 0))
 	mustNil(t, le.Release(bg(t)))
@@ -163,4 +207,59 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// An Observer may call back into the registry: its Lost, found by the
+// watchdog with the hold's locks held, releases the lease without a
+// deadlock, and the watchdog goes on renewing another lease.
+func TestObserverCallsBack(t *testing.T) {
+	b := realBackend()
+	var (
+		mu    sync.Mutex
+		lease *registry.Lease
+	)
+	released := make(chan error, 1)
+	obs := registry.Observer{Lost: func(registry.Event) {
+		mu.Lock()
+		le := lease
+		mu.Unlock()
+		released <- le.Release(context.Background())
+	}}
+	r := newReg(t, b.pool(t), registry.WithObserver(obs), registry.WithAutoRenew(), registry.WithExpireAfter(300*time.Millisecond), registry.WithLogger(discardLogger))
+	le, err := r.Acquire(bg(t), "k", 0)
+	mustNil(t, err)
+	other, err := r.Acquire(bg(t), "other", 0)
+	mustNil(t, err)
+	mu.Lock()
+	lease = le
+	mu.Unlock()
+	b.do(t, "DEL", le.Key())
+	if err := recvWithin(t, released, 5*time.Second, "the Observer's Release"); !errors.Is(err, registry.ErrLockLost) {
+		t.Fatalf("Release from Lost: %v, want ErrLockLost", err)
+	}
+	until := time.Now().Add(700 * time.Millisecond) // past the TTL: only renewals keep the other lease
+	waitFor(t, 5*time.Second, "two TTLs", func() bool { return time.Now().After(until) })
+	select {
+	case <-other.Lost():
+		t.Fatal("the other lease was lost: the watchdog stopped")
+	default:
+	}
+	mustNil(t, other.Release(bg(t)))
+}
+
+// A release that fails in Redis is counted in ReleaseFailed.
+func TestStatsReleaseFailed(t *testing.T) {
+	b := realBackend()
+	fc := &faultyClient{Client: registry.NewPoolClient(b.pool(t)), script: "release", err: &registry.ReplyError{Err: errors.New("ERR injected")}, n: 1}
+	r, err := registry.NewWithClient(fc, prefix(t), registry.WithLogger(discardLogger))
+	mustNil(t, err)
+	t.Cleanup(func() { r.Close() })
+	le, err := r.Acquire(bg(t), "k", 0)
+	mustNil(t, err)
+	if err := le.Release(bg(t)); !errors.Is(err, registry.ErrReleaseFailed) {
+		t.Fatalf("Release: %v, want ErrReleaseFailed", err)
+	}
+	if s := r.Stats(); s.ReleaseFailed != 1 || s.Held != 0 || s.Holds != 1 {
+		t.Errorf("%+v, want one failed release and nothing held", s)
+	}
 }

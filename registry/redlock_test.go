@@ -334,3 +334,27 @@ func TestRedlockLockFor(t *testing.T) {
 	mustNil(t, r.RenewLockFor(bg(t), "k", time.Second))
 	check(1000)
 }
+
+// Inspect on Redlock reports what a majority of the nodes hold: a lock
+// deleted behind its back on one node of three is still held.
+func TestRedlockInspectMajority(t *testing.T) {
+	nodes, clients := redlockNodes(t, 3)
+	pfx := prefix(t)
+	r := newRedlock(t, clients, pfx)
+	l := obtain(t, r, "k")
+	mustNil(t, l.LockContext(bg(t)))
+	defer l.Unlock()
+	if _, err := nodes[0].Do("DEL", l.Key()); err != nil {
+		t.Fatal(err)
+	}
+	info, err := r.Inspect(bg(t), "k")
+	if err != nil || info.Kind != "lock" || len(info.Holders) != 1 {
+		t.Fatalf("Inspect with the key on 2 of 3 nodes: %+v, %v; want the holder", info, err)
+	}
+	if _, err := nodes[1].Do("DEL", l.Key()); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := r.Inspect(bg(t), "k"); err != nil || info.Kind != "" {
+		t.Fatalf("Inspect with the key on 1 of 3 nodes: %+v, %v; want free", info, err)
+	}
+}

@@ -79,7 +79,7 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 	r.cache.capacity = cfg.capacity
 	r.core.Watchdog = core.NewWatchdog(&r.core, cfg.autoRenew)
 	if cfg.observer != nil {
-		r.core.OnRenewalFailed = r.renewalFailed
+		r.core.OnRenewalFailed, r.core.OnLost = r.renewalFailed, r.lost
 	}
 	r.subscriber.r = r
 	return r, nil

@@ -54,7 +54,9 @@ func (r *Registry) soon(fn func(ctx context.Context)) {
 // closeLeave bounds what soon does at once after Close.
 const closeLeave = 500 * time.Millisecond
 
-// releaseFailed is the error of a release of key that failed with err.
-func releaseFailed(key string, err error) error {
+// releaseFailed counts a release of key that failed with err in Redis
+// (Stats.ReleaseFailed), and returns its error.
+func (r *Registry) releaseFailed(key string, err error) error {
+	r.core.Counters.ReleaseFailed.Add(1)
 	return fmt.Errorf("%w: %q: %w", ErrReleaseFailed, key, err)
 }

@@ -47,7 +47,6 @@ func (q *queueHook) Queued() {
 // next one to queue does (Queued), or the holder's unlock reports it.
 func (q *queueHook) HoldLost(h *core.Hold) {
 	l := (*RedisLock)(q)
-	l.reg.lost(h)
 	if l.local.Waiters() > 0 {
 		l.revoke(h)
 	}
@@ -77,7 +76,7 @@ func (l *RedisLock) revoke(h *core.Hold) bool {
 	}) {
 		return false
 	}
-	r.released(kindLock, l.key, h, since)
+	r.releasedLater(kindLock, l.key, h, since)
 	h.Retire()
 	if l.hold.CompareAndSwap(h, nil) {
 		r.releaseLater(l.key, h.Token)

@@ -132,6 +132,7 @@ func (s *Semaphore) deaf() bool {
 // mark is the waker's count before the attempt.
 func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, waits bool, mark int64) (*permit, grant, error) {
 	r := s.reg
+	r.publishLabel(ctx) // once, before the registry's first attempt
 	token := r.core.NewToken()
 	more := false
 	if waits {
@@ -152,7 +153,6 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 			s.turn.rtt = time.Duration(r.core.Now() - sent)
 			s.setQueued(true)
 		}
-		r.publishLabel(ctx) // once: the registry waits or holds from now on
 		return nil, g.grant, nil
 	}
 	if waits {
@@ -169,9 +169,8 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 		s.releaseLater(token)
 		return nil, grant{sleep: 0, after: -1}, nil
 	}
-	p := &permit{reg: r, since: sent, lastCmd: sent}
+	p := &permit{since: sent, lastCmd: sent}
 	s.install(p, core.NewHold(&r.core, s.key, token, g.fence, ttl, deadline, p, r.sem))
-	r.publishLabel(ctx)
 	return p, g.grant, nil
 }
 

@@ -79,7 +79,6 @@ type semTurn struct {
 // set, and the hold the watchdog renews. It passes from lease to lease of
 // one registry (a hand-off); it is the holder of its holds.
 type permit struct {
-	reg     *Registry // told of its loss (Observer)
 	h       atomic.Pointer[core.Hold]
 	since   int64 // registry clock: obtained in Redis (the run of local holds began)
 	lastCmd int64 // registry clock: the last command on it
@@ -177,7 +176,7 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, waits bool) 
 	r := s.reg
 	if !waits {
 		le, err := s.acquireOnce(ctx, ttl, false)
-		r.failed(err)
+		r.tried(err)
 		return le, err
 	}
 	r.waiting(kindSemaphore, s.key)

@@ -53,8 +53,7 @@ func (s *Semaphore) endLeaseAfter(ctx context.Context, le *Lease, d time.Duratio
 	h.Renewing.Unlock()
 	switch {
 	case err != nil:
-		r.core.Counters.ReleaseFailed.Add(1)
-		err = errors.Join(releaseFailed(s.key, err), h.LostAtRelease())
+		err = errors.Join(s.reg.releaseFailed(s.key, err), h.LostAtRelease())
 	case !ok:
 		err = core.KeyGone(s.key)
 	default:
@@ -81,8 +80,7 @@ func (s *Semaphore) release(ctx context.Context, h *core.Hold) error {
 	})
 	switch {
 	case err != nil:
-		s.reg.core.Counters.ReleaseFailed.Add(1)
-		return errors.Join(releaseFailed(s.key, err), h.LostAtRelease())
+		return errors.Join(s.reg.releaseFailed(s.key, err), h.LostAtRelease())
 	case !done && first != nil:
 		return fmt.Errorf("%w: a permit of %q was gone at a retried release (the first attempt failed with %w and may have given it back)", ErrLockLost, s.key, first)
 	case !done:
@@ -147,7 +145,7 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 		return notHandedOver, nil // release instead
 	case err != nil:
 		s.releaseLater(h.Token)
-		return passFailed, releaseFailed(s.key, err)
+		return passFailed, s.reg.releaseFailed(s.key, err)
 	}
 	switch res.outcome {
 	case passKept:
@@ -222,6 +220,5 @@ var _ core.Holder = (*permit)(nil)
 
 // HoldLost: a lost permit blocks no lease of its registry (each waits for
 // a permit in Redis, where the lost one has expired or is gone), so there
-// is nothing to free locally; its lease sees the loss (Lost, Release). The
-// Observer is told.
-func (p *permit) HoldLost(h *core.Hold) { p.reg.lost(h) }
+// is nothing to free locally; its lease sees the loss (Lost, Release).
+func (p *permit) HoldLost(*core.Hold) {}

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockyard/lockyard/internal/core"
@@ -67,12 +68,15 @@ type Stats struct {
 
 // snapshot reads the counters s one by one, for Registry.Stats.
 func snapshot(s *core.Counters, cachedLocks int) Stats {
-	out := Stats{
+	// The buckets before the counts, which are bumped first (Counters):
+	// no bucket reads above its histogram's count.
+	waits, holds := cumulative(s.WaitCounts, len(core.WaitBounds)), cumulative(s.HoldCounts, len(core.HoldBounds))
+	return Stats{
 		Acquisitions: s.Acquisitions.Load(),
 		Contended:    s.Contended.Load(),
 		Waits:        s.Waits.Load(),
 		WaitSum:      time.Duration(s.WaitSum.Load()),
-		WaitCounts:   make([]uint64, len(core.WaitBounds)),
+		WaitCounts:   waits,
 		Renewals:     s.Renewals.Load(),
 		LostLocks:    s.Lost.Load(),
 		RedisErrors:  s.RedisErrors.Load(),
@@ -80,7 +84,7 @@ func snapshot(s *core.Counters, cachedLocks int) Stats {
 
 		Holds:          s.Holds.Load(),
 		HoldSum:        time.Duration(s.HoldSum.Load()),
-		HoldCounts:     make([]uint64, len(core.HoldBounds)),
+		HoldCounts:     holds,
 		Held:           s.Held.Load(),
 		Waiting:        s.Waiting.Load(),
 		NotObtained:    s.NotObtained.Load(),
@@ -88,15 +92,16 @@ func snapshot(s *core.Counters, cachedLocks int) Stats {
 		ReleaseFailed:  s.ReleaseFailed.Load(),
 		RenewalsFailed: s.RenewalsFailed.Load(),
 	}
-	var cum uint64
-	for i := range core.WaitBounds {
-		cum += s.WaitCounts[i].Load()
-		out.WaitCounts[i] = cum
-	}
-	cum = 0
-	for i := range core.HoldBounds {
-		cum += s.HoldCounts[i].Load()
-		out.HoldCounts[i] = cum
+}
+
+// cumulative returns the first n of the per-bucket counts c, summed up
+// bucket by bucket (as a Prometheus histogram's).
+func cumulative(c []atomic.Uint64, n int) []uint64 {
+	out := make([]uint64, n)
+	var sum uint64
+	for i := range out {
+		sum += c[i].Load()
+		out[i] = sum
 	}
 	return out
 }

@@ -24,8 +24,11 @@ type Core struct {
 	BG       *group
 	Log      *slog.Logger
 	// OnRenewalFailed, if set, is told of each renewal that failed (the
-	// hold stays valid until its deadline): registry.Observer.
+	// hold stays valid until its deadline), and OnLost of each hold lost,
+	// once, when Stats counts it: registry.Observer. Both may be called
+	// with a hold's Renewing held.
 	OnRenewalFailed func(h *Hold, err error)
+	OnLost          func(h *Hold)
 }
 
 // Now returns the registry clock: nanoseconds since New, on the monotonic clock.

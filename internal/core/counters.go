@@ -47,9 +47,9 @@ func (s *Counters) Released(held time.Duration) {
 	for i < len(HoldBounds) && held > HoldBounds[i] {
 		i++
 	}
-	s.HoldCounts[i].Add(1)
+	s.Holds.Add(1) // before the bucket: a snapshot reads buckets first, and never sees one above the count
 	s.HoldSum.Add(int64(held))
-	s.Holds.Add(1)
+	s.HoldCounts[i].Add(1)
 }
 
 // Acquired counts an outermost acquisition; wait >= 0 is how long a
@@ -67,9 +67,9 @@ func (s *Counters) Acquired(contended bool, wait time.Duration) {
 	for i < len(WaitBounds) && wait > WaitBounds[i] {
 		i++
 	}
-	s.WaitCounts[i].Add(1)
+	s.Waits.Add(1) // as in Released
 	s.WaitSum.Add(int64(wait))
-	s.Waits.Add(1)
+	s.WaitCounts[i].Add(1)
 }
 
 // RedisError counts err if it is a failed Redis call.
@@ -79,9 +79,12 @@ func (s *Counters) RedisError(err error) {
 	}
 }
 
-// lostOnce counts a lost hold, once: counted records that it was.
-func (s *Counters) lostOnce(counted *atomic.Bool) {
+// lostOnce counts a lost hold, once: counted records that it was. It
+// reports whether this call counted it.
+func (s *Counters) lostOnce(counted *atomic.Bool) bool {
 	if counted.CompareAndSwap(false, true) {
 		s.Lost.Add(1)
+		return true
 	}
+	return false
 }

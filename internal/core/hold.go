@@ -106,8 +106,12 @@ func (h *Hold) Lose() {
 	h.Kind.HoldLost(h)
 }
 
-// CountLost counts h lost in Stats, once.
-func (h *Hold) CountLost() { h.r.Counters.lostOnce(&h.lostCounted) }
+// CountLost counts h lost in Stats, once, and tells OnLost then.
+func (h *Hold) CountLost() {
+	if h.r.Counters.lostOnce(&h.lostCounted) && h.r.OnLost != nil {
+		h.r.OnLost(h)
+	}
+}
 
 // renewed applies a renewal that set the key's TTL to ttl and was sent at
 // sent: the hold's TTL becomes ttl and its deadline sent+ttl-drift, earlier

@@ -4,6 +4,8 @@
 --
 -- KEYS     lock key (or semaphore key), wait queue, queue info, fence counter
 -- ARGV[1]  the most holders and waiters to list (each)
+-- ARGV[2]  a listening waiter's turn, in ms: an entry whose turn ended
+--          longer ago than that is gone (prelude.lua, gone)
 --
 -- Reply: {type, fence, now, nholders, token1, ttl1, ..., nwaiters, id1,
 --        waited1, ...}
@@ -17,9 +19,9 @@
 --        when it is missing or not a number. now is the server's time in
 --        ms, -1 when the script may not call TIME (then a semaphore's
 --        permits and the waiters are not listed: their times are on that
---        clock). The waiters are the live entries of the wait queue, oldest
---        first (a registry's lock or semaphore instance each), with how
---        long (ms) each has waited.
+--        clock). The waiters are the live entries of the wait queue (as
+--        prelude.lua's gone rules them), oldest first (a registry's lock or
+--        semaphore instance each), with how long (ms) each has waited.
 local most = tonumber(ARGV[1])
 local fence = 0
 local f = redis.pcall('GET', KEYS[4])
@@ -36,7 +38,7 @@ if type(v) == 'string' then
   out[6] = redis.call('PTTL', KEYS[1])
 elseif type(v) == 'table' and v.err then
   if string.sub(v.err, 1, 9) ~= 'WRONGTYPE' then
-    return redis.call('GET', KEYS[1]) -- raises it (NOPERM, ...)
+    return v -- the error reply (NOPERM, ...)
   end
   local permits = redis.pcall('ZRANGE', KEYS[1], '(' .. string.format('%d', now or 0), '+inf', 'BYSCORE', 'LIMIT', 0, most, 'WITHSCORES')
   if type(permits) == 'table' and not permits.err then
@@ -49,7 +51,7 @@ elseif type(v) == 'table' and v.err then
       end
     end
   elseif string.sub(permits.err, 1, 9) ~= 'WRONGTYPE' then
-    return redis.call('ZCARD', KEYS[1]) -- raises it
+    return permits -- the error reply
   else
     local t = redis.pcall('TYPE', KEYS[1])
     out[1] = type(t) == 'table' and t.ok or 'value of another type'
@@ -68,8 +70,12 @@ if type(ids) == 'table' and not ids.err then
       break
     end
     local v = redis.pcall('HGET', KEYS[3], ids[i])
-    local lapse = type(v) == 'string' and string.match(v, '^[lp] %d+ (%d+)')
-    if lapse and tonumber(lapse) > now then
+    local lapse, ended = nil, nil
+    if type(v) == 'string' then
+      lapse, ended = string.match(v, '^[lp] %d+ (%d+) ?(%d*)$')
+    end
+    ended = tonumber(ended) or 0
+    if lapse and tonumber(lapse) > now and (ended == 0 or ended + tonumber(ARGV[2]) >= now) then
       live[#live + 1] = ids[i]
       live[#live + 1] = math.floor(now - tonumber(ids[i + 1]))
     end
