@@ -125,7 +125,7 @@ func (l *RedisLock) leaveQueue() {
 func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits bool) (grant, error) {
 	r := l.reg
 	r.eviction.check(ctx, r.core.Exec, r.core.Log)
-	r.publishLabel(ctx) // once, before the registry's first attempt: it holds or waits from now on
+	r.labels.publish(ctx) // once, before the registry's first attempt: it holds or waits from now on
 	token := r.core.NewToken()
 	sent := r.core.Now()
 	g, err := r.mutex.obtain(ctx, l.key, token, ttl, l.hint(first && !l.turn.taken, waits))

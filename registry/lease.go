@@ -260,7 +260,7 @@ func (le *Lease) begin() bool {
 // obtains the key in Redis once it has expired.
 func (l *RedisLock) expireAfter(ctx context.Context, d time.Duration, who reentrant.Owner) error {
 	h := l.hold.Load()
-	l.reg.released(kindLock, l.key, h, l.since.Load())
+	l.reg.obs.released(kindLock, l.key, h, l.since.Load())
 	l.setPhase(releasing)
 	// As for a pass: no renewal (the watchdog, RenewLock) may reach Redis
 	// after this command and give the key its full TTL again.

@@ -54,9 +54,9 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration, 
 		return ErrClosed
 	}
 	start := r.core.Now()
-	r.waiting(kindLock, l.key)
+	r.obs.waiting(kindLock, l.key)
 	err := l.lockAs(ctx, retryAll, ttl, who, start)
-	r.waited(err)
+	r.obs.waited(err)
 	return err
 }
 
@@ -74,7 +74,7 @@ func (l *RedisLock) lockAs(ctx context.Context, retryAll bool, ttl time.Duration
 	}
 	if l.inherit(ctx, ttl) {
 		l.since.Store(r.core.Now())
-		r.acquired(kindLock, l.key, l.hold.Load(), true, time.Duration(r.core.Now()-start))
+		r.obs.acquired(kindLock, l.key, l.hold.Load(), true, time.Duration(r.core.Now()-start))
 		return nil
 	}
 	if r.core.BG.IsClosed() { // the wait was handed the mutex as Close aborted it
@@ -88,7 +88,7 @@ func (l *RedisLock) lockAs(ctx context.Context, retryAll bool, ttl time.Duration
 		l.unlockLocal(who)
 		return err
 	}
-	r.acquired(kindLock, l.key, l.hold.Load(), waited || how == reentrant.Queued, time.Duration(r.core.Now()-start))
+	r.obs.acquired(kindLock, l.key, l.hold.Load(), waited || how == reentrant.Queued, time.Duration(r.core.Now()-start))
 	return nil
 }
 
@@ -124,7 +124,7 @@ func (l *RedisLock) track(h *core.Hold) {
 // hands the hold over to the next local owner, or releases the key.
 func (l *RedisLock) unlock(ctx context.Context, who reentrant.Owner) error {
 	h := l.hold.Load()
-	l.reg.released(kindLock, l.key, h, l.since.Load())
+	l.reg.obs.released(kindLock, l.key, h, l.since.Load())
 	if l.local.Waiters() > 0 {
 		l.setPhase(handingOver)
 		switch res, err := l.handOff(ctx, h, who); res {

@@ -3,7 +3,10 @@ package registry
 import (
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // LockType selects how a waiter learns that a lock was released.
@@ -276,4 +279,87 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 		c.ackReplicas, c.ackTimeout = n, timeout
 		return nil
 	}
+}
+
+// Observer is told what a registry's acquisitions do, for tracing and
+// metrics beyond Stats (the module github.com/lockyard/lockyard/otel is
+// one). Waiting, Acquired and Released run on the goroutine where the
+// event happened, with no lock of the registry held; Lost, RenewalFailed
+// and the Released of a revoked hold are found with a hold's locks held,
+// and run on a goroutine of the registry instead (none after Close). The
+// functions must not block: record what is needed and return. A nil
+// function is skipped, and a registry without an Observer builds no
+// Event. An Event's Token names the hold in Redis, which a local hand-off
+// passes to the next goroutine: the Lost of a hold may follow the Released
+// of the acquisition that handed it on.
+type Observer struct {
+	// Waiting: a Lock, LockContext, Acquire or Semaphore.Acquire begins
+	// (it may get the lock at once, re-enter it, or fail: a wait that
+	// fails has no event of its own; Stats counts it).
+	Waiting func(Event)
+	// Acquired: an outermost acquisition, with how long it waited (Wait;
+	// 0 for TryLock and TryAcquire).
+	Acquired func(Event)
+	// Released: the end of an outermost acquisition (an Unlock, a
+	// Release, a hand-over to the next goroutine, or a revocation), with
+	// how long it was held (Held).
+	Released func(Event)
+	// Lost: a hold lost before its release (its validity ended, or a
+	// renewal or the release found its key gone), once per hold, as
+	// Stats.LostLocks counts it.
+	Lost func(Event)
+	// RenewalFailed: a renewal failed with Err; the hold stays valid until
+	// its deadline.
+	RenewalFailed func(Event)
+}
+
+// Event is what an Observer is told.
+type Event struct {
+	Key   string        // the Redis key
+	Kind  string        // "lock" (a RedisLock or its Lease) or "semaphore"
+	Token string        // the value in Redis ("" while waiting)
+	Fence int64         // the fencing token (0 without WithFencing)
+	Wait  time.Duration // Acquired: how long it waited
+	Held  time.Duration // Released: how long it was held
+	Err   error         // RenewalFailed: why
+}
+
+// WithObserver makes o told of every acquisition's events (see Observer).
+func WithObserver(o Observer) Option {
+	return func(c *config) error {
+		c.observer = &o
+		return nil
+	}
+}
+
+// MaxLabelLen bounds the length of a label (WithLabel), in bytes.
+const MaxLabelLen = 256
+
+// WithLabel sets the label that Inspect and `lockyard status` show for this registry's holds and waits
+// (default: host name and process id). It is written once per registry, not per acquisition, and expires with it.
+//
+// The label is published just before the registry's first attempt in
+// Redis (one more command, once, which that attempt waits for at most
+// 200ms), then renewed every few minutes by a goroutine that Close stops;
+// it expires ten minutes after the last renewal. It must be
+// valid UTF-8, 1 to MaxLabelLen bytes; another value makes New fail with
+// ErrInvalidConfig. An ACL that refuses the label key (see
+// docs/SECURITY.md) only leaves the label out.
+func WithLabel(label string) Option {
+	return func(c *config) error {
+		if label == "" || len(label) > MaxLabelLen || !utf8.ValidString(label) {
+			return fmt.Errorf("%w: label must be valid UTF-8 of 1 to %d bytes, got %q", ErrInvalidConfig, MaxLabelLen, label)
+		}
+		c.label = label
+		return nil
+	}
+}
+
+// defaultLabel is "HOST/PID" (or "PID" when the host name is unknown).
+func defaultLabel() string {
+	pid := strconv.Itoa(os.Getpid())
+	if host, err := os.Hostname(); err == nil && host != "" {
+		return host + "/" + pid
+	}
+	return pid
 }

@@ -28,7 +28,8 @@ type Registry struct {
 	layout    wire.Layout
 	cfg       config
 	instances atomic.Uint64 // lock instances made, numbering their wait queue ids
-	labelled  atomic.Bool   // the label is published (label.go)
+	labels    labeller      // publishes the registry's label (label.go)
+	obs       observing     // Stats and the Observer (observe.go)
 
 	mutex      *mutexProto // the protocol of RedisLock and its Leases
 	sem        *semProto   // the protocol of Semaphore; nil under Redlock
@@ -72,6 +73,8 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 		cfg:    cfg,
 	}
 	r.core.Exec = newExec(cfg, r.core.Counters)
+	r.obs = observing{c: &r.core, o: cfg.observer}
+	r.labels = labeller{c: &r.core, key: r.layout.LabelKey(r.core.ClientID), label: cfg.label}
 	r.mutex = newMutexProto(r.core.Exec, newScripts(r.layout, cfg), cfg, r.core.Counters)
 	if one, ok := r.core.Exec.(*core.ClientExec); ok {
 		r.sem = &semProto{one: one, s: newScripts(r.layout, cfg)}
@@ -79,7 +82,7 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 	r.cache.capacity = cfg.capacity
 	r.core.Watchdog = core.NewWatchdog(&r.core, cfg.autoRenew)
 	if cfg.observer != nil {
-		r.core.OnRenewalFailed, r.core.OnLost = r.renewalFailed, r.lost
+		r.core.OnRenewalFailed, r.core.OnLost = r.obs.renewalFailed, r.obs.lost
 	}
 	r.subscriber.r = r
 	return r, nil

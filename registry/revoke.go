@@ -28,6 +28,8 @@ type queueHook RedisLock
 
 var _ core.Holder = (*queueHook)(nil)
 
+func (q *queueHook) kindName() string { return kindLock }
+
 // Queued loses a lost hold at once and guards a valid one. A hold that is
 // being passed on or released is left to that path, which reports its
 // loss if it was lost (a pass may still keep the key for a new hold).
@@ -76,7 +78,7 @@ func (l *RedisLock) revoke(h *core.Hold) bool {
 	}) {
 		return false
 	}
-	r.releasedLater(kindLock, l.key, h, since)
+	r.obs.releasedLater(kindLock, l.key, h, since)
 	h.Retire()
 	if l.hold.CompareAndSwap(h, nil) {
 		r.releaseLater(l.key, h.Token)

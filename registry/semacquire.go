@@ -132,7 +132,7 @@ func (s *Semaphore) deaf() bool {
 // mark is the waker's count before the attempt.
 func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, waits bool, mark int64) (*permit, grant, error) {
 	r := s.reg
-	r.publishLabel(ctx) // once, before the registry's first attempt
+	r.labels.publish(ctx) // once, before the registry's first attempt
 	token := r.core.NewToken()
 	more := false
 	if waits {

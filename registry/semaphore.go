@@ -176,12 +176,12 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, waits bool) 
 	r := s.reg
 	if !waits {
 		le, err := s.acquireOnce(ctx, ttl, false)
-		r.tried(err)
+		r.obs.tried(err)
 		return le, err
 	}
-	r.waiting(kindSemaphore, s.key)
+	r.obs.waiting(kindSemaphore, s.key)
 	le, err := s.acquireOnce(ctx, ttl, true)
-	r.waited(err)
+	r.obs.waited(err)
 	return le, err
 }
 
@@ -226,7 +226,7 @@ func (s *Semaphore) acquireOnce(ctx context.Context, ttl time.Duration, waits bo
 	}
 	s.gotPermit(&who)
 	h := p.h.Load()
-	return &Lease{of: s, h: h, since: r.acquired(kindSemaphore, s.key, h, waited || how == reentrant.Queued, time.Duration(r.core.Now()-start))}, nil
+	return &Lease{of: s, h: h, since: r.obs.acquired(kindSemaphore, s.key, h, waited || how == reentrant.Queued, time.Duration(r.core.Now()-start))}, nil
 }
 
 // try makes one attempt for TryAcquire: it fails at once while other
@@ -252,7 +252,7 @@ func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Lease, error) 
 	s.held++
 	s.mu.Unlock()
 	h := p.h.Load()
-	return &Lease{of: s, h: h, since: r.acquired(kindSemaphore, s.key, h, false, -1)}, nil
+	return &Lease{of: s, h: h, since: r.obs.acquired(kindSemaphore, s.key, h, false, -1)}, nil
 }
 
 // gotPermit counts a new lease held, and ends its wait (done).

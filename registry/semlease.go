@@ -23,7 +23,7 @@ func (s *Semaphore) holds(le *Lease) bool { return le.h.Kind.(*permit).h.Load() 
 // are those of a lock's Lease.Release.
 func (s *Semaphore) endLease(ctx context.Context, le *Lease) error {
 	p := le.h.Kind.(*permit)
-	s.reg.released(kindSemaphore, s.key, p.h.Load(), le.since)
+	s.reg.obs.released(kindSemaphore, s.key, p.h.Load(), le.since)
 	if s.waited() {
 		switch res, err := s.handOff(ctx, p); res {
 		case handedOver:
@@ -44,7 +44,7 @@ func (s *Semaphore) endLease(ctx context.Context, le *Lease) error {
 func (s *Semaphore) endLeaseAfter(ctx context.Context, le *Lease, d time.Duration) error {
 	r := s.reg
 	h := le.h.Kind.(*permit).h.Load()
-	r.released(kindSemaphore, s.key, h, le.since)
+	r.obs.released(kindSemaphore, s.key, h, le.since)
 	h.Retire()
 	h.Renewing.Lock()
 	ok, _, err := r.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
@@ -217,6 +217,8 @@ func (s *Semaphore) takeSpare(ctx context.Context, ttl time.Duration) *permit {
 }
 
 var _ core.Holder = (*permit)(nil)
+
+func (p *permit) kindName() string { return kindSemaphore }
 
 // HoldLost: a lost permit blocks no lease of its registry (each waits for
 // a permit in Redis, where the lost one has expired or is gone), so there

@@ -56,7 +56,7 @@ func (l *RedisLock) tryOnce(ctx context.Context, ttl time.Duration, who reentran
 		l.unlockLocal(who)
 		return tryRedisOwner, nil
 	}
-	l.reg.acquired(kindLock, l.key, l.hold.Load(), false, -1)
+	l.reg.obs.acquired(kindLock, l.key, l.hold.Load(), false, -1)
 	return tryHeld, nil
 }
 
