@@ -82,25 +82,30 @@ func (r observing) acquired(kind, key string, h *core.Hold, contended bool, wait
 // released counts the end of an outermost acquisition of h that began at
 // since (acquired), and tells the Observer.
 func (r observing) released(kind, key string, h *core.Hold, since int64) {
-	held := time.Duration(r.c.Now() - since)
-	r.c.Counters.Released(held)
-	if o := r.o; o != nil && o.Released != nil {
-		e := event(kind, key, h)
-		e.Held = held
-		o.Released(e)
+	if e, tell := r.end(kind, key, h, since); tell {
+		r.o.Released(e)
 	}
 }
 
 // releasedLater is released for a revocation, which runs with a hold's
 // locks held: the Observer is told from a goroutine of the registry.
 func (r observing) releasedLater(kind, key string, h *core.Hold, since int64) {
+	if e, tell := r.end(kind, key, h, since); tell {
+		r.c.BG.Spawn(func() { r.o.Released(e) })
+	}
+}
+
+// end counts the end of an acquisition that began at since, and returns
+// its Event if the Observer is to be told.
+func (r observing) end(kind, key string, h *core.Hold, since int64) (Event, bool) {
 	held := time.Duration(r.c.Now() - since)
 	r.c.Counters.Released(held)
-	if o := r.o; o != nil && o.Released != nil {
-		e := event(kind, key, h)
-		e.Held = held
-		r.c.BG.Spawn(func() { o.Released(e) })
+	if r.o == nil || r.o.Released == nil {
+		return Event{}, false
 	}
+	e := event(kind, key, h)
+	e.Held = held
+	return e, true
 }
 
 // lost tells the Observer, from a goroutine of the registry, that h was
