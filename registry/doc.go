@@ -117,8 +117,8 @@
 //
 // Errors wrap the sentinels ErrLockLost, ErrNotOwner, ErrInvalidKey,
 // ErrCacheFull, ErrClosed, ErrInvalidConfig, ErrReplicaAck, ErrNoQuorum,
-// ErrNotObtained and ErrReleaseFailed,
-// and the Redis or context
+// ErrNotObtained, ErrReleaseFailed and ErrForeignKey (Inspect), and the
+// Redis or context
 // error behind them; test with errors.Is and errors.As. LockContext retries
 // network and transient Redis errors until its context ends, then returns an
 // error matching ctx.Err() that also wraps the last Redis error; other Redis
@@ -136,13 +136,18 @@
 //
 // Before its first obtain a registry reads INFO memory once and logs a
 // warning if the server's maxmemory-policy can evict lock keys (any policy
-// but noeviction: lock keys carry a TTL). The pub/sub subscriber PINGs its
+// but noeviction: lock keys carry a TTL), and publishes its label
+// (WithLabel), which Inspect shows beside its holds and waits. The pub/sub subscriber PINGs its
 // connection every second and reconnects after 3 seconds of silence, so a
 // connection that died without a FIN is noticed. docs/RELIABILITY.md lists
 // the faults the test suite injects and what lockyard did under each.
-// Registry.Stats returns counters (acquisitions, contended waits, a
-// wait-time histogram, renewals, lost locks, Redis errors, cached locks)
-// for a metrics system. Lock keys are logged only in records about a
+// Registry.Stats returns counters (acquisitions, contended waits, wait-time
+// and hold-time histograms, gauges of holds and waits, outcomes, renewals,
+// lost locks, Redis errors, cached locks) for a metrics system, and
+// WithObserver tells an Observer of each wait, acquisition, release, loss
+// and failed renewal (the module github.com/lockyard/lockyard/otel records
+// them with OpenTelemetry). Registry.Inspect reads who holds a key and who
+// waits, from any process. Lock keys are logged only in records about a
 // failure of that lock, at warn or error level, never at info level.
 //
 // # Backends
