@@ -20,8 +20,10 @@ const (
 
 // labelWait bounds the first publication of a label, which the first
 // attempt of the registry waits for (before its obtain is sent, so that
-// it never shortens a hold's validity); a publication that did not make
-// it in time is tried again in the background a second later.
+// it never shortens a hold's validity); a publication that failed is tried
+// again in the background a second later, then after twice as long each
+// time, up to labelEvery (an ACL that refuses the label key costs a
+// refused write every few minutes).
 const labelWait = 200 * time.Millisecond
 
 // labeller publishes a registry's label (WithLabel) at its label key.
@@ -42,10 +44,11 @@ func (lb *labeller) publish(ctx context.Context) {
 	ok := lb.write(ctx)
 	cancel()
 	lb.c.BG.Spawn(func() {
+		retry := time.Second // after a failure: doubled up to labelEvery
 		for {
 			d := labelEvery
 			if !ok {
-				d = time.Second
+				d, retry = retry, min(2*retry, labelEvery)
 			}
 			if lb.c.BG.Sleep(context.Background(), d, nil) != nil {
 				return
