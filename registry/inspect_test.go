@@ -182,3 +182,24 @@ func TestInspectForeignAndBadKeys(t *testing.T) {
 		t.Errorf("Inspect after Close: %v, want ErrClosed", err)
 	}
 }
+
+// A label whose first publication failed is published again in the
+// background a second later.
+func TestLabelRetried(t *testing.T) {
+	b := realBackend()
+	fc := &faultyClient{Client: registry.NewPoolClient(b.pool(t)), script: "label", err: &registry.ReplyError{Err: errors.New("ERR injected")}, n: 1}
+	pfx := prefix(t)
+	r, err := registry.NewWithClient(fc, pfx, registry.WithLabel("late"), registry.WithLogger(discardLogger))
+	mustNil(t, err)
+	t.Cleanup(func() { r.Close() })
+	le, err := r.Acquire(bg(t), "k", 0)
+	mustNil(t, err)
+	defer le.Release(bg(t))
+	if info := inspect(t, r, "k"); len(info.Holders) != 1 || info.Holders[0].Label != "" {
+		t.Fatalf("%+v, want the holder without a label (its publication failed)", info)
+	}
+	waitFor(t, 5*time.Second, "the label published again", func() bool {
+		info := inspect(t, r, "k")
+		return len(info.Holders) == 1 && info.Holders[0].Label == "late"
+	})
+}
