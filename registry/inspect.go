@@ -131,7 +131,11 @@ func agree(lk string, results []core.Result) (KeyInfo, string, error) {
 			return vs[0].info, vs[0].typ, nil
 		}
 	}
-	if firstErr == nil || len(results) > 1 {
+	switch {
+	case len(results) == 1: // one node: its error
+	case len(votes) == 0:
+		firstErr = fmt.Errorf("%w: no node answered for %q: %w", ErrNoQuorum, lk, firstErr)
+	default:
 		firstErr = errors.Join(fmt.Errorf("%w: the nodes disagree on who holds %q", ErrNoQuorum, lk), firstErr)
 	}
 	return KeyInfo{Key: lk}, "", firstErr
@@ -231,12 +235,15 @@ func (r *Registry) readLabels(ctx context.Context, info *KeyInfo) {
 		calls[i] = core.Call{Keys: []string{r.layout.LabelKey(id)}}
 	}
 	res := r.core.Exec.EvalBatch(ctx, 0, labelScript, calls)
-	if len(res) == 0 || len(res[0]) != len(ids) {
-		return
-	}
-	label := func(id string) string {
-		s, _ := replyString(res[0][at[id]].Reply)
-		return s
+	label := func(id string) string { // the first node that has it (Redlock: every node has it)
+		for _, node := range res {
+			if len(node) == len(ids) {
+				if s, _ := replyString(node[at[id]].Reply); s != "" {
+					return s
+				}
+			}
+		}
+		return ""
 	}
 	for i := range info.Holders {
 		info.Holders[i].Label = label(info.Holders[i].Registry)

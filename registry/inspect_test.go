@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -202,4 +203,47 @@ func TestLabelRetried(t *testing.T) {
 		info := inspect(t, r, "k")
 		return len(info.Holders) == 1 && info.Holders[0].Label == "late"
 	})
+}
+
+// slowLabel delays the label script by d.
+type slowLabel struct {
+	registry.Client
+	d time.Duration
+}
+
+func (c slowLabel) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	if s.Name() == "label" {
+		select {
+		case <-time.After(c.d):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return c.Client.Eval(ctx, s, keys, args)
+}
+
+// A first attempt with a short deadline does not spend it on the label
+// (published in the background instead); one with time to spare waits for
+// it at most 200ms.
+func TestLabelSparesShortDeadlines(t *testing.T) {
+	b := realBackend()
+	r, err := registry.NewWithClient(slowLabel{Client: registry.NewPoolClient(b.pool(t)), d: time.Second}, prefix(t), registry.WithLogger(discardLogger))
+	mustNil(t, err)
+	t.Cleanup(func() { r.Close() })
+	ctx, cancel := context.WithTimeout(bg(t), 150*time.Millisecond)
+	defer cancel()
+	l := obtain(t, r, "k")
+	mustNil(t, l.TryLockContext(ctx)) // fails if the label's second is waited for
+	l.Unlock()
+
+	r2, err := registry.NewWithClient(slowLabel{Client: registry.NewPoolClient(b.pool(t)), d: time.Second}, prefix(t), registry.WithLogger(discardLogger))
+	mustNil(t, err)
+	t.Cleanup(func() { r2.Close() })
+	start := time.Now()
+	l2 := obtain(t, r2, "k")
+	mustNil(t, l2.LockContext(bg(t)))
+	l2.Unlock()
+	if d := time.Since(start); d > 900*time.Millisecond {
+		t.Errorf("the first Lock took %v, want the label's wait cut at 200ms", d)
+	}
 }

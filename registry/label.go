@@ -26,6 +26,10 @@ const (
 // refused write every few minutes).
 const labelWait = 200 * time.Millisecond
 
+// labelBudget is the least time left to a caller's ctx for its first
+// attempt to wait for the label: a shorter one is the obtain's.
+const labelBudget = 5 * labelWait
+
 // labeller publishes a registry's label (WithLabel) at its label key.
 type labeller struct {
 	c          *core.Core
@@ -33,17 +37,27 @@ type labeller struct {
 	started    atomic.Bool // the first publication was made
 }
 
-// publish publishes the label the first time it is called, within
-// labelWait, and starts the goroutine that renews it. The caller is about
-// to make the registry's first attempt in Redis.
+// publish publishes the label the first time it is called, and starts the
+// goroutine that renews it. The caller is about to make the registry's
+// first attempt in Redis: it waits for the publication, within labelWait,
+// unless its ctx has less than labelBudget left (then the goroutine
+// publishes it at once, and nobody waits). Close cuts the wait short.
 func (lb *labeller) publish(ctx context.Context) {
 	if lb.started.Load() || !lb.started.CompareAndSwap(false, true) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, labelWait)
-	ok := lb.write(ctx)
-	cancel()
+	ok, waited := false, false
+	if dl, has := ctx.Deadline(); !has || time.Until(dl) >= labelBudget {
+		wctx, cancel := context.WithTimeout(ctx, labelWait)
+		stop := context.AfterFunc(lb.c.BG.Ctx, cancel)
+		ok, waited = lb.write(wctx), true
+		stop()
+		cancel()
+	}
 	lb.c.BG.Spawn(func() {
+		if !waited {
+			ok = lb.write(lb.c.BG.Ctx)
+		}
 		retry := time.Second // after a failure: doubled up to labelEvery
 		for {
 			d := labelEvery

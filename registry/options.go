@@ -286,8 +286,9 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 // one). Waiting, Acquired and Released run on the goroutine where the
 // event happened, with no lock of the registry held; Lost, RenewalFailed
 // and the Released of a revoked hold are found with a hold's locks held,
-// and run on a goroutine of the registry instead (none after Close). The
-// functions must not block: record what is needed and return. A nil
+// and run on a goroutine of the registry instead (none after Close), which
+// Close waits for: such a function must not call Close. The functions
+// must not block: record what is needed and return. A nil
 // function is skipped, and a registry without an Observer builds no
 // Event. An Event's Token names the hold in Redis, which a local hand-off
 // passes to the next goroutine: the Lost of a hold may follow the Released
@@ -339,9 +340,11 @@ const MaxLabelLen = 256
 // (default: host name and process id). It is written once per registry, not per acquisition, and expires with it.
 //
 // The label is published just before the registry's first attempt in
-// Redis (one more command, once, which that attempt waits for at most
-// 200ms), then renewed every few minutes by a goroutine that Close stops;
-// it expires ten minutes after the last renewal. It must be
+// Redis (one more command, which that attempt waits for at most 200ms, and
+// only if its context has a second or more left), then renewed every few
+// minutes by a goroutine that Close stops; it expires ten minutes after
+// the last renewal. A publication that fails is tried again after 1s,
+// 2s, 4s and so on, up to the renewal period. It must be
 // valid UTF-8, 1 to MaxLabelLen bytes; another value makes New fail with
 // ErrInvalidConfig. An ACL that refuses the label key (see
 // docs/SECURITY.md) only leaves the label out.

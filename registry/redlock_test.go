@@ -13,6 +13,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
+	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -350,6 +351,13 @@ func TestRedlockInspectMajority(t *testing.T) {
 	info, err := r.Inspect(bg(t), "k")
 	if err != nil || info.Kind != "lock" || len(info.Holders) != 1 {
 		t.Fatalf("Inspect with the key on 2 of 3 nodes: %+v, %v; want the holder", info, err)
+	}
+	// The label is read from any node that has it.
+	if _, err := nodes[0].Do("DEL", wire.Layout{Registry: pfx}.LabelKey(info.Holders[0].Registry)); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := r.Inspect(bg(t), "k"); err != nil || info.Holders[0].Label == "" {
+		t.Fatalf("Inspect with the label gone from node 0: %+v, %v; want the label of another node", info, err)
 	}
 	if _, err := nodes[1].Do("DEL", l.Key()); err != nil {
 		t.Fatal(err)
