@@ -63,9 +63,12 @@ func (r observing) waited(err error) {
 // ErrNotObtained when the lock or every permit was taken.
 func (r observing) tried(err error) {
 	if errors.Is(err, ErrNotObtained) {
-		r.c.Counters.NotObtained.Add(1)
+		r.notObtained()
 	}
 }
+
+// notObtained counts an attempt that found the lock or every permit taken.
+func (r observing) notObtained() { r.c.Counters.NotObtained.Add(1) }
 
 // acquired counts an outermost acquisition of h (wait < 0: one that does
 // not wait), and returns when it began, for released.

@@ -26,7 +26,7 @@ const (
 func (l *RedisLock) tryLock(ctx context.Context, ttl time.Duration, who reentrant.Owner) (tryResult, error) {
 	res, err := l.tryOnce(ctx, ttl, who)
 	if res == tryLocalOwner || res == tryRedisOwner {
-		l.reg.core.Counters.NotObtained.Add(1)
+		l.reg.obs.notObtained()
 	}
 	return res, err
 }
