@@ -56,6 +56,7 @@ var (
 	_ registry.Client         = (*Client)(nil)
 	_ registry.SetNXClient    = (*Client)(nil)
 	_ registry.SetNXGetClient = (*Client)(nil)
+	_ registry.CommandClient  = (*Client)(nil)
 )
 
 // NewClient returns a registry.Client that runs the registry's commands on
@@ -246,4 +247,50 @@ func replyError(err error) error {
 
 func isNoScript(err error) bool {
 	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// Pipeline sends cmds pipelined (registry.CommandClient); in Cluster
+// go-redis routes each by its first key and splits the pipeline by node.
+func (c *Client) Pipeline(ctx context.Context, cmds [][]any) []registry.Result {
+	return pipeline(ctx, c.rdb, cmds)
+}
+
+// PipelineOn sends cmds pipelined, in order, on one connection: of the
+// master of key's slot in Cluster (keyless commands, such as PUBLISH,
+// included), of the client's node otherwise.
+func (c *Client) PipelineOn(ctx context.Context, key string, cmds [][]any) []registry.Result {
+	var node redis.Cmdable = c.rdb
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		master, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			out := make([]registry.Result, len(cmds))
+			for i := range out {
+				out[i] = registry.Result{Err: replyError(err)}
+			}
+			return out
+		}
+		node = master
+	}
+	return pipeline(ctx, node, cmds)
+}
+
+// pipeline sends cmds in one go-redis pipeline on node. A nil reply is a
+// nil Reply, not redis.Nil.
+func pipeline(ctx context.Context, node redis.Cmdable, cmds [][]any) []registry.Result {
+	out := make([]registry.Result, len(cmds))
+	rs := make([]*redis.Cmd, len(cmds))
+	_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, cmd := range cmds {
+			rs[i] = p.Do(ctx, cmd...)
+		}
+		return nil
+	})
+	for i, cmd := range rs {
+		v, err := cmd.Result()
+		if errors.Is(err, redis.Nil) {
+			v, err = nil, nil
+		}
+		out[i] = registry.Result{Reply: v, Err: replyError(err)}
+	}
+	return out
 }

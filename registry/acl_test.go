@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -16,13 +17,24 @@ import (
 
 // aclFor returns the least-privilege ACL rules of docs/SECURITY.md for a
 // registry key.
-func aclFor(registryKey string) []any {
-	return []any{"on", ">pw-" + registryKey, "resetkeys", "resetchannels",
+func aclFor(t *testing.T, registryKey string) []any {
+	rules := []any{"on", ">pw-" + registryKey, "resetkeys", "resetchannels",
 		"~" + registryKey + ":*", "~{" + registryKey + ":*", "~{*}" + registryKey + ":*", "&" + registryKey + "-channel:*",
 		"-@all", "+evalsha", "+eval", "+psubscribe", "+ping", "+info",
 		"+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+publish",
 		"+zadd", "+zrank", "+zrem", "+zrange", "+zcard", "+zscore", "+zcount", "+hget", "+hset", "+hdel", "+time",
-		"+type", "+zremrangebyscore", "+exists"} // a semaphore's
+		"+type", "+zremrangebyscore", "+exists", // a semaphore's, and the native release's
+		"+command|info", "+command|docs"} // the native commands' probe
+	// The native deletes, where the server has them (an ACL may not name a
+	// command the server lacks).
+	caps := capsOf(t, real.Addr)
+	if caps.del {
+		rules = append(rules, "+delex")
+	}
+	if caps.delIfEq {
+		rules = append(rules, "+delifeq")
+	}
+	return rules
 }
 
 // userPool returns a pool that authenticates as user.
@@ -43,7 +55,7 @@ func TestLeastPrivilegeACL(t *testing.T) {
 	pfx := prefix(t)
 	other := pfx + "-other"
 	for _, u := range []string{pfx, other} {
-		b.do(t, "ACL", append([]any{"SETUSER", u}, aclFor(u)...)...)
+		b.do(t, "ACL", append([]any{"SETUSER", u}, aclFor(t, u)...)...)
 		t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", u) })
 	}
 	opts := []registry.Option{registry.WithFencing(), registry.WithAutoRenew(), registry.WithExpireAfter(300 * time.Millisecond),
@@ -70,6 +82,9 @@ func TestLeastPrivilegeACL(t *testing.T) {
 	})
 	mustNil(t, l1.UnlockContext(bg(t)))
 	mustNil(t, recvWithin(t, got, 3*time.Second, "the waiter woken by the release"))
+	if n := r1.Stats().NativeFallbacks; n != 0 {
+		t.Fatalf("%d native commands refused under the ACL, want none", n)
+	}
 
 	// Three waiters queue behind a holder and take their turns in order:
 	// every command of the wait queue is allowed.
@@ -132,7 +147,7 @@ func TestLeastPrivilegeACL(t *testing.T) {
 func TestACLWithoutTime(t *testing.T) {
 	b := realBackend()
 	pfx := prefix(t)
-	rules := slices.DeleteFunc(aclFor(pfx), func(r any) bool { return r == "+time" })
+	rules := slices.DeleteFunc(aclFor(t, pfx), func(r any) bool { return r == "+time" })
 	b.do(t, "ACL", append([]any{"SETUSER", pfx}, rules...)...)
 	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
 	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
@@ -176,12 +191,13 @@ func TestACLWithoutTime(t *testing.T) {
 // An ACL that lacks a command of the wait queue (here +zscore, as the docs
 // left out before the queue was complete) makes a waiter's LockContext
 // fail at once with the server's refusal (Redis 7.0: "ERR The user
-// executing the script can't run this command"), rather than wipe the
+// executing the script can't run this command"; later: "ERR ACL failure
+// in script"), rather than wipe the
 // queue at every try and lose the order of turns.
 func TestACLWithoutQueueCommand(t *testing.T) {
 	b := realBackend()
 	pfx := prefix(t)
-	rules := slices.DeleteFunc(aclFor(pfx), func(r any) bool { return r == "+zscore" })
+	rules := slices.DeleteFunc(aclFor(t, pfx), func(r any) bool { return r == "+zscore" })
 	b.do(t, "ACL", append([]any{"SETUSER", pfx}, rules...)...)
 	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
 	holder := obtain(t, newRegPrefix(t, userPool(t, pfx), pfx), "k")
@@ -190,7 +206,9 @@ func TestACLWithoutQueueCommand(t *testing.T) {
 	waiter := obtain(t, newRegPrefix(t, userPool(t, pfx), pfx, registry.WithLogger(discardLogger)), "k")
 	err := waiter.LockContext(bg(t))
 	var re *registry.ReplyError
-	if !errors.As(err, &re) || !strings.Contains(err.Error(), "NOPERM") && !strings.Contains(err.Error(), "can't run this command") {
+	refused := strings.Contains(err.Error(), "NOPERM") || strings.Contains(err.Error(), "can't run this command") ||
+		strings.Contains(err.Error(), "has no permissions") // Redis 7.2+, Valkey: "ERR ACL failure in script: User u has no permissions to run the 'zscore' command"
+	if !errors.As(err, &re) || !refused {
 		t.Fatalf("a waiter under an ACL without +zscore: %v, want the server's refusal", err)
 	}
 }
@@ -201,7 +219,7 @@ func TestACLWithoutQueueCommand(t *testing.T) {
 func TestLeastPrivilegeACLSemaphore(t *testing.T) {
 	b := realBackend()
 	pfx := prefix(t)
-	b.do(t, "ACL", append([]any{"SETUSER", pfx}, aclFor(pfx)...)...)
+	b.do(t, "ACL", append([]any{"SETUSER", pfx}, aclFor(t, pfx)...)...)
 	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
 	opts := []registry.Option{registry.WithFencing(), registry.WithAutoRenew(), registry.WithExpireAfter(300 * time.Millisecond),
 		registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
@@ -221,4 +239,68 @@ func TestLeastPrivilegeACLSemaphore(t *testing.T) {
 	d := recvWithin(t, ours, 3*time.Second, "the local lease")
 	mustNil(t, d.Release(bg(t)))
 	assertNoKeys(t, b, pfx)
+}
+
+// A user whose ACL lacks the native delete (DELEX, DELIFEQ) and the probe
+// (COMMAND) gets NOPERM for the delete once, where the server has one; the
+// release script then serves every release: locks stay correct, and the
+// waiter of another registry is woken. Where the server has no native
+// delete the registry sends none (it tries, without the probe, and is told
+// the command is unknown), and the same holds.
+func TestNativeDeleteNOPERM(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	rules := slices.DeleteFunc(aclFor(t, pfx), func(r any) bool {
+		return r == "+delex" || r == "+delifeq" || r == "+command|info" || r == "+command|docs"
+	})
+	b.do(t, "ACL", append([]any{"SETUSER", pfx}, rules...)...)
+	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
+	logs := &logRecorder{}
+	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
+	r := newRegPrefix(t, userPool(t, pfx), pfx, append(opts, registry.WithLogger(slog.New(logs)))...)
+	w := obtain(t, newRegPrefix(t, userPool(t, pfx), pfx, opts...), "k")
+	l := obtain(t, r, "k")
+	for i := range 3 {
+		mustNil(t, l.LockContext(bg(t)))
+		var got <-chan error
+		if i == 0 {
+			got = lockInBackground(t, w)
+			waitQueued(t, b, l, 1)
+		}
+		mustNil(t, l.UnlockContext(bg(t)))
+		if got != nil {
+			mustNil(t, recvWithin(t, got, 3*time.Second, "the waiter woken by the release"))
+		}
+		if n, _ := redis.Int(b.do(t, "EXISTS", l.Key()), nil); n != 0 {
+			t.Fatal("the key outlived its release")
+		}
+	}
+	// Without the probe, each untried command is tried once: DELEX first,
+	// then DELIFEQ; one of them at most exists, and is refused (NOPERM),
+	// the other is unknown.
+	st := r.Stats()
+	if st.NativeFallbacks != 2 || st.LostLocks != 0 || st.ReleaseFailed != 0 {
+		t.Fatalf("fallbacks %d, lost %d, failed releases %d; want 2 (DELEX, DELIFEQ), 0, 0", st.NativeFallbacks, st.LostLocks, st.ReleaseFailed)
+	}
+	// The refusals: NOPERM where the server has the command, else
+	// unknown command; the first logged at info.
+	caps := capsOf(t, b.addr)
+	if n := logs.count(slog.LevelInfo, "refused a native command"); n != 1 {
+		t.Fatalf("%d info records of a refusal, want 1", n)
+	}
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	var errs []string
+	for _, rec := range logs.recs {
+		rec.Attrs(func(a slog.Attr) bool {
+			if a.Key == "err" && strings.Contains(rec.Message, "refused a native command") {
+				errs = append(errs, a.Value.String())
+			}
+			return true
+		})
+	}
+	noperm := slices.ContainsFunc(errs, func(e string) bool { return strings.HasPrefix(e, "NOPERM") })
+	if len(errs) != 2 || noperm != (caps.del || caps.delIfEq) {
+		t.Fatalf("refusals %q on %+v: want two, one of them NOPERM where the server has a native delete", errs, caps)
+	}
 }

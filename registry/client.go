@@ -106,3 +106,29 @@ type SetNXClient = core.SetNXClient
 // it, makes the attempt with the obtain script instead. The redigo Client
 // and the go-redis and rueidis adapters implement it.
 type SetNXGetClient = core.SetNXGetClient
+
+// CommandClient is an optional interface of a Client: plain commands,
+// pipelined, which a registry uses for the native compare-and-set and
+// compare-and-delete of Redis 8.4+ and Valkey (SET IFEQ, DELEX, DELIFEQ;
+// see WithScriptsOnly and the README's wire format):
+//
+//	type CommandClient interface {
+//		// Pipeline sends cmds pipelined, each routed by its first key (the
+//		// second element of a command that has keys): in Cluster, to that
+//		// key's master, one pipeline per node. It returns one Result per
+//		// command, in order.
+//		Pipeline(ctx context.Context, cmds [][]any) []Result
+//		// PipelineOn sends cmds pipelined, in order, on one connection of the
+//		// node that serves key (in Cluster, the master of key's slot), keyless
+//		// commands (PUBLISH) included, and returns one Result per command.
+//		PipelineOn(ctx context.Context, key string, cmds [][]any) []Result
+//	}
+//
+// A command is its name (a string) followed by its arguments. Replies keep
+// the RESP types, as Client's do (a nil reply is a nil Reply, not an
+// error), and an error reply is a *ReplyError in its Result. The registry
+// detects which commands the server has (COMMAND INFO, COMMAND DOCS) and
+// runs its scripts for the rest, and when a command is refused. The redigo
+// Client and the go-redis and rueidis adapters implement it; a Client
+// without it runs the scripts.
+type CommandClient = core.CommandClient

@@ -16,11 +16,12 @@ import (
 )
 
 // After SCRIPT FLUSH the next call falls back from EVALSHA to EVAL, once,
-// and no error reaches the caller. (Fencing makes the obtain a script.)
+// and no error reaches the caller. (Fencing makes the obtain a script, and
+// WithScriptsOnly the release.)
 func TestScriptFlushRecovery(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		cp := &redistest.CountingPool{Pool: b.pool(t)}
-		l := obtain(t, newReg(t, cp, registry.WithFencing()), "k")
+		l := obtain(t, newReg(t, cp, registry.WithFencing(), registry.WithScriptsOnly()), "k")
 		mustNil(t, l.LockContext(bg(t)))
 		mustNil(t, l.UnlockContext(bg(t)))
 		b.do(t, "SCRIPT", "FLUSH")

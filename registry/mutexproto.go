@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -34,14 +35,21 @@ type mutexProto struct {
 	setNX, setNXGet bool
 	noGet           atomic.Bool // the server refused SET NX GET (before Redis 7.0)
 	ack             ack         // replicas to wait for; zero without WithReplicaAck
+	// native renews and releases with the server's native commands where
+	// it has them (native.go): one Client, no WithReplicaAck, no
+	// WithScriptsOnly; else nil.
+	native *native
 }
 
-func newMutexProto(x core.Executor, s scripts, cfg config, st *core.Counters) *mutexProto {
+func newMutexProto(x core.Executor, s scripts, cfg config, st *core.Counters, log *slog.Logger) *mutexProto {
 	p := &mutexProto{x: x, s: s, timeout: cfg.commandTimeout, stats: st,
 		ack: ack{replicas: cfg.ackReplicas, timeout: cfg.ackTimeout}}
 	p.one, _ = x.(*core.ClientExec)
 	if p.one != nil && !cfg.fencing && cfg.ackReplicas == 0 {
 		p.setNX, p.setNXGet = p.one.Plain() // else the obtain script, always
+	}
+	if p.one != nil && cfg.ackReplicas == 0 && !cfg.scriptsOnly {
+		p.native = newNative(p.one, &p.s, st, log)
 	}
 	return p
 }
@@ -123,6 +131,11 @@ func (p *mutexProto) Renew(ctx context.Context, lk, token string, ttl time.Durat
 	case p.ack.replicas > 0:
 		return p.renewAcked(ctx, lk, c)
 	case p.one != nil:
+		if p.native.renewing(ctx, lk) {
+			if ok, handled, err := p.native.renew(ctx, lk, token, ttl); handled {
+				return ok, err
+			}
+		}
 		return core.DecodeDone(p.one.One(ctx, renewScript, c))
 	}
 	ok, err := core.MajorityDone(p.x.Eval(ctx, core.NodeTimeout(p.timeout, ttl), renewScript, c))
@@ -137,6 +150,25 @@ func (p *mutexProto) RenewBatch(ctx context.Context, calls []core.RenewCall) []c
 	if p.ack.replicas > 0 {
 		return p.renewEach(ctx, calls)
 	}
+	if len(calls) > 0 && p.native.renewing(ctx, calls[0].Key) {
+		out := make([]core.RenewReply, len(calls))
+		again := p.native.renewBatch(ctx, calls, out)
+		if len(again) > 0 {
+			rest := make([]core.RenewCall, len(again))
+			for k, i := range again {
+				rest[k] = calls[i]
+			}
+			for k, r := range p.renewScripts(ctx, rest) {
+				out[again[k]] = r
+			}
+		}
+		return out
+	}
+	return p.renewScripts(ctx, calls)
+}
+
+// renewScripts renews calls by renew.lua, pipelined on every node.
+func (p *mutexProto) renewScripts(ctx context.Context, calls []core.RenewCall) []core.RenewReply {
 	batch := make([]Call, len(calls))
 	for i, x := range calls {
 		batch[i] = p.s.renew(x.Key, x.Token, x.TTL)
@@ -162,6 +194,15 @@ func (p *mutexProto) RenewBatch(ctx context.Context, calls []core.RenewCall) []c
 // reports whether it did, and whether waiters are queued for lk (as far as
 // one node can tell: never under Redlock).
 func (p *mutexProto) release(ctx context.Context, lk, token string) (done, others bool, err error) {
+	if p.native.releasing(ctx, lk) {
+		done, others, told, handled, err := p.native.release(ctx, lk, token)
+		if handled {
+			if done && !told { // the message failed: nudge.lua sends it
+				_, _ = p.nudge(ctx, lk, token)
+			}
+			return done, others, err
+		}
+	}
 	c := p.s.release(lk, token)
 	if p.one != nil {
 		return decodeRelease(p.one.One(ctx, releaseScript, c))

@@ -62,6 +62,7 @@ type config struct {
 	logger         *slog.Logger
 	commandTimeout time.Duration
 	hashTag        bool
+	scriptsOnly    bool // WithScriptsOnly
 	ackReplicas    int
 	ackTimeout     time.Duration
 	label          string    // WithLabel; defaultLabel() when empty
@@ -277,6 +278,21 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 			return fmt.Errorf("%w: replica ack needs n >= 1 and timeout > 0, got %d and %v", ErrInvalidConfig, n, timeout)
 		}
 		c.ackReplicas, c.ackTimeout = n, timeout
+		return nil
+	}
+}
+
+// WithScriptsOnly makes the registry renew and release its locks by Lua
+// script even on a server that has the native compare-and-set and
+// compare-and-delete (SET IFEQ on Redis 8.4+ and Valkey 8.1+; DELEX on
+// Redis 8.4+ and Valkey 9.2+; DELIFEQ on Valkey 9.0+), which it uses by
+// default on one Client (see the README's wire-format section). The two
+// are interchangeable on the wire: registries of either kind share keys.
+// It is for comparing the two, and for a proxy that would route COMMAND
+// elsewhere than the commands it describes.
+func WithScriptsOnly() Option {
+	return func(c *config) error {
+		c.scriptsOnly = true
 		return nil
 	}
 }

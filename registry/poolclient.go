@@ -44,6 +44,8 @@ type poolClient struct {
 // ErrInvalidConfig.
 func NewPoolClient(pool Pool) Client { return &poolClient{pool: pool, nilPool: isNil(pool)} }
 
+var _ CommandClient = (*poolClient)(nil)
+
 // conn returns a pooled connection and the time left until ctx's deadline
 // (0: none). A cancellation of ctx is seen here, before any command is
 // sent; a command in flight then completes or times out. (Waiting for a
@@ -148,6 +150,44 @@ func (p *poolClient) EvalBatch(ctx context.Context, s *Script, calls []Call) []R
 	return out
 }
 
+// Pipeline sends cmds pipelined on one pooled connection, in order
+// (CommandClient).
+func (p *poolClient) Pipeline(ctx context.Context, cmds [][]any) []Result {
+	return p.PipelineOn(ctx, "", cmds)
+}
+
+// PipelineOn is Pipeline: the pool's node serves every key.
+func (p *poolClient) PipelineOn(ctx context.Context, _ string, cmds [][]any) []Result {
+	out := make([]Result, len(cmds))
+	c, _, err := p.conn(ctx)
+	if err != nil {
+		return failAll(out, err)
+	}
+	defer c.Close()
+	idx := allIndexes(len(cmds))
+	for _, cmd := range cmds {
+		name, ok := commandName(cmd)
+		if !ok {
+			return failAll(out, fmt.Errorf("%w: a command must begin with its name, got %v", ErrInvalidConfig, cmd))
+		}
+		if err := c.Send(name, cmd[1:]...); err != nil {
+			failIdx(out, idx, err)
+			return out
+		}
+	}
+	receive(ctx, c, out, idx)
+	return out
+}
+
+// commandName returns the name of cmd, its first element.
+func commandName(cmd []any) (string, bool) {
+	if len(cmd) == 0 {
+		return "", false
+	}
+	name, ok := cmd[0].(string)
+	return name, ok && name != ""
+}
+
 // sendBatch pipelines send for calls[i], i in idx, on c and stores the
 // replies in out. A broken connection fails every reply not yet read.
 func sendBatch(ctx context.Context, c redis.Conn, calls []Call, out []Result, idx []int, send func(Call) error) {
@@ -157,6 +197,12 @@ func sendBatch(ctx context.Context, c redis.Conn, calls []Call, out []Result, id
 			return
 		}
 	}
+	receive(ctx, c, out, idx)
+}
+
+// receive flushes c and reads the replies of the commands sent for out[i],
+// i in idx, into them. A broken connection fails every reply not yet read.
+func receive(ctx context.Context, c redis.Conn, out []Result, idx []int) {
 	if err := c.Flush(); err != nil {
 		failIdx(out, idx, err)
 		return

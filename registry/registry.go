@@ -75,7 +75,7 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 	r.core.Exec = newExec(cfg, r.core.Counters)
 	r.obs = observing{c: &r.core, o: cfg.observer}
 	r.labels = labeller{c: &r.core, key: r.layout.LabelKey(r.core.ClientID), label: cfg.label}
-	r.mutex = newMutexProto(r.core.Exec, newScripts(r.layout, cfg), cfg, r.core.Counters)
+	r.mutex = newMutexProto(r.core.Exec, newScripts(r.layout, cfg), cfg, r.core.Counters, r.core.Log)
 	if one, ok := r.core.Exec.(*core.ClientExec); ok {
 		r.sem = &semProto{one: one, s: newScripts(r.layout, cfg)}
 	}

@@ -62,6 +62,12 @@ type Stats struct {
 	// RedisErrors counts failed Redis calls (each retry counts), except
 	// those cut short by a cancelled context.
 	RedisErrors uint64
+	// NativeFallbacks counts the renewals and releases that were to run
+	// as a server's native command (SET IFEQ, DELEX, DELIFEQ: Redis 8.4+,
+	// Valkey) and ran as a script instead, because the server refused
+	// the command (unknown, NOPERM) or its reply was an error. The first
+	// one is logged at info level.
+	NativeFallbacks uint64
 	// CachedLocks is the number of locks in the cache now.
 	CachedLocks int
 }
@@ -91,6 +97,8 @@ func snapshot(s *core.Counters, cachedLocks int) Stats {
 		GaveUp:         s.GaveUp.Load(),
 		ReleaseFailed:  s.ReleaseFailed.Load(),
 		RenewalsFailed: s.RenewalsFailed.Load(),
+
+		NativeFallbacks: s.NativeFallbacks.Load(),
 	}
 }
 

@@ -84,6 +84,7 @@ var (
 	_ registry.Client         = (*Client)(nil)
 	_ registry.SetNXClient    = (*Client)(nil)
 	_ registry.SetNXGetClient = (*Client)(nil)
+	_ registry.CommandClient  = (*Client)(nil)
 )
 
 // NewClient returns a registry.Client that runs the registry's commands on
@@ -213,6 +214,67 @@ func (c *Client) EvalBatch(ctx context.Context, s *registry.Script, calls []regi
 	}
 	return out
 }
+
+// Pipeline sends cmds in one DoMulti (registry.CommandClient), each routed
+// by its first key; in Cluster rueidis splits it by node.
+func (c *Client) Pipeline(ctx context.Context, cmds [][]any) []registry.Result {
+	return c.multi(ctx, "", cmds)
+}
+
+// PipelineOn sends cmds in one DoMulti on the node of key, in order: each
+// keyless command (PUBLISH, COMMAND) is given key's slot, so that rueidis
+// sends it on the connection of the others.
+func (c *Client) PipelineOn(ctx context.Context, key string, cmds [][]any) []registry.Result {
+	return c.multi(ctx, key, cmds)
+}
+
+// multi builds cmds (a command's first key is its second element, unless
+// it has none: keyless) and runs them in one DoMulti;
+// with on set, keyless ones are given on's slot.
+func (c *Client) multi(ctx context.Context, on string, cmds [][]any) []registry.Result {
+	out := make([]registry.Result, len(cmds))
+	if len(cmds) == 0 {
+		return out
+	}
+	b := c.c.B()
+	multi := make([]rueidis.Completed, len(cmds))
+	for i, cmd := range cmds {
+		name := ""
+		if len(cmd) > 0 {
+			name, _ = cmd[0].(string)
+		}
+		if name == "" {
+			for j := range out {
+				out[j] = registry.Result{Err: fmt.Errorf("%w: a command must begin with its name, got %v", registry.ErrInvalidConfig, cmd)}
+			}
+			return out
+		}
+		args := make([]string, len(cmd)-1)
+		for j, a := range cmd[1:] {
+			args[j] = str(a)
+		}
+		if len(args) > 0 && !keyless[strings.ToUpper(name)] {
+			multi[i] = b.Arbitrary(name).Keys(args[0]).Args(args[1:]...).Build()
+			continue
+		}
+		multi[i] = b.Arbitrary(name).Args(args...).Build()
+		if on != "" || c.cluster {
+			multi[i] = multi[i].SetSlot(on) // one node: that of on, or any
+		}
+	}
+	for i, r := range c.c.DoMulti(ctx, multi...) {
+		v, err := r.ToAny()
+		if rueidis.IsRedisNil(err) {
+			v, err = nil, nil // a nil reply (SET IFEQ that found another value)
+		}
+		out[i] = registry.Result{Reply: v, Err: replyError(err)}
+	}
+	return out
+}
+
+// keyless names the commands without a key that a registry may pipeline;
+// every other command's second element is its first key.
+var keyless = map[string]bool{"PUBLISH": true, "COMMAND": true, "PING": true, "INFO": true, "TIME": true, "ECHO": true}
 
 // Info returns an INFO section (of one node in Cluster), for the
 // registry's eviction-policy check.

@@ -92,6 +92,20 @@ type SetNXGetClient interface {
 	SetNXGet(ctx context.Context, key, value string, ttl time.Duration) (old string, existed bool, err error)
 }
 
+// CommandClient is registry.CommandClient: plain commands, pipelined (the
+// native compare-and-set and compare-and-delete of Redis 8.4+ and Valkey).
+type CommandClient interface {
+	// Pipeline sends cmds pipelined, each routed by its first key (the
+	// second element of a command that has keys): in Cluster, to that
+	// key's master, one pipeline per node. It returns one Result per
+	// command, in order.
+	Pipeline(ctx context.Context, cmds [][]any) []Result
+	// PipelineOn sends cmds pipelined, in order, on one connection of the
+	// node that serves key (in Cluster, the master of key's slot), keyless
+	// commands (PUBLISH) included, and returns one Result per command.
+	PipelineOn(ctx context.Context, key string, cmds [][]any) []Result
+}
+
 // infoClient is the optional Info method of a Client.
 type infoClient interface {
 	Info(ctx context.Context, section string) (string, error)

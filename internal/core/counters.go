@@ -28,6 +28,8 @@ type Counters struct {
 	// Outcomes other than an acquisition: a TryLock that found the key
 	// taken, a wait ended by its context, a release or renewal that failed.
 	NotObtained, GaveUp, ReleaseFailed, RenewalsFailed atomic.Uint64
+	// Renewals and releases that a native command could not serve.
+	NativeFallbacks atomic.Uint64
 	// Gauges: outermost acquisitions held now, and calls waiting now.
 	Held, Waiting atomic.Int64
 	// The hold-time histogram, as the wait-time one.

@@ -129,6 +129,24 @@ func IsSyntaxError(err error) bool {
 	return errors.As(err, &re) && strings.Contains(strings.ToLower(re.Error()), "syntax error")
 }
 
+// IsUnsupported reports whether err is the server's reply to a command
+// that it cannot run as sent, whatever the key: a command or subcommand it
+// does not know ("ERR unknown command", "ERR unknown subcommand"), an
+// option it does not know ("ERR syntax error": SET IFEQ before Redis 8.4
+// or Valkey 8.1), or a command the user may not run (NOPERM).
+func IsUnsupported(err error) bool {
+	if err == nil {
+		return false
+	}
+	var re *ReplyError
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := strings.ToLower(re.Error())
+	return strings.HasPrefix(msg, "noperm") || strings.Contains(msg, "unknown command") ||
+		strings.Contains(msg, "unknown subcommand") || strings.Contains(msg, "syntax error")
+}
+
 // IsStaleConn reports whether err is a network error other than a timeout:
 // most likely a pooled connection the server had closed (a restart, CLIENT
 // KILL), so an idempotent script is worth retrying at once on another one.

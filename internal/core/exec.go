@@ -41,6 +41,7 @@ type ClientExec struct {
 	client  Client
 	nx      SetNXClient    // client's plain SET NX, if it has one
 	nxGet   SetNXGetClient // client's plain SET NX GET, if it has one
+	cmds    CommandClient  // client's plain commands, if it has them
 	timeout time.Duration  // the command timeout
 	stats   *Counters
 }
@@ -49,6 +50,7 @@ func NewClientExec(c Client, timeout time.Duration, st *Counters) *ClientExec {
 	x := &ClientExec{client: c, timeout: timeout, stats: st}
 	x.nx, _ = c.(SetNXClient)
 	x.nxGet, _ = c.(SetNXGetClient)
+	x.cmds, _ = c.(CommandClient)
 	return x
 }
 
@@ -119,6 +121,42 @@ func (x *ClientExec) SetNXGetCmd(ctx context.Context, lk, token string, ttl time
 		x.stats.RedisError(err)
 	}
 	return old, existed, err
+}
+
+// HasCommands reports whether the Client sends plain commands
+// (CommandClient).
+func (x *ClientExec) HasCommands() bool { return x.cmds != nil }
+
+// Pipeline sends cmds, each routed by its key, bounded by the command
+// timeout (CommandClient.Pipeline). A failure that is not the server's
+// reply is counted in Stats; an error reply is the caller's to judge.
+func (x *ClientExec) Pipeline(ctx context.Context, cmds [][]any) []Result {
+	ctx, cancel := Bound(ctx, x.timeout)
+	defer cancel()
+	return x.counted(x.cmds.Pipeline(ctx, cmds), len(cmds))
+}
+
+// PipelineOn sends cmds in order on the node of key, bounded by the
+// command timeout (CommandClient.PipelineOn), and counts failures as
+// Pipeline does.
+func (x *ClientExec) PipelineOn(ctx context.Context, key string, cmds [][]any) []Result {
+	ctx, cancel := Bound(ctx, x.timeout)
+	defer cancel()
+	return x.counted(x.cmds.PipelineOn(ctx, key, cmds), len(cmds))
+}
+
+// counted counts the failures of out that are not error replies, and pads
+// out to n results (a Client that broke its contract) with ErrShortBatch.
+func (x *ClientExec) counted(out []Result, n int) []Result {
+	for len(out) < n {
+		out = append(out, Result{Err: ErrShortBatch})
+	}
+	for _, r := range out {
+		if r.Err != nil && IsAmbiguous(r.Err) {
+			x.stats.RedisError(r.Err)
+		}
+	}
+	return out
 }
 
 func (x *ClientExec) Subscribe(ctx context.Context, pattern string) (Subscription, error) {

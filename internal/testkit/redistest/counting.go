@@ -56,6 +56,13 @@ func (c *countingConn) Do(cmd string, args ...any) (any, error) {
 	return c.Conn.Do(cmd, args...)
 }
 
+// Send records a pipelined command (the watchdog's batches, the native
+// release).
+func (c *countingConn) Send(cmd string, args ...any) error {
+	c.pool.record(cmd)
+	return c.Conn.Send(cmd, args...)
+}
+
 func (c *countingConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
 	c.pool.record(cmd)
 	return redis.DoContext(c.Conn, ctx, cmd, args...)

@@ -31,13 +31,34 @@ type Server struct {
 	done chan error // receives the process's exit
 }
 
+// ServerEnv names the environment variable that picks the redis-server
+// the tests start: the path of a redis-server (or valkey-server)
+// executable, such as the wrappers that .ci/servers installs. Unset, it is
+// the redis-server on PATH.
+const ServerEnv = "LOCKYARD_REDIS_SERVER"
+
+// serverBin returns the redis-server to start (ServerEnv).
+func serverBin() (string, error) {
+	if bin := os.Getenv(ServerEnv); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			return "", fmt.Errorf("redistest: %s=%s: %w (run make servers)", ServerEnv, bin, err)
+		}
+		return bin, nil
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", ErrNoServer
+	}
+	return bin, nil
+}
+
 // Start starts redis-server on a free loopback port without persistence,
 // with extra arguments appended (e.g. "--maxmemory", "1mb"), and waits until
 // it answers PING.
 func Start(extra ...string) (*Server, error) {
-	bin, err := exec.LookPath("redis-server")
+	bin, err := serverBin()
 	if err != nil {
-		return nil, ErrNoServer
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "lockyard-redis-")
 	if err != nil {
@@ -178,9 +199,9 @@ func (s *Server) Restart() error {
 	if s.conf != "" {
 		return errors.New("redistest: a sentinel cannot be restarted")
 	}
-	bin, err := exec.LookPath("redis-server")
+	bin, err := serverBin()
 	if err != nil {
-		return ErrNoServer
+		return err
 	}
 	return s.start(bin)
 }

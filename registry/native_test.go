@@ -1,0 +1,385 @@
+package registry_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+// serverCaps is what a server is known to have, by its name and version
+// (not by asking it, as the registry does): SET IFEQ (Redis 8.4+, Valkey
+// 8.1+), DELEX (Redis 8.4+, Valkey 9.2+), DELIFEQ (Valkey 9.0+).
+type serverCaps struct {
+	name, version         string // "redis" or "valkey", and its version
+	setIfEq, del, delIfEq bool
+}
+
+// capsOf reads the server's name and version from INFO server.
+func capsOf(t *testing.T, addr string) serverCaps {
+	t.Helper()
+	info, err := redis.String(redistest.Do(addr, "INFO", "server"))
+	mustNil(t, err)
+	field := func(name string) string {
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, name+":"); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	c := serverCaps{name: "redis", version: field("redis_version")}
+	if v := field("valkey_version"); v != "" {
+		c.name, c.version = "valkey", v
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(c.version, "%d.%d", &major, &minor); err != nil {
+		t.Fatalf("server version %q: %v", c.version, err)
+	}
+	at := func(ma, mi int) bool { return major > ma || major == ma && minor >= mi }
+	if c.name == "redis" {
+		c.setIfEq, c.del = at(8, 4), at(8, 4)
+	} else {
+		c.setIfEq, c.del, c.delIfEq = at(8, 1), at(9, 2), at(9, 0)
+	}
+	// make test names the server it starts each pass on: a pass must run
+	// on that server, not silently on another.
+	if want := os.Getenv("LOCKYARD_EXPECT_SERVER"); want != "" && !strings.HasPrefix(c.name+"-"+c.version, want) {
+		t.Fatalf("the tests run on %s %s, want %s (%s)", c.name, c.version, want, redistest.ServerEnv)
+	}
+	return c
+}
+
+// releaseCommands returns the commands of an uncontended release on b:
+// DELEX or DELIFEQ, PUBLISH and EXISTS where the server has one (miniredis
+// has DELEX), else the release script.
+func releaseCommands(t *testing.T, b *backend) []string {
+	if b.mr != nil {
+		return []string{"DELEX", "PUBLISH", "EXISTS"}
+	}
+	caps := capsOf(t, b.addr)
+	switch {
+	case caps.del:
+		return []string{"DELEX", "PUBLISH", "EXISTS"}
+	case caps.delIfEq:
+		return []string{"DELIFEQ", "PUBLISH", "EXISTS"}
+	}
+	return []string{"EVALSHA"}
+}
+
+// commandCalls returns the calls of each command since the server started
+// (INFO commandstats: "set", "evalsha", "delex", "command|info", ...).
+func commandCalls(t *testing.T, addr string) map[string]int {
+	t.Helper()
+	info, err := redis.String(redistest.Do(addr, "INFO", "commandstats"))
+	mustNil(t, err)
+	out := map[string]int{}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+		out[name] = n
+	}
+	return out
+}
+
+// On each server the registry renews with SET IFEQ and releases with
+// DELEX or DELIFEQ where the server has them, and by script where it does
+// not: counted by the server itself, on a server of the test's own. The
+// native release still wakes a waiter of another registry, and a waiter
+// still gets its turn.
+func TestNativeCommands(t *testing.T) {
+	s, pool := ownServer(t)
+	caps := capsOf(t, s.Addr)
+	t.Logf("server: %+v", caps)
+	logs := &logRecorder{}
+	r := newReg(t, pool, registry.WithExpireAfter(time.Second), registry.WithLogger(slog.New(logs)))
+	l := obtain(t, r, "k")
+	before := commandCalls(t, s.Addr)
+	const cycles, renewals = 3, 2
+	for range cycles {
+		mustNil(t, l.LockContext(bg(t)))
+		for range renewals {
+			mustNil(t, r.RenewLock(bg(t), "k"))
+		}
+		mustNil(t, l.UnlockContext(bg(t)))
+		if n, _ := redis.Int(redistest.Do(s.Addr, "EXISTS", l.Key())); n != 0 {
+			t.Fatal("the key outlived its release")
+		}
+	}
+	after := commandCalls(t, s.Addr)
+	diff := func(cmd string) int { return after[cmd] - before[cmd] }
+
+	// The scripts show by the commands they call: renew.lua's PEXPIRE,
+	// release.lua's DEL (the obtains, SET NX, call neither).
+	wantPexpire, wantDelete := 0, 0
+	if !caps.setIfEq {
+		wantPexpire = cycles * renewals
+	}
+	native := caps.del || caps.delIfEq
+	if !native {
+		wantDelete = cycles
+	}
+	if diff("pexpire") != wantPexpire || diff("del") != wantDelete {
+		t.Errorf("renew.lua ran %d times and release.lua %d, want %d and %d (SET IFEQ %v, native delete %v)",
+			diff("pexpire"), diff("del"), wantPexpire, wantDelete, caps.setIfEq, native)
+	}
+	wantDel, wantDelIfEq := 0, 0
+	switch {
+	case caps.del:
+		wantDel = cycles
+	case caps.delIfEq:
+		wantDelIfEq = cycles
+	}
+	if diff("delex") != wantDel || diff("delifeq") != wantDelIfEq {
+		t.Errorf("DELEX %d and DELIFEQ %d calls, want %d and %d", diff("delex"), diff("delifeq"), wantDel, wantDelIfEq)
+	}
+	if native && diff("publish") != cycles {
+		t.Errorf("%d PUBLISH, want one per release (%d)", diff("publish"), cycles)
+	}
+	if got := diff("command|info") + diff("command|docs"); got != 2 {
+		t.Errorf("%d COMMAND INFO and DOCS calls, want 2: one probe per registry", got)
+	}
+	if st := r.Stats(); st.NativeFallbacks != 0 || st.Renewals != cycles*renewals {
+		t.Errorf("fallbacks %d, renewals %d; want 0 and %d", st.NativeFallbacks, st.Renewals, cycles*renewals)
+	}
+	if n := logs.count(slog.LevelInfo, "native"); n != 0 {
+		t.Errorf("%d log records about native commands, want none: nothing was refused", n)
+	}
+
+	// A waiter of another registry, which polls only every 10s, is woken
+	// by the native release's message; the holder's watchdog renews
+	// natively meanwhile.
+	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second),
+		registry.WithAutoRenew(), registry.WithExpireAfter(300 * time.Millisecond)}
+	pfx := prefix(t)
+	r1, r2 := newRegPrefix(t, pool, pfx, opts...), newRegPrefix(t, pool, pfx, opts...)
+	l1, l2 := obtain(t, r1, "w"), obtain(t, r2, "w")
+	mustNil(t, l1.LockContext(bg(t)))
+	got := lockInBackground(t, l2)
+	b := &backend{name: "own", addr: s.Addr}
+	waitQueued(t, b, l1, 1)
+	waitFor(t, 5*time.Second, "two renewals by the watchdog", func() bool { return r1.Stats().Renewals >= 2 })
+	mustNil(t, l1.UnlockContext(bg(t)))
+	mustNil(t, recvWithin(t, got, 3*time.Second, "the waiter woken by the native release"))
+	if st := r1.Stats(); st.NativeFallbacks != 0 || st.LostLocks != 0 {
+		t.Errorf("holder: fallbacks %d, lost %d; want 0 and 0", st.NativeFallbacks, st.LostLocks)
+	}
+
+	// WithScriptsOnly sends none of them.
+	before = commandCalls(t, s.Addr)
+	r3 := newReg(t, pool, registry.WithScriptsOnly())
+	l3 := obtain(t, r3, "s")
+	mustNil(t, l3.LockContext(bg(t)))
+	mustNil(t, r3.RenewLock(bg(t), "s"))
+	mustNil(t, l3.UnlockContext(bg(t)))
+	after = commandCalls(t, s.Addr)
+	if diff("delex")+diff("delifeq")+diff("command|info") != 0 || diff("pexpire") != 1 || diff("del") != 1 {
+		t.Errorf("WithScriptsOnly: DELEX %d, DELIFEQ %d, COMMAND INFO %d, renew.lua %d, release.lua %d; want 0, 0, 0, 1, 1",
+			diff("delex"), diff("delifeq"), diff("command|info"), diff("pexpire"), diff("del"))
+	}
+}
+
+// refusing is a Client whose server claims (COMMAND INFO, COMMAND DOCS)
+// to have the native commands in has (nil: the server answers), and
+// refuses those in refuse with the error reply refuse[cmd], without
+// sending them; every other command goes to the server. It counts the
+// commands it refused, and those it saw (refused or sent).
+type refusing struct {
+	registry.Client
+	cmds          registry.CommandClient
+	has           map[string]bool // DELEX, DELIFEQ, SET (IFEQ)
+	refuse        map[string]string
+	mu            sync.Mutex
+	refused, seen map[string]int
+}
+
+func newRefusing(pool registry.Pool, has []string, refuse map[string]string) *refusing {
+	c := registry.NewPoolClient(pool)
+	r := &refusing{Client: c, cmds: c.(registry.CommandClient), refuse: refuse, refused: map[string]int{}, seen: map[string]int{}}
+	if has != nil {
+		r.has = map[string]bool{}
+	}
+	for _, h := range has {
+		r.has[h] = true
+	}
+	return r
+}
+
+func (r *refusing) Pipeline(ctx context.Context, cmds [][]any) []registry.Result {
+	return r.PipelineOn(ctx, "", cmds)
+}
+
+func (r *refusing) PipelineOn(ctx context.Context, key string, cmds [][]any) []registry.Result {
+	out := make([]registry.Result, len(cmds))
+	var pass [][]any
+	var at []int
+	for i, cmd := range cmds {
+		name := strings.ToUpper(cmd[0].(string))
+		r.mu.Lock()
+		r.seen[name]++
+		r.mu.Unlock()
+		switch {
+		case name == "COMMAND" && r.has == nil:
+			pass, at = append(pass, cmd), append(at, i)
+		case name == "COMMAND" && cmd[1] == "INFO":
+			out[i].Reply = []any{r.entry("DELEX"), r.entry("DELIFEQ")}
+		case name == "COMMAND":
+			docs := []any{"summary", "Sets the string value of a key"}
+			if r.has["SET"] {
+				docs = append(docs, "arguments", []any{[]any{"name", "ifeq-value", "token", "IFEQ"}})
+			}
+			out[i].Reply = []any{"set", docs}
+		case r.refuse[name] != "":
+			r.mu.Lock()
+			r.refused[name]++
+			r.mu.Unlock()
+			out[i].Err = &registry.ReplyError{Err: redis.Error(r.refuse[name])}
+		default:
+			pass, at = append(pass, cmd), append(at, i)
+		}
+	}
+	if len(pass) > 0 {
+		for k, res := range r.cmds.PipelineOn(ctx, key, pass) {
+			out[at[k]] = res
+		}
+	}
+	return out
+}
+
+// entry is the COMMAND INFO entry of cmd: nil unless the server has it.
+func (r *refusing) entry(cmd string) any {
+	if !r.has[cmd] {
+		return nil
+	}
+	return []any{strings.ToLower(cmd), int64(-2)}
+}
+
+func (r *refusing) count(cmd string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refused[cmd]
+}
+
+func (r *refusing) sent(cmd string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seen[cmd] - r.refused[cmd]
+}
+
+// A native command that the server refuses (an unknown command, an
+// unknown option, NOPERM) is dropped after its first refusal, and the
+// script does its work: locks stay correct, the waiter is woken, renewals
+// renew, Stats counts the one fallback, and one info record says so.
+func TestNativeFallbacks(t *testing.T) {
+	cases := []struct {
+		name   string
+		has    []string
+		refuse map[string]string
+		want   string // the refused command
+	}{
+		{"unknown command", []string{"DELEX"}, map[string]string{"DELEX": "ERR unknown command 'DELEX', with args beginning with: 'k'"}, "DELEX"},
+		{"unknown command, then the other", []string{"DELEX", "DELIFEQ"}, map[string]string{
+			"DELEX": "ERR unknown command 'DELEX'", "DELIFEQ": "ERR unknown command 'DELIFEQ'"}, "DELIFEQ"},
+		{"unknown option", []string{"SET"}, map[string]string{"SET": "ERR syntax error"}, "SET"},
+		{"NOPERM", []string{"DELEX"}, map[string]string{"DELEX": "NOPERM User u has no permissions to run the 'delex' command"}, "DELEX"},
+	}
+	forBackends(t, func(t *testing.T, b *backend) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				rc := newRefusing(b.pool(t), tc.has, tc.refuse)
+				logs := &logRecorder{}
+				pfx := prefix(t)
+				opts := []registry.Option{registry.WithExpireAfter(2 * time.Second), registry.WithLockType(registry.PubSubLock),
+					registry.WithIdleBetweenTries(10 * time.Second)}
+				r, err := registry.NewWithClient(rc, pfx, append(opts, registry.WithLogger(slog.New(logs)))...)
+				mustNil(t, err)
+				t.Cleanup(func() { r.Close() })
+				other := newRegPrefix(t, b.pool(t), pfx, append(opts, registry.WithScriptsOnly())...)
+				l, w := obtain(t, r, "k"), obtain(t, other, "k")
+				for i := range 3 {
+					mustNil(t, l.LockContext(bg(t)))
+					if i == 0 { // a waiter, woken by the release's message
+						got := lockInBackground(t, w)
+						waitQueued(t, b, l, 1)
+						ttl := func() int64 { n, _ := redis.Int64(b.do(t, "PTTL", l.Key()), nil); return n }
+						if b.mr != nil {
+							b.mr.FastForward(time.Second)
+						} else {
+							waitFor(t, 3*time.Second, "the TTL to run down", func() bool { return ttl() < 1900 })
+						}
+						mustNil(t, r.RenewLock(bg(t), "k"))
+						if got := ttl(); got < 1900 {
+							t.Fatalf("RenewLock left a TTL of %dms, want about 2000", got)
+						}
+						mustNil(t, l.UnlockContext(bg(t)))
+						mustNil(t, recvWithin(t, got, 3*time.Second, "the waiter woken by the release"))
+						continue
+					}
+					mustNil(t, r.RenewLock(bg(t), "k"))
+					mustNil(t, l.UnlockContext(bg(t)))
+					if n, _ := redis.Int(b.do(t, "EXISTS", l.Key()), nil); n != 0 {
+						t.Fatal("the key outlived its release")
+					}
+				}
+				for cmd := range tc.refuse {
+					if n := rc.count(cmd); n > 1 {
+						t.Errorf("%s was refused %d times: it is to be dropped after the first", cmd, n)
+					}
+				}
+				if rc.count(tc.want) != 1 {
+					t.Errorf("%s refused %d times, want once", tc.want, rc.count(tc.want))
+				}
+				st := r.Stats()
+				if want := uint64(len(tc.refuse)); st.NativeFallbacks != want || st.LostLocks != 0 || st.Renewals != 3 {
+					t.Errorf("fallbacks %d, lost %d, renewals %d; want %d, 0, 3", st.NativeFallbacks, st.LostLocks, st.Renewals, want)
+				}
+				if n := logs.count(slog.LevelInfo, "refused a native command"); n != 1 {
+					t.Errorf("%d info records of a refusal, want 1", n)
+				}
+			})
+		}
+	})
+}
+
+// On miniredis, which has DELEX but not SET IFEQ and answers COMMAND with
+// a table of its own, the registry tries both: DELEX serves the releases,
+// and the first renewal falls back to the script for good.
+func TestNativeMiniredis(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		if b.mr == nil {
+			return // the real server: TestNativeCommands
+		}
+		rc := newRefusing(b.pool(t), nil, nil)
+		r, err := registry.NewWithClient(rc, prefix(t), registry.WithLogger(discardLogger))
+		mustNil(t, err)
+		t.Cleanup(func() { r.Close() })
+		l := obtain(t, r, "k")
+		for range 3 {
+			mustNil(t, l.LockContext(bg(t)))
+			mustNil(t, r.RenewLock(bg(t), "k"))
+			mustNil(t, l.UnlockContext(bg(t)))
+			if b.mr.Exists(l.Key()) {
+				t.Fatal("the key outlived its release")
+			}
+		}
+		if st := r.Stats(); st.NativeFallbacks != 1 || st.Renewals != 3 {
+			t.Errorf("fallbacks %d, renewals %d; want 1 (the first SET IFEQ) and 3", st.NativeFallbacks, st.Renewals)
+		}
+		if rc.sent("DELEX") != 3 || rc.sent("SET") != 1 || rc.sent("DELIFEQ") != 0 {
+			t.Errorf("sent DELEX %d, SET IFEQ %d, DELIFEQ %d times; want 3, 1 and 0", rc.sent("DELEX"), rc.sent("SET"), rc.sent("DELIFEQ"))
+		}
+	})
+}
