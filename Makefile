@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TIMEOUT ?= 8m
 
-.PHONY: help test demo bench chaos lint fuzz modcheck redis-server
+.PHONY: help test test-servers demo bench chaos lint fuzz modcheck redis-server servers
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -19,6 +19,33 @@ test: redis-server ## gofmt, vet, and every test with -race (miniredis, a real r
 	cd gocron && $(GO) vet ./... && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	cd otel && $(GO) vet ./... && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	cd examples/prometheus && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+	$(MAKE) --no-print-directory test-servers
+
+# The newer servers that .ci/servers installs (Debian's packages, unpacked
+# into a cache directory), and the real-server tests that run again on each:
+# the lock's lifecycle, the watchdog, hand-offs, leases, Spring interop, the
+# native commands and the ACL (registry); each adapter's client tests and
+# Cluster wake-ups on Redis 8.6 and Valkey 9.1. Redis 7.0 (Debian's
+# redis-server) runs every test above.
+SERVERS_DIR   ?= $(or $(LOCKYARD_SERVERS),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lockyard/servers)
+NEWER_SERVERS ?= redis-8.6 valkey-9.1 valkey-8.1
+SERVER_TESTS  ?= ^Test(Native|LeastPrivilegeACL|ACLWithout|Close|ExecuteLocked|RenewLock|Phases|PubSub|ForeignReleaseWakesWaiter|AutoRenew|RenewalDetectsLoss|LostAtDeadline|LockUnlockManyTimes|WireFormat|ReentrantCostsNoCommands|TwoKeys|WaiterInOtherRegistry|ExpiryLetsOtherIn|WrongTypeKey|LocalHandOffChain|HandOff|Lease|ReleaseSeesWaiters|TurnsAlternate|ClientsWithoutQueueGetTurns|EvictedInstanceTakesTurns|FreeKeyNotKeptForTheUntold|Stats|LockFor|TryLockContext|ScriptFlushRecovery)
+ADAPTER_TESTS ?= ^Test(Client|SingleNode|RenewalAndScriptFlush|Contention|ClusterWakeups|ClusterMutualExclusion)
+
+servers: ## install Redis 8.6, Valkey 9.1 and Valkey 8.1 from Debian's packages into a cache directory (.ci/servers; no system install)
+	LOCKYARD_SERVERS=$(SERVERS_DIR) .ci/servers
+
+test-servers: servers ## the real-server tests again on Redis 8.6, Valkey 9.1 and Valkey 8.1 (part of make test)
+	@set -e; for s in $(NEWER_SERVERS); do \
+	  echo "== registry on $$s"; \
+	  LOCKYARD_REDIS_SERVER=$(SERVERS_DIR)/$$s/redis-server LOCKYARD_EXPECT_SERVER=$$s \
+	    $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(SERVER_TESTS)' ./registry/; \
+	done
+	@set -e; for s in redis-8.6 valkey-9.1; do for m in goredis rueidis; do \
+	  echo "== $$m on $$s"; \
+	  (cd $$m && LOCKYARD_REDIS_SERVER=$(SERVERS_DIR)/$$s/redis-server LOCKYARD_EXPECT_SERVER=$$s \
+	    $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(ADAPTER_TESTS)' .); \
+	done; done
 
 demo: ## the oversell story on an embedded Redis (or REDIS_ADDR)
 	$(GO) run ./examples/oversell

@@ -18,3 +18,4 @@ func TestReplicaAckWithoutReplica(t *testing.T) {
 }
 func TestContention(t *testing.T)  { clienttest.Contention(t, adapter, single.Addr) }
 func TestClientSetNX(t *testing.T) { clienttest.SetNX(t, adapter, single.Addr) }
+func TestClientNative(t *testing.T) { clienttest.Native(t, adapter, single.Addr) }

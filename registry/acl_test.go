@@ -28,10 +28,10 @@ func aclFor(t *testing.T, registryKey string) []any {
 	// The native deletes, where the server has them (an ACL may not name a
 	// command the server lacks).
 	caps := capsOf(t, real.Addr)
-	if caps.del {
+	if caps.Del {
 		rules = append(rules, "+delex")
 	}
-	if caps.delIfEq {
+	if caps.DelIf {
 		rules = append(rules, "+delifeq")
 	}
 	return rules
@@ -300,7 +300,7 @@ func TestNativeDeleteNOPERM(t *testing.T) {
 		})
 	}
 	noperm := slices.ContainsFunc(errs, func(e string) bool { return strings.HasPrefix(e, "NOPERM") })
-	if len(errs) != 2 || noperm != (caps.del || caps.delIfEq) {
+	if len(errs) != 2 || noperm != (caps.Del || caps.DelIf) {
 		t.Fatalf("refusals %q on %+v: want two, one of them NOPERM where the server has a native delete", errs, caps)
 	}
 }

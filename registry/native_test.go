@@ -2,10 +2,7 @@ package registry_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,46 +14,11 @@ import (
 	"github.com/lockyard/lockyard/registry"
 )
 
-// serverCaps is what a server is known to have, by its name and version
-// (not by asking it, as the registry does): SET IFEQ (Redis 8.4+, Valkey
-// 8.1+), DELEX (Redis 8.4+, Valkey 9.2+), DELIFEQ (Valkey 9.0+).
-type serverCaps struct {
-	name, version         string // "redis" or "valkey", and its version
-	setIfEq, del, delIfEq bool
-}
-
-// capsOf reads the server's name and version from INFO server.
-func capsOf(t *testing.T, addr string) serverCaps {
+// capsOf is redistest.CapsOf, failing the test on error.
+func capsOf(t *testing.T, addr string) redistest.Caps {
 	t.Helper()
-	info, err := redis.String(redistest.Do(addr, "INFO", "server"))
+	c, err := redistest.CapsOf(addr)
 	mustNil(t, err)
-	field := func(name string) string {
-		for _, line := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(line, name+":"); ok {
-				return v
-			}
-		}
-		return ""
-	}
-	c := serverCaps{name: "redis", version: field("redis_version")}
-	if v := field("valkey_version"); v != "" {
-		c.name, c.version = "valkey", v
-	}
-	var major, minor int
-	if _, err := fmt.Sscanf(c.version, "%d.%d", &major, &minor); err != nil {
-		t.Fatalf("server version %q: %v", c.version, err)
-	}
-	at := func(ma, mi int) bool { return major > ma || major == ma && minor >= mi }
-	if c.name == "redis" {
-		c.setIfEq, c.del = at(8, 4), at(8, 4)
-	} else {
-		c.setIfEq, c.del, c.delIfEq = at(8, 1), at(9, 2), at(9, 0)
-	}
-	// make test names the server it starts each pass on: a pass must run
-	// on that server, not silently on another.
-	if want := os.Getenv("LOCKYARD_EXPECT_SERVER"); want != "" && !strings.HasPrefix(c.name+"-"+c.version, want) {
-		t.Fatalf("the tests run on %s %s, want %s (%s)", c.name, c.version, want, redistest.ServerEnv)
-	}
 	return c
 }
 
@@ -69,30 +31,20 @@ func releaseCommands(t *testing.T, b *backend) []string {
 	}
 	caps := capsOf(t, b.addr)
 	switch {
-	case caps.del:
+	case caps.Del:
 		return []string{"DELEX", "PUBLISH", "EXISTS"}
-	case caps.delIfEq:
+	case caps.DelIf:
 		return []string{"DELIFEQ", "PUBLISH", "EXISTS"}
 	}
 	return []string{"EVALSHA"}
 }
 
-// commandCalls returns the calls of each command since the server started
-// (INFO commandstats: "set", "evalsha", "delex", "command|info", ...).
+// commandCalls is redistest.CommandCalls, failing the test on error.
 func commandCalls(t *testing.T, addr string) map[string]int {
 	t.Helper()
-	info, err := redis.String(redistest.Do(addr, "INFO", "commandstats"))
+	c, err := redistest.CommandStats(addr)
 	mustNil(t, err)
-	out := map[string]int{}
-	for _, line := range strings.Split(info, "\r\n") {
-		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
-		if !ok {
-			continue
-		}
-		n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
-		out[name] = n
-	}
-	return out
+	return c
 }
 
 // On each server the registry renews with SET IFEQ and releases with
@@ -125,22 +77,22 @@ func TestNativeCommands(t *testing.T) {
 	// The scripts show by the commands they call: renew.lua's PEXPIRE,
 	// release.lua's DEL (the obtains, SET NX, call neither).
 	wantPexpire, wantDelete := 0, 0
-	if !caps.setIfEq {
+	if !caps.SetIfEq {
 		wantPexpire = cycles * renewals
 	}
-	native := caps.del || caps.delIfEq
+	native := caps.Del || caps.DelIf
 	if !native {
 		wantDelete = cycles
 	}
 	if diff("pexpire") != wantPexpire || diff("del") != wantDelete {
 		t.Errorf("renew.lua ran %d times and release.lua %d, want %d and %d (SET IFEQ %v, native delete %v)",
-			diff("pexpire"), diff("del"), wantPexpire, wantDelete, caps.setIfEq, native)
+			diff("pexpire"), diff("del"), wantPexpire, wantDelete, caps.SetIfEq, native)
 	}
 	wantDel, wantDelIfEq := 0, 0
 	switch {
-	case caps.del:
+	case caps.Del:
 		wantDel = cycles
-	case caps.delIfEq:
+	case caps.DelIf:
 		wantDelIfEq = cycles
 	}
 	if diff("delex") != wantDel || diff("delifeq") != wantDelIfEq {

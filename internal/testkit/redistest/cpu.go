@@ -45,18 +45,10 @@ func CommandCalls(c redis.Conn, match func(name string) bool) int64 {
 		return 0
 	}
 	var total int64
-	for _, line := range strings.Split(s, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
-		if !ok {
-			continue
+	for name, n := range commandStats(s) {
+		if match(name) {
+			total += n
 		}
-		name, stats, _ := strings.Cut(rest, ":")
-		if !match(name) {
-			continue
-		}
-		_, calls, _ := strings.Cut(stats, "calls=")
-		n, _ := strconv.ParseInt(strings.SplitN(calls, ",", 2)[0], 10, 64)
-		total += n
 	}
 	return total
 }
