@@ -157,6 +157,7 @@ func RegisterMetrics(reg *registry.Registry, opts ...Option) (metric.Registratio
 		{name: "lockyard.renewals", desc: "Successful renewals.", get: func(s registry.Stats) int64 { return int64(s.Renewals) }},
 		{name: "lockyard.renewals.failed", desc: "Failed renewals.", get: func(s registry.Stats) int64 { return int64(s.RenewalsFailed) }},
 		{name: "lockyard.redis.errors", desc: "Failed Redis calls.", get: func(s registry.Stats) int64 { return int64(s.RedisErrors) }},
+		{name: "lockyard.native.fallbacks", desc: "Renewals and releases that a native command could not serve, run by script.", get: func(s registry.Stats) int64 { return int64(s.NativeFallbacks) }},
 	}
 	var insts []metric.Observable
 	for _, c := range counters {

@@ -17,7 +17,7 @@ import (
 type Collector struct {
 	reg *registry.Registry
 	acquisitions, contended, renewals, lost, redisErrors,
-	notObtained, gaveUp, releaseFailed, renewalsFailed,
+	notObtained, gaveUp, releaseFailed, renewalsFailed, nativeFallbacks,
 	cached, held, waiting, wait, hold *prometheus.Desc
 }
 
@@ -38,20 +38,21 @@ func NewCollector(reg *registry.Registry, name string) *Collector {
 		cached:       d("cached_locks", "Locks in the registry's cache."),
 		wait:         d("wait_seconds", "Time Lock, LockContext and ExecuteLocked waited for a lock."),
 
-		notObtained:    d("not_obtained_total", "TryLock and TryAcquire calls that found the lock or every permit taken."),
-		gaveUp:         d("gave_up_total", "Waits ended by their context."),
-		releaseFailed:  d("release_failed_total", "Releases that failed in Redis (the key expires by its TTL)."),
-		renewalsFailed: d("renewals_failed_total", "Renewals that failed (the hold stays valid until its deadline)."),
-		held:           d("held", "Locks, leases and permits held now."),
-		waiting:        d("waiting", "Calls waiting for a lock or permit now."),
-		hold:           d("hold_seconds", "Time from an outermost acquisition to its release."),
+		notObtained:     d("not_obtained_total", "TryLock and TryAcquire calls that found the lock or every permit taken."),
+		gaveUp:          d("gave_up_total", "Waits ended by their context."),
+		releaseFailed:   d("release_failed_total", "Releases that failed in Redis (the key expires by its TTL)."),
+		renewalsFailed:  d("renewals_failed_total", "Renewals that failed (the hold stays valid until its deadline)."),
+		nativeFallbacks: d("native_fallbacks_total", "Renewals and releases that a native command (SET IFEQ, DELEX, DELIFEQ) could not serve, run by script."),
+		held:            d("held", "Locks, leases and permits held now."),
+		waiting:         d("waiting", "Calls waiting for a lock or permit now."),
+		hold:            d("hold_seconds", "Time from an outermost acquisition to its release."),
 	}
 }
 
 // Describe sends the descriptors of every metric.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.acquisitions, c.contended, c.renewals, c.lost, c.redisErrors,
-		c.notObtained, c.gaveUp, c.releaseFailed, c.renewalsFailed, c.cached, c.held, c.waiting, c.wait, c.hold} {
+		c.notObtained, c.gaveUp, c.releaseFailed, c.renewalsFailed, c.nativeFallbacks, c.cached, c.held, c.waiting, c.wait, c.hold} {
 		ch <- d
 	}
 }
@@ -71,6 +72,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.gaveUp, s.GaveUp)
 	counter(c.releaseFailed, s.ReleaseFailed)
 	counter(c.renewalsFailed, s.RenewalsFailed)
+	counter(c.nativeFallbacks, s.NativeFallbacks)
 	ch <- prometheus.MustNewConstMetric(c.cached, prometheus.GaugeValue, float64(s.CachedLocks))
 	ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(s.Held))
 	ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(s.Waiting))
