@@ -2,20 +2,27 @@ package main
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
-// The parser counts each command once however the writes split it.
+// The parser counts each command once however the writes split it, and
+// notes its name.
 func TestRespParserSplits(t *testing.T) {
 	stream := []byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$12\r\n*2\r\n$3\r\nbad\r\n")
 	for size := 1; size <= len(stream); size++ {
 		var p respParser
 		var n int64
+		var c counter
 		for i := 0; i < len(stream); i += size {
-			n += p.feed(stream[i:min(i+size, len(stream))])
+			n += p.feed(stream[i:min(i+size, len(stream))], &c.names)
 		}
 		if n != 2 {
 			t.Fatalf("writes of %d bytes: %d commands, want 2 (a payload that looks like RESP is not one)", size, n)
+		}
+		got := c.sent()
+		if slices.Sort(got); !slices.Equal(got, []string{"get", "set"}) {
+			t.Fatalf("writes of %d bytes: names %q, want get and set", size, got)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -16,6 +18,40 @@ import (
 type counter struct {
 	writes atomic.Int64
 	cmds   atomic.Int64
+	names  names // of the commands sent
+}
+
+// names is a set of command names, as sent. Noting a name known already
+// allocates nothing (the figures count allocations).
+type names struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+func (n *names) note(name []byte) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.m[string(name)]; !ok {
+		if n.m == nil {
+			n.m = map[string]struct{}{}
+		}
+		n.m[string(name)] = struct{}{}
+	}
+}
+
+// sent returns the names, in lower case, of the commands sent so far.
+func (c *counter) sent() []string {
+	c.names.mu.Lock()
+	defer c.names.mu.Unlock()
+	seen := map[string]bool{}
+	var out []string
+	for k := range c.names.m {
+		if k = strings.ToLower(k); !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func (c *counter) snapshot() (roundTrips, cmds int64) { return c.writes.Load(), c.cmds.Load() }
@@ -37,7 +73,7 @@ func (c *countConn) Write(b []byte) (int, error) {
 	if !c.writer.Swap(true) {
 		c.c.writes.Add(1)
 	}
-	c.c.cmds.Add(c.p.feed(b))
+	c.c.cmds.Add(c.p.feed(b, &c.c.names))
 	return c.Conn.Write(b)
 }
 
@@ -47,18 +83,29 @@ func (c *countConn) Read(b []byte) (int, error) {
 }
 
 // respParser counts the commands (RESP arrays of bulk strings) in a stream
-// of client writes that may split anywhere.
+// of client writes that may split anywhere, and notes their names.
 type respParser struct {
-	line []byte // partial header line
-	skip int    // payload bytes, with their CRLF, still to skip
+	line   []byte // partial header line
+	skip   int    // payload bytes, with their CRLF, still to skip
+	naming bool   // the next bulk string is a command's name
+	name   []byte // the name read so far (with its CRLF at the end)
 }
 
-func (p *respParser) feed(b []byte) (cmds int64) {
+// feed parses b, stores the name of each command in names, and returns how
+// many commands began in b.
+func (p *respParser) feed(b []byte, names *names) (cmds int64) {
 	for len(b) > 0 {
 		if p.skip > 0 {
 			n := min(p.skip, len(b))
+			if p.naming {
+				p.name = append(p.name, b[:n]...)
+			}
 			p.skip -= n
 			b = b[n:]
+			if p.skip == 0 && p.naming {
+				names.note(bytes.TrimRight(p.name, "\r\n"))
+				p.naming, p.name = false, p.name[:0]
+			}
 			continue
 		}
 		i := bytes.IndexByte(b, '\n')
@@ -76,6 +123,7 @@ func (p *respParser) feed(b []byte) (cmds int64) {
 		switch line[0] {
 		case '*':
 			cmds++
+			p.naming = true
 		case '$':
 			n, _ := strconv.Atoi(string(line[1:]))
 			p.skip = n + 2

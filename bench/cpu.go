@@ -27,19 +27,56 @@ import (
 //   - Redis CPU: the delta of used_cpu_user + used_cpu_sys in INFO cpu of
 //     the private redis-server, which serves nothing else meanwhile;
 //   - allocations: runtime.MemStats.Mallocs;
-//   - server calls: INFO commandstats, commands inside scripts included.
+//   - server calls: INFO commandstats, commands inside scripts included;
+//   - command time: the server's own time (INFO commandstats usec) in the
+//     commands the client sent (their names, read off its connections): a
+//     script's, its inner commands included; not the I/O around them.
 
-var cpuCols = []string{"wall us", "client CPU us", "Redis CPU us", "allocs", "srv calls",
+var cpuCols = []string{"wall us", "client CPU us", "Redis CPU us", "cmd us", "allocs", "srv calls",
 	"wall / best peer", "Redis CPU / best peer", "wall / floor", "client CPU / floor", "Redis CPU / floor"}
 
-// cpuRun measures every contender of the scenario in rounds shuffled bursts
+// cpuRun measures every contender of scenario u in rounds shuffled bursts
 // of burst cycles each, after one warm-up burst each.
 func (e *env) cpuRun(rounds, burst int) (table, error) {
+	t, err := e.bursts("u", rounds, burst, func(lk locker) (func(context.Context) error, error) {
+		return func(ctx context.Context) error {
+			if err := lk.lock(ctx); err != nil {
+				return err
+			}
+			return lk.unlock(ctx)
+		}, nil
+	})
+	if err == nil {
+		t.cpuRatios()
+	}
+	return t, err
+}
+
+// renewRun measures the renewal scenario ("r") as cpuRun measures u: each
+// contender holds its lock, and a cycle is one renewal of it.
+func (e *env) renewRun(rounds, burst int) (table, error) {
+	t, err := e.bursts("r", rounds, burst, func(lk locker) (func(context.Context) error, error) {
+		rn, ok := lk.(renewer)
+		if !ok {
+			return nil, fmt.Errorf("%T cannot renew", lk)
+		}
+		return rn.renew, lk.lock(context.Background())
+	})
+	if err == nil {
+		t.renewRatios()
+	}
+	return t, err
+}
+
+// bursts measures the contenders of scenario sc in rounds shuffled bursts
+// of burst cycles each, after one warm-up burst each; cycle sets up a
+// contender's locker and returns its cycle.
+func (e *env) bursts(sc string, rounds, burst int, cycle func(locker) (func(context.Context) error, error)) (table, error) {
 	type contender struct {
-		im  impl
-		cl  client
-		lk  locker
-		ctr counter
+		im    impl
+		cl    client
+		cycle func(context.Context) error
+		ctr   counter
 	}
 	var cs []*contender
 	defer func() {
@@ -48,7 +85,7 @@ func (e *env) cpuRun(rounds, burst int) (table, error) {
 		}
 	}()
 	for _, im := range impls {
-		if !im.in("u") {
+		if !im.in(sc) {
 			continue
 		}
 		c := &contender{im: im}
@@ -58,7 +95,11 @@ func (e *env) cpuRun(rounds, burst int) (table, error) {
 		}
 		c.cl = cl
 		cs = append(cs, c)
-		if c.lk, err = cl.locker(fmt.Sprintf("u:%d:%s", mono(), strings.ReplaceAll(im.name, " ", "-"))); err != nil {
+		lk, err := cl.locker(fmt.Sprintf("%s:%d:%s", sc, mono(), strings.ReplaceAll(im.name, " ", "-")))
+		if err == nil {
+			c.cycle, err = cycle(lk)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", im.name, err)
 		}
 	}
@@ -71,30 +112,32 @@ func (e *env) cpuRun(rounds, burst int) (table, error) {
 	defer mc.Close()
 	t := table{}
 	for round := -1; round < rounds; round++ {
-		fmt.Fprintf(os.Stderr, "\runcontended CPU: round %d/%d", round+1, rounds)
+		fmt.Fprintf(os.Stderr, "\rscenario %s: round %d/%d", sc, round+1, rounds)
 		rand.Shuffle(len(cs), func(i, j int) { cs[i], cs[j] = cs[j], cs[i] })
 		for _, c := range cs {
-			m, err := cpuBurst(mc, c.lk, burst)
+			m, err := cpuBurst(mc, c.cycle, &c.ctr, burst)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", c.im.name, err)
 			}
 			if round >= 0 { // round -1 warms the connections and the scripts
-				t.add("u", c.im.name, m)
+				t.add(sc, c.im.name, m)
 			}
 		}
 	}
 	fmt.Fprintln(os.Stderr)
-	t.cpuRatios()
 	return t, nil
 }
 
-// cpuBurst runs n lock+unlock cycles of lk and returns the per-cycle
-// figures.
-func cpuBurst(mc redigo.Conn, lk locker, n int) (metrics, error) {
+// cpuBurst runs n cycles and returns the per-cycle figures.
+func cpuBurst(mc redigo.Conn, cycle func(context.Context) error, ctr *counter, n int) (metrics, error) {
 	ctx := context.Background()
 	runtime.GC() // a collection owed by the previous contender is not this one's
 	var ms0, ms1 runtime.MemStats
 	calls0 := serverCallsOn(mc)
+	st0, err := redistest.CommandStatsOn(mc)
+	if err != nil {
+		return nil, err
+	}
 	srv0, err := redistest.ServerCPU(mc)
 	if err != nil {
 		return nil, err
@@ -103,10 +146,7 @@ func cpuBurst(mc redigo.Conn, lk locker, n int) (metrics, error) {
 	cpu0 := processCPU()
 	t0 := time.Now()
 	for range n {
-		if err := lk.lock(ctx); err != nil {
-			return nil, err
-		}
-		if err := lk.unlock(ctx); err != nil {
+		if err := cycle(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -118,11 +158,22 @@ func cpuBurst(mc redigo.Conn, lk locker, n int) (metrics, error) {
 		return nil, err
 	}
 	calls1 := serverCallsOn(mc)
+	st1, err := redistest.CommandStatsOn(mc)
+	if err != nil {
+		return nil, err
+	}
+	var usec float64
+	for _, name := range ctr.sent() {
+		if name != "info" { // the measurements' own, on mc
+			usec += st1[name].Usec - st0[name].Usec
+		}
+	}
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
 	return metrics{
 		"wall us":       per(wall),
 		"client CPU us": per(cpu1 - cpu0),
 		"Redis CPU us":  per(srv1 - srv0),
+		"cmd us":        usec / float64(n),
 		"allocs":        float64(ms1.Mallocs-ms0.Mallocs) / float64(n),
 		"srv calls":     float64(calls1-calls0) / float64(n),
 	}, nil
@@ -178,6 +229,19 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// renewRatios adds, per contender of scenario r, its command time and
+// Redis CPU against those of lockyard renewing by script.
+func (t table) renewRatios() {
+	for _, im := range impls {
+		if im.in("r") {
+			t.add("r", im.name, metrics{
+				"cmd / script":       t.med("r", im.name, "cmd us") / t.med("r", scriptsImpl, "cmd us"),
+				"Redis CPU / script": t.med("r", im.name, "Redis CPU us") / t.med("r", scriptsImpl, "Redis CPU us"),
+			})
+		}
+	}
 }
 
 // Allocations per cycle before issue 16 (plain SET obtain), measured with

@@ -64,17 +64,28 @@ type locker interface {
 	unlock(ctx context.Context) error
 }
 
+// renewer is a locker that can extend the hold it has (scenario r).
+type renewer interface {
+	renew(ctx context.Context) error
+}
+
+// scriptsImpl is lockyard renewing and releasing by script
+// (WithScriptsOnly): what the native commands are measured against.
+const scriptsImpl = "lockyard spin, scripts"
+
 var impls = []impl{
 	{name: "raw redigo (floor)", floor: true, sets: "u", open: openRaw(nil, rawUnlock)},
 	{name: "part: floor + PUBLISH in the release", part: true, sets: "u", open: openRaw(nil, rawUnlockPublish)},
 	{name: "part: + obtain script (lockyard before)", part: true, sets: "u", open: openRaw(rawObtain, rawUnlockPublish)},
-	{name: "lockyard spin", sets: "1234u", open: openLockyard(registry.SpinLock)},
+	{name: "lockyard spin", sets: "1234ur", open: openLockyard(registry.SpinLock)},
+	{name: scriptsImpl, sets: "ur", open: openLockyard(registry.SpinLock, registry.WithScriptsOnly())},
 	{name: "lockyard pubsub", sets: "1234u", open: openLockyard(registry.PubSubLock)},
 	{name: "lockyard spin, go-redis", sets: "4u", open: openLockyardGoRedis(registry.SpinLock)},
 	{name: "lockyard spin, rueidis", sets: "4u", open: openLockyardRueidis(registry.SpinLock, 0)},
 	{name: "lockyard spin, rueidis+flush", sets: "4", open: openLockyardRueidis(registry.SpinLock, flushDelay)},
+	{name: "lockyard spin, rueidis+flush, scripts", sets: "4", open: openLockyardRueidis(registry.SpinLock, flushDelay, registry.WithScriptsOnly())},
 	{name: "redsync default", peer: true, open: openRedsync()},
-	{name: "redsync tuned", peer: true, sets: "1234u", open: openRedsync(redsync.WithRetryDelay(tunedRetry), redsync.WithTries(1<<30))},
+	{name: "redsync tuned", peer: true, sets: "1234ur", open: openRedsync(redsync.WithRetryDelay(tunedRetry), redsync.WithTries(1<<30))},
 	{name: "redsync tuned, rueidis", peer: true, sets: "4u", open: openRedsyncRueidis(0, redsync.WithRetryDelay(tunedRetry), redsync.WithTries(1<<30))},
 	{name: "redsync tuned, rueidis+flush", peer: true, sets: "4", open: openRedsyncRueidis(flushDelay, redsync.WithRetryDelay(tunedRetry), redsync.WithTries(1<<30))},
 	{name: "redislock naive", peer: true, open: openRedislock(nil)},
@@ -221,7 +232,7 @@ func openLockyardGoRedis(lt registry.LockType) func(string, *counter) (client, e
 
 func (c *lyClient) locker(key string) (locker, error) {
 	l, err := c.reg.Obtain(key)
-	return lyLocker{l}, err
+	return lyLocker{l: l, reg: c.reg, key: key}, err
 }
 
 func (c *lyClient) close() {
@@ -229,10 +240,15 @@ func (c *lyClient) close() {
 	_ = c.closer.Close()
 }
 
-type lyLocker struct{ l *registry.RedisLock }
+type lyLocker struct {
+	l   *registry.RedisLock
+	reg *registry.Registry
+	key string
+}
 
 func (l lyLocker) lock(ctx context.Context) error   { return l.l.LockContext(ctx) }
 func (l lyLocker) unlock(ctx context.Context) error { return l.l.UnlockContext(ctx) }
+func (l lyLocker) renew(ctx context.Context) error  { return l.reg.RenewLock(ctx, l.key) }
 
 // flushDelay is the MaxFlushDelay of the "+flush" rueidis contenders: the
 // value rueidis's documentation suggests for throughput under load (each
@@ -266,13 +282,14 @@ type closeFunc func()
 func (f closeFunc) Close() error { f(); return nil }
 
 // openLockyardRueidis is openLockyard on the rueidis adapter.
-func openLockyardRueidis(lt registry.LockType, flush time.Duration) func(string, *counter) (client, error) {
+func openLockyardRueidis(lt registry.LockType, flush time.Duration, extra ...registry.Option) func(string, *counter) (client, error) {
 	return func(addr string, ctr *counter) (client, error) {
 		rc, err := rueidisClient(addr, ctr, flush)
 		if err != nil {
 			return nil, err
 		}
-		reg, err := registry.NewWithClient(lyrueidis.NewClient(rc), "bench", registry.WithExpireAfter(ttl), registry.WithLockType(lt))
+		opts := append([]registry.Option{registry.WithExpireAfter(ttl), registry.WithLockType(lt)}, extra...)
+		reg, err := registry.NewWithClient(lyrueidis.NewClient(rc), "bench", opts...)
 		if err != nil {
 			rc.Close()
 			return nil, err
@@ -317,6 +334,15 @@ func openRedsyncRueidis(flush time.Duration, opts ...redsync.Option) func(string
 }
 
 type rsLocker struct{ m *redsync.Mutex }
+
+// renew extends the hold with redsync's Extend (a GET+PEXPIRE script).
+func (l rsLocker) renew(ctx context.Context) error {
+	ok, err := l.m.ExtendContext(ctx)
+	if err == nil && !ok {
+		err = errors.New("redsync: extend failed")
+	}
+	return err
+}
 
 func (l rsLocker) lock(ctx context.Context) error {
 	for {

@@ -23,7 +23,7 @@ func main() {
 	var (
 		reps   = flag.Int("reps", 5, "repetitions of every scenario (medians are printed)")
 		dur    = flag.Duration("dur", 2*time.Second, "length of a contended run (uncontended runs take half)")
-		only   = flag.String("scenarios", "u,1,2,3,4,5", "scenarios to run (u: uncontended CPU, interleaved)")
+		only   = flag.String("scenarios", "u,r,1,2,3,4,5", "scenarios to run (u: uncontended CPU, r: renewals, interleaved)")
 		rounds = flag.Int("cpu-rounds", 40, "scenario u: rounds, each a shuffled burst of every contender")
 		burst  = flag.Int("cpu-burst", 400, "scenario u: lock+unlock cycles per burst")
 		worker = flag.Bool("worker", false, "internal: run one process of a cross-process scenario (spec on stdin)")
@@ -83,6 +83,17 @@ func (t table) add(sc, im string, m metrics) {
 	t[sc][im] = append(t[sc][im], m)
 }
 
+// merge adds the runs of u to t.
+func (t table) merge(u table) {
+	for sc, ims := range u {
+		for im, ms := range ims {
+			for _, m := range ms {
+				t.add(sc, im, m)
+			}
+		}
+	}
+}
+
 // med is the median over runs of one figure.
 func (t table) med(sc, im, col string) float64 {
 	var xs []float64
@@ -93,6 +104,10 @@ func (t table) med(sc, im, col string) float64 {
 	}
 	return stat.Median(xs)
 }
+
+// server is what the lock server has (native commands: the targets of
+// scenarios u and r depend on them).
+var server redistest.Caps
 
 func run(reps int, dur time.Duration, rounds, burst int, only []string) error {
 	exe, err := os.Executable()
@@ -110,15 +125,27 @@ func run(reps int, dur time.Duration, rounds, burst int, only []string) error {
 	}
 	defer e.check.Close()
 	version, _ := redisVersion(e.lock.Addr)
+	if server, err = redistest.CapsOf(e.lock.Addr); err != nil {
+		return err
+	}
+	version = server.Name + " " + server.Version
 	fmt.Printf("lockyard bench: %d runs of each scenario, interleaved; %s contended, %s uncontended; TTL %s; tuned peers retry every %s\n",
 		reps, dur, dur/2, ttl, tunedRetry)
-	fmt.Printf("machine: %d CPUs, %s %s/%s; redis-server %s on loopback\n\n", runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, version)
+	fmt.Printf("machine: %d CPUs, %s %s/%s; %s on loopback (%s to pick another)\n\n", runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, version, redistest.ServerEnv)
 	t := table{}
 	if slices.Contains(only, "u") {
 		fmt.Printf("uncontended CPU: %d rounds of a %d-cycle burst of each contender, shuffled\n\n", rounds, burst)
 		if t, err = e.cpuRun(rounds, burst); err != nil {
 			return fmt.Errorf("scenario u: %w", err)
 		}
+	}
+	if slices.Contains(only, "r") {
+		fmt.Printf("renewal: %d rounds of a %d-renewal burst of each contender, shuffled\n\n", rounds, burst)
+		r, err := e.renewRun(rounds, burst)
+		if err != nil {
+			return fmt.Errorf("scenario r: %w", err)
+		}
+		t.merge(r)
 	}
 	for rep := range reps {
 		fmt.Fprintf(os.Stderr, "run %d/%d\n", rep+1, reps)

@@ -11,7 +11,7 @@ import (
 
 // print writes one markdown table per scenario (medians), then the targets.
 func (t table) print(only []string) {
-	for _, sc := range append([]scenario{cpuScenario}, scenarios...) {
+	for _, sc := range append([]scenario{cpuScenario, renewScenario}, scenarios...) {
 		if !slices.Contains(only, sc.id) {
 			continue
 		}
@@ -89,6 +89,20 @@ func (t table) printTargets(only []string) {
 	}
 	if slices.Contains(only, "u") {
 		ts = append(ts, t.cpuTargets()...)
+		// Command time: the server's work on what the client sends. With
+		// the native commands (issue 26) at most half of redsync's; with
+		// scripts at most 1.25x (the release publishes for Spring's
+		// waiters, redsync's does not).
+		want := 1.25
+		if server.SetIfEq && server.Native() {
+			want = 0.5
+		}
+		r := t.med("u", "lockyard spin", "cmd us") / t.med("u", "redsync tuned", "cmd us")
+		ts = append(ts, target{"su command time, lockyard spin / redsync tuned", r, r <= want, fmt.Sprintf("<= %.2gx (%s %s)", want, server.Name, server.Version)})
+	}
+	if slices.Contains(only, "r") && server.SetIfEq {
+		r := t.med("r", "lockyard spin", "cmd / script")
+		ts = append(ts, target{"sr command time per renewal, lockyard spin / by script", r, r <= 0.4, "<= 0.4x"})
 	}
 	if slices.Contains(only, "4") {
 		// The goal counts the peers as they ship (one round trip per

@@ -59,6 +59,9 @@ var scenarios = []scenario{
 
 // cpuScenario is the interleaved uncontended CPU scenario (cpu.go), which
 // runs apart from the others.
+var renewScenario = scenario{id: "r", title: "renewal of a held lock: 1 goroutine, 1 key, per renewal, shuffled bursts",
+	cols: []string{"wall us", "client CPU us", "Redis CPU us", "cmd us", "srv calls", "cmd / script", "Redis CPU / script"}}
+
 var cpuScenario = scenario{id: "u", title: "uncontended CPU: 1 goroutine, 1 key, per lock+unlock cycle, shuffled bursts", cols: cpuCols}
 
 // run executes sc for im once and returns its figures.

@@ -201,14 +201,25 @@ func sendBatch(ctx context.Context, c redis.Conn, calls []Call, out []Result, id
 }
 
 // receive flushes c and reads the replies of the commands sent for out[i],
-// i in idx, into them. A broken connection fails every reply not yet read.
+// i in idx, into them, bounded by ctx's deadline. A broken connection
+// fails every reply not yet read.
 func receive(ctx context.Context, c redis.Conn, out []Result, idx []int) {
 	if err := c.Flush(); err != nil {
 		failIdx(out, idx, err)
 		return
 	}
+	cwt, inline := c.(redis.ConnWithTimeout)
+	dl, bounded := ctx.Deadline()
 	for k, i := range idx {
-		v, err := redis.ReceiveContext(c, ctx)
+		var (
+			v   any
+			err error
+		)
+		if inline && bounded { // in this goroutine: ReceiveContext would start one per reply
+			v, err = cwt.ReceiveWithTimeout(max(time.Until(dl), time.Millisecond))
+		} else {
+			v, err = redis.ReceiveContext(c, ctx)
+		}
 		var re redis.Error
 		if err != nil && !errors.As(err, &re) {
 			failIdx(out, idx[k:], err) // the rest is unknown

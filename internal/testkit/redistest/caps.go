@@ -76,15 +76,47 @@ func CommandStats(addr string) (map[string]int, error) {
 // commandStats parses INFO commandstats: the calls of each command.
 func commandStats(info string) map[string]int64 {
 	out := map[string]int64{}
+	for name, st := range parseCommandStats(info) {
+		out[name] = st.Calls
+	}
+	return out
+}
+
+// CmdStat is one command's line of INFO commandstats.
+type CmdStat struct {
+	Calls int64
+	Usec  float64 // the server's time in the command, in µs (a script's inner commands included)
+}
+
+// CommandStatsOn returns INFO commandstats of the server on c, by command
+// name in lower case.
+func CommandStatsOn(c redis.Conn) (map[string]CmdStat, error) {
+	info, err := redis.String(c.Do("INFO", "commandstats"))
+	if err != nil {
+		return nil, err
+	}
+	return parseCommandStats(info), nil
+}
+
+func parseCommandStats(info string) map[string]CmdStat {
+	out := map[string]CmdStat{}
 	for _, line := range strings.Split(info, "\n") {
 		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
 		if !ok {
 			continue
 		}
 		name, stats, _ := strings.Cut(rest, ":")
-		_, calls, _ := strings.Cut(stats, "calls=")
-		n, _ := strconv.ParseInt(strings.SplitN(calls, ",", 2)[0], 10, 64)
-		out[name] = n
+		var st CmdStat
+		for _, kv := range strings.Split(stats, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				st.Calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				st.Usec, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		out[name] = st
 	}
 	return out
 }
