@@ -40,6 +40,7 @@ package goredis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -263,21 +264,33 @@ func (c *Client) PipelineOn(ctx context.Context, key string, cmds [][]any) []reg
 	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
 		master, err := cc.MasterForKey(ctx, key)
 		if err != nil {
-			out := make([]registry.Result, len(cmds))
-			for i := range out {
-				out[i] = registry.Result{Err: replyError(err)}
-			}
-			return out
+			return failed(make([]registry.Result, len(cmds)), replyError(err))
 		}
 		node = master
 	}
 	return pipeline(ctx, node, cmds)
 }
 
+// failed sets every result of out to err.
+func failed(out []registry.Result, err error) []registry.Result {
+	for i := range out {
+		out[i] = registry.Result{Err: err}
+	}
+	return out
+}
+
 // pipeline sends cmds in one go-redis pipeline on node. A nil reply is a
 // nil Reply, not redis.Nil.
 func pipeline(ctx context.Context, node redis.Cmdable, cmds [][]any) []registry.Result {
 	out := make([]registry.Result, len(cmds))
+	for _, cmd := range cmds { // before anything is sent
+		if len(cmd) == 0 || cmd[0] == "" {
+			return failed(out, fmt.Errorf("%w: a command must begin with its name, got %v", registry.ErrInvalidConfig, cmd))
+		}
+		if _, ok := cmd[0].(string); !ok {
+			return failed(out, fmt.Errorf("%w: a command must begin with its name, got %v", registry.ErrInvalidConfig, cmd))
+		}
+	}
 	rs := make([]*redis.Cmd, len(cmds))
 	_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, cmd := range cmds {

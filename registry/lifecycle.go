@@ -155,7 +155,9 @@ func (l *RedisLock) unlock(ctx context.Context, who reentrant.Owner) error {
 func (l *RedisLock) release(ctx context.Context, h *core.Hold, first error) error {
 	l.setPhase(releasing)
 	h.Retire()
-	done, others, firstHere, err := l.reg.deleteToken(context.WithoutCancel(ctx), l.key, h.Token)
+	// taken: the acquisition found the key held, or the last release
+	// found waiters (see turnState): then release.lua gives the turn.
+	done, others, firstHere, err := l.reg.deleteToken(context.WithoutCancel(ctx), l.key, h.Token, !l.turn.taken)
 	if others {
 		// Waiters are queued: the next acquisition starts with the obtain
 		// script, which respects their turns (a plain SET would not).

@@ -31,18 +31,25 @@ const (
 //     trip, no Lua.
 //
 // The release publishes whether or not the delete found lk ours: a message
-// after a delete that found another holder wakes the waiters for nothing
-// (each tries, finds lk held, and sleeps again), which the waiters of
-// every Spring or lockyard registry already take in their stride: a
-// release message is a hint to try, never a grant. It gives no turn to the
-// next waiter as release.lua does: the first obtain.lua to find lk free
-// does (prelude.lua, nextTurn), so a newcomer still cannot take lk ahead
-// of a waiter that is sure to try soon; the head waiter, woken by the
-// message, is usually that first obtain.
+// after a delete that found another holder (or that the server refused:
+// release.lua then publishes again) wakes the waiters for nothing (each
+// tries, finds lk held, and sleeps again), which the waiters of every
+// Spring or lockyard registry already take in their stride: a release
+// message is a hint to try, never a grant. It gives no turn to the next
+// waiter as release.lua does, so it runs only where the lock expects no
+// waiter (mutexProto.release): a release that finds some anyway (EXISTS)
+// leaves the turn to the first obtain.lua that finds lk free (prelude.lua,
+// nextTurn), so that a newcomer still cannot take lk ahead of a waiter
+// that is sure to try soon, and the lock's next release is release.lua.
+// In a Cluster the three commands go to the lock key's master in order;
+// under a slot migration a client that follows a MOVED of the delete alone
+// (rueidis) runs it after the PUBLISH, and a waiter woken by that message
+// finds lk still held and sleeps to its next poll.
 //
 // Each command is detected on its own, once, when the registry first
 // renews or releases: COMMAND INFO DELEX DELIFEQ and COMMAND DOCS SET, one
-// round trip on the lock key's node. A command the server lacks is never
+// round trip on the lock key's node (a probe that fails on the network is
+// tried again by the next call, up to probeTries times). A command the server lacks is never
 // sent. One that the server refuses anyway (an unknown command or option,
 // NOPERM: an ACL, a proxy, a node of a Cluster not yet upgraded) is
 // dropped, the script runs instead, Stats.NativeFallbacks counts it, and
@@ -59,8 +66,14 @@ type native struct {
 	pubOff  atomic.Bool
 	probed  atomic.Bool
 	probing sync.Mutex
+	failed  int // probes that failed on the network (probing held)
 	logged  atomic.Bool
 }
+
+// probeTries bounds the probes that fail on the network (a proxy that
+// drops the connection on COMMAND): after as many, the commands are tried
+// untold, as when the probe was refused.
+const probeTries = 3
 
 // newNative returns the native commands of x, or nil when its Client sends
 // no plain commands.
@@ -88,7 +101,10 @@ func (n *native) ready(ctx context.Context, lk string) bool {
 	}
 	res := n.x.PipelineOn(ctx, lk, [][]any{{"COMMAND", "INFO", "DELEX", "DELIFEQ"}, {"COMMAND", "DOCS", "SET"}})
 	if core.IsAmbiguous(res[0].Err) && res[0].Err != nil || core.IsAmbiguous(res[1].Err) && res[1].Err != nil {
-		return false
+		if n.failed++; n.failed < probeTries {
+			return false
+		}
+		res = make([]core.Result, 2) // nothing known: every command untried
 	}
 	if infos, ok := res[0].Reply.([]any); ok && res[0].Err == nil && len(infos) == 2 {
 		n.delex.Store(known(infos[0] != nil))

@@ -2,7 +2,10 @@ package registry_test
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
+	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -332,6 +336,150 @@ func TestNativeMiniredis(t *testing.T) {
 		}
 		if rc.sent("DELEX") != 3 || rc.sent("SET") != 1 || rc.sent("DELIFEQ") != 0 {
 			t.Errorf("sent DELEX %d, SET IFEQ %d, DELIFEQ %d times; want 3, 1 and 0", rc.sent("DELEX"), rc.sent("SET"), rc.sent("DELIFEQ"))
+		}
+	})
+}
+
+// serverMs returns the server's clock in ms.
+func serverMs(t *testing.T, addr string) int64 {
+	v, err := redis.Int64s(redistest.Do(addr, "TIME"))
+	mustNil(t, err)
+	return v[0]*1000 + v[1]/1000
+}
+
+// Registries that take turns on a key send about one release message per
+// acquisition, whatever the server: the native release, which gives no
+// turn, serves only a lock that expects no waiter, so that the first in
+// line takes the key with its turn, unannounced; after a native release
+// each take would be announced too, and every listener behind would wake a
+// turn early (two messages and twice the obtains per acquisition).
+func TestNativeReleaseKeepsTurns(t *testing.T) {
+	s, pool := ownServer(t)
+	pfx := prefix(t)
+	const n, rounds = 6, 25
+	var locks []*registry.RedisLock
+	for range n {
+		r := newRegPrefix(t, pool, pfx, registry.WithLockType(registry.PubSubLock))
+		locks = append(locks, obtain(t, r, "k"))
+	}
+	before := commandCalls(t, s.Addr)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for _, l := range locks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				if err := l.LockContext(bg(t)); err != nil {
+					errs <- err
+					return
+				}
+				time.Sleep(500 * time.Microsecond) // the critical section
+				if err := l.UnlockContext(bg(t)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		mustNil(t, err)
+	}
+	after := commandCalls(t, s.Addr)
+	per := func(cmd string) float64 { return float64(after[cmd]-before[cmd]) / (n * rounds) }
+	t.Logf("per acquisition: PUBLISH %.2f, EVALSHA %.2f, DELEX %.2f, DELIFEQ %.2f", per("publish"), per("evalsha"), per("delex"), per("delifeq"))
+	if per("publish") > 1.3 {
+		t.Fatalf("%.2f release messages per acquisition, want about one", per("publish"))
+	}
+}
+
+// A listener that died while queued is ahead of a live one: the release
+// drops its entry and announces it, so the live listener, which polls only
+// every 2s, takes the key at once, after a native release too (nudge.lua
+// follows one that found waiters).
+func TestNativeDeadListenerAhead(t *testing.T) {
+	s, pool := ownServer(t)
+	b := &backend{name: "own", addr: s.Addr}
+	pfx := prefix(t)
+	h := obtain(t, newRegPrefix(t, pool, pfx), "k")
+	w := obtain(t, newRegPrefix(t, pool, pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(2*time.Second)), "k")
+	mustNil(t, h.LockContext(bg(t))) // uncontended: its release may be native
+	lay := wire.Layout{Registry: pfx}
+	now := serverMs(t, s.Addr)
+	lapse := now + 300
+	b.do(t, "ZADD", lay.QueueKey(h.Key()), strconv.FormatInt(now-1000, 10), "dead/1")
+	b.do(t, "HSET", lay.WaitersKey(h.Key()), "dead/1", fmt.Sprintf("l %d %d", now+100, lapse))
+	got := make(chan time.Time, 1)
+	go func() {
+		if w.LockContext(bg(t)) == nil {
+			got <- time.Now()
+			_ = w.UnlockContext(context.Background())
+		}
+		close(got)
+	}()
+	waitQueued(t, b, h, 2)
+	waitFor(t, 5*time.Second, "the dead entry to lapse", func() bool { return serverMs(t, s.Addr) > lapse })
+	released := time.Now()
+	mustNil(t, h.UnlockContext(bg(t)))
+	at, ok := <-got
+	if !ok {
+		t.Fatal("the live listener did not get the lock")
+	}
+	<-got
+	if d := at.Sub(released); d > time.Second {
+		t.Fatalf("the live listener took the key %v after the release, want at once (it polls every 2s)", d)
+	}
+}
+
+// dropsCommand is a Client whose COMMAND fails on the network, as behind a
+// proxy that closes the connection on a command it does not know.
+type dropsCommand struct {
+	registry.Client
+	cmds   registry.CommandClient
+	mu     sync.Mutex
+	probes int
+}
+
+func (d *dropsCommand) Pipeline(ctx context.Context, cmds [][]any) []registry.Result {
+	return d.cmds.Pipeline(ctx, cmds)
+}
+
+func (d *dropsCommand) PipelineOn(ctx context.Context, key string, cmds [][]any) []registry.Result {
+	if cmds[0][0] == "COMMAND" {
+		d.mu.Lock()
+		d.probes++
+		d.mu.Unlock()
+		out := make([]registry.Result, len(cmds))
+		for i := range out {
+			out[i].Err = io.ErrUnexpectedEOF
+		}
+		return out
+	}
+	return d.cmds.PipelineOn(ctx, key, cmds)
+}
+
+// A probe that fails on the network is tried again a few times, not at
+// every call; the locks work meanwhile, and after it.
+func TestNativeProbeBounded(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		c := registry.NewPoolClient(b.pool(t))
+		d := &dropsCommand{Client: c, cmds: c.(registry.CommandClient)}
+		r, err := registry.NewWithClient(d, prefix(t), registry.WithLogger(discardLogger))
+		mustNil(t, err)
+		t.Cleanup(func() { r.Close() })
+		l := obtain(t, r, "k")
+		for range 10 {
+			mustNil(t, l.LockContext(bg(t)))
+			mustNil(t, r.RenewLock(bg(t), "k"))
+			mustNil(t, l.UnlockContext(bg(t)))
+		}
+		if d.probes != 3 {
+			t.Fatalf("%d probes for 20 renewals and releases, want 3", d.probes)
+		}
+		if n, _ := redis.Int(b.do(t, "EXISTS", l.Key()), nil); n != 0 {
+			t.Fatal("the key outlived its release")
 		}
 	})
 }

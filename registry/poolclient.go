@@ -159,6 +159,11 @@ func (p *poolClient) Pipeline(ctx context.Context, cmds [][]any) []Result {
 // PipelineOn is Pipeline: the pool's node serves every key.
 func (p *poolClient) PipelineOn(ctx context.Context, _ string, cmds [][]any) []Result {
 	out := make([]Result, len(cmds))
+	for _, cmd := range cmds { // before anything is sent
+		if _, ok := commandName(cmd); !ok {
+			return failAll(out, fmt.Errorf("%w: a command must begin with its name, got %v", ErrInvalidConfig, cmd))
+		}
+	}
 	c, _, err := p.conn(ctx)
 	if err != nil {
 		return failAll(out, err)
@@ -166,10 +171,7 @@ func (p *poolClient) PipelineOn(ctx context.Context, _ string, cmds [][]any) []R
 	defer c.Close()
 	idx := allIndexes(len(cmds))
 	for _, cmd := range cmds {
-		name, ok := commandName(cmd)
-		if !ok {
-			return failAll(out, fmt.Errorf("%w: a command must begin with its name, got %v", ErrInvalidConfig, cmd))
-		}
+		name, _ := commandName(cmd)
 		if err := c.Send(name, cmd[1:]...); err != nil {
 			failIdx(out, idx, err)
 			return out

@@ -18,11 +18,12 @@ import (
 //
 // Compare-and-delete is idempotent and never deletes another holder's key.
 //
-// others reports that the release found other registries waiting for lk.
-func (r *Registry) deleteToken(ctx context.Context, lk, token string) (done, others bool, first, err error) {
+// others reports that the release found other registries waiting for lk;
+// quiet, that the caller expects none (mutexProto.release).
+func (r *Registry) deleteToken(ctx context.Context, lk, token string, quiet bool) (done, others bool, first, err error) {
 	done, first, err = r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
 		var d bool
-		d, others, err = r.mutex.release(ctx, lk, token)
+		d, others, err = r.mutex.release(ctx, lk, token, quiet)
 		return d, err
 	})
 	return done, others, first, err
@@ -35,7 +36,7 @@ func (r *Registry) releaseLater(lk, token string) {
 	r.core.BG.Spawn(func() {
 		// bg.ctx: Close does not wait for a server that is down; the key
 		// then expires by its TTL.
-		_, _, _, _ = r.deleteToken(r.core.BG.Ctx, lk, token)
+		_, _, _, _ = r.deleteToken(r.core.BG.Ctx, lk, token, false)
 	})
 }
 

@@ -41,7 +41,7 @@ func (st *mutexProto) obtainAcked(ctx context.Context, lk, token string, c Call)
 	if err != nil {
 		ackErr = fmt.Errorf("%w: WAIT failed: %w", ErrReplicaAck, err)
 	}
-	if _, _, rerr := st.release(context.WithoutCancel(ctx), lk, token); rerr != nil {
+	if _, _, rerr := st.release(context.WithoutCancel(ctx), lk, token, false); rerr != nil {
 		ackErr = errors.Join(ackErr, fmt.Errorf("lockyard: releasing %q (it expires by its TTL): %w", lk, rerr))
 	}
 	return unknown, ackErr

@@ -189,9 +189,10 @@ func (s *scripts) release(lk, token string) Call {
 	return Call{Keys: s.lockKeys(lk, false), Args: []any{token, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg}}
 }
 
-// nudge gives lk, once expired, to the next waiter (a lease's ReleaseAfter).
-func (s *scripts) nudge(lk, token string) Call {
-	return Call{Keys: s.lockKeys(lk, false), Args: []any{token, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg}}
+// nudge gives lk, once expired, to the next waiter (a lease's ReleaseAfter;
+// told 1 after a native release, which published one message).
+func (s *scripts) nudge(lk, token string, told int) Call {
+	return Call{Keys: s.lockKeys(lk, false), Args: []any{token, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, told}}
 }
 
 // leave takes waiter out of lk's wait queue.

@@ -133,7 +133,8 @@ func IsSyntaxError(err error) bool {
 // that it cannot run as sent, whatever the key: a command or subcommand it
 // does not know ("ERR unknown command", "ERR unknown subcommand"), an
 // option it does not know ("ERR syntax error": SET IFEQ before Redis 8.4
-// or Valkey 8.1), or a command the user may not run (NOPERM).
+// or Valkey 8.1), or a command the user may not run ("NOPERM User u has no
+// permissions to run the 'delex' command").
 func IsUnsupported(err error) bool {
 	if err == nil {
 		return false
@@ -143,7 +144,9 @@ func IsUnsupported(err error) bool {
 		return false
 	}
 	msg := strings.ToLower(re.Error())
-	return strings.HasPrefix(msg, "noperm") || strings.Contains(msg, "unknown command") ||
+	// A NOPERM for a key or a channel ("No permissions to access a key")
+	// is about the call, not the command.
+	return strings.HasPrefix(msg, "noperm") && strings.Contains(msg, "command") || strings.Contains(msg, "unknown command") ||
 		strings.Contains(msg, "unknown subcommand") || strings.Contains(msg, "syntax error")
 }
 
