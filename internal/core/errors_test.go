@@ -1,0 +1,31 @@
+package core
+
+import (
+	"errors"
+	"testing"
+)
+
+// IsUnsupported tells a command the server cannot run as sent from a
+// failure of one call.
+func TestIsUnsupported(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"ERR unknown command 'DELEX', with args beginning with: 'k' ": true,
+		"ERR unknown subcommand 'DOCS'. Try COMMAND HELP.":            true,
+		"ERR syntax error": true,
+		"NOPERM User u has no permissions to run the 'delex' command":                    true,
+		"NOPERM No permissions to access a key":                                          false,
+		"NOPERM No permissions to access a channel":                                      false,
+		"WRONGTYPE Operation against a key holding the wrong kind of value":              false,
+		"MOVED 3999 127.0.0.1:6381":                                                      false,
+		"READONLY You can't write against a read only replica.":                          false,
+		"LOADING Redis is loading the dataset in memory":                                 false,
+		"ERR Key should be of string type if conditions are specified (miniredis DELEX)": false,
+	} {
+		if got := IsUnsupported(&ReplyError{Err: errors.New(msg)}); got != want {
+			t.Errorf("IsUnsupported(%q) = %v, want %v", msg, got, want)
+		}
+	}
+	if IsUnsupported(errors.New("ERR unknown command")) || IsUnsupported(nil) {
+		t.Error("an error that is not the server's reply is not a refusal")
+	}
+}
