@@ -53,11 +53,15 @@ demo: ## the oversell story on an embedded Redis (or REDIS_ADDR)
 FAIRFLAGS ?= -reps 1
 SEMFLAGS ?= -reps 5 -dur 2s -peer sem/peer
 
-bench: redis-server ## micro-benchmarks, lockyard vs redsync and bsm/redislock (bench/, about 6 min), the fairness scenarios (bench/fair, about 2.5 min; FAIRFLAGS='-base REV' runs them against REV too, interleaved), then the semaphore against npm redis-semaphore (bench/sem, about 2 min; needs node and npm)
+bench: redis-server servers ## micro-benchmarks, lockyard vs redsync and bsm/redislock (bench/, about 6 min on Redis 7.0, then scenarios u and r on Redis 8.6 and Valkey 9.1 and scenario 4 on rueidis on 8.6, about 4 min), the fairness scenarios (bench/fair, about 2.5 min; FAIRFLAGS='-base REV' runs them against REV too, interleaved), then the semaphore against npm redis-semaphore (bench/sem, about 2 min; needs node and npm)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./internal/reentrant/ ./registry/
 	cd goredis && $(GO) test -run '^$$' -bench . -count 1 .
 	cd rueidis && $(GO) test -run '^$$' -bench . -count 1 .
 	cd bench && $(GO) run . $(BENCHFLAGS)
+	@set -e; for s in redis-8.6 valkey-9.1; do echo; echo "== scenarios u and r on $$s (native commands)"; \
+	  (cd bench && LOCKYARD_REDIS_SERVER=$(SERVERS_DIR)/$$s/redis-server $(GO) run . -scenarios u,r $(BENCHFLAGS)); done
+	@echo; echo "== scenario 4 on redis-8.6, rueidis"
+	cd bench && LOCKYARD_REDIS_SERVER=$(SERVERS_DIR)/redis-8.6/redis-server $(GO) run . -scenarios 4 -impls rueidis $(BENCHFLAGS)
 	cd bench && $(GO) run ./fair $(FAIRFLAGS)
 	cd bench/sem/peer && npm ci --no-audit --no-fund --loglevel=error
 	cd bench && $(GO) run ./sem $(SEMFLAGS)

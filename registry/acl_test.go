@@ -304,3 +304,39 @@ func TestNativeDeleteNOPERM(t *testing.T) {
 		t.Fatalf("refusals %q on %+v: want two, one of them NOPERM where the server has a native delete", errs, caps)
 	}
 }
+
+// An ACL without +exists, as the docs allowed for a registry without a
+// semaphore before the native release: locks are taken and released, and
+// a waiter of another registry is woken (the scripts read the queue's
+// first entry instead; a native release that cannot read the queue counts
+// it as not empty).
+func TestACLWithoutExists(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	rules := slices.DeleteFunc(aclFor(t, pfx), func(r any) bool { return r == "+exists" || r == "+type" || r == "+zremrangebyscore" })
+	b.do(t, "ACL", append([]any{"SETUSER", pfx}, rules...)...)
+	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
+	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second),
+		registry.WithLogger(discardLogger)}
+	r := newRegPrefix(t, userPool(t, pfx), pfx, opts...)
+	w := obtain(t, newRegPrefix(t, userPool(t, pfx), pfx, opts...), "k")
+	l := obtain(t, r, "k")
+	for i := range 3 {
+		mustNil(t, l.LockContext(bg(t)))
+		var got <-chan error
+		if i == 1 {
+			got = lockInBackground(t, w)
+			waitQueued(t, b, l, 1)
+		}
+		mustNil(t, l.UnlockContext(bg(t)))
+		if got != nil {
+			mustNil(t, recvWithin(t, got, 3*time.Second, "the waiter woken by the release"))
+		}
+		if n, _ := redis.Int(b.do(t, "EXISTS", l.Key()), nil); n != 0 {
+			t.Fatal("the key outlived its release")
+		}
+	}
+	if st := r.Stats(); st.ReleaseFailed != 0 || st.LostLocks != 0 {
+		t.Fatalf("failed releases %d, lost %d; want none", st.ReleaseFailed, st.LostLocks)
+	}
+}

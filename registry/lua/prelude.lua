@@ -52,8 +52,14 @@ end
 
 -- queueEmpty reports whether the wait queue whose order key is order has
 -- no waiter (a key of another type counts as not empty: queueRules then
--- deals with it).
+-- deals with it). EXISTS is the cheapest test (an empty sorted set does not
+-- exist); an ACL without +exists (older docs left it out) makes it read
+-- the first entry instead.
 local function queueEmpty(order)
+  local n = redis.pcall('EXISTS', order)
+  if type(n) == 'number' then
+    return n == 0
+  end
   local r = redis.pcall('ZRANGE', order, '0', '0')
   return type(r) == 'table' and not r.err and #r == 0
 end
