@@ -155,13 +155,18 @@ func (l *RedisLock) unlock(ctx context.Context, who reentrant.Owner) error {
 func (l *RedisLock) release(ctx context.Context, h *core.Hold, first error) error {
 	l.setPhase(releasing)
 	h.Retire()
-	// taken: the acquisition found the key held, or the last release
-	// found waiters (see turnState): then release.lua gives the turn.
-	done, others, firstHere, err := l.reg.deleteToken(context.WithoutCancel(ctx), l.key, h.Token, !l.turn.taken)
+	// The release may be the server's native delete only if no waiter is
+	// expected: the acquisition found the key free (taken), and the last
+	// release found nobody queued (crowded); else release.lua gives the
+	// turn (mutexProto.release).
+	done, others, firstHere, err := l.reg.deleteToken(context.WithoutCancel(ctx), l.key, h.Token, !l.turn.taken && !l.turn.crowded)
 	if others {
 		// Waiters are queued: the next acquisition starts with the obtain
 		// script, which respects their turns (a plain SET would not).
 		l.turn.taken = true
+	}
+	if err == nil {
+		l.turn.crowded = others
 	}
 	if first == nil {
 		first = firstHere // the script may have run

@@ -37,10 +37,9 @@ const (
 // Spring or lockyard registry already take in their stride: a release
 // message is a hint to try, never a grant. It gives no turn to the next
 // waiter as release.lua does, so it runs only where the lock expects no
-// waiter (mutexProto.release): a release that finds some anyway (EXISTS)
-// leaves the turn to the first obtain.lua that finds lk free (prelude.lua,
-// nextTurn), so that a newcomer still cannot take lk ahead of a waiter
-// that is sure to try soon, and the lock's next release is release.lua.
+// waiter (mutexProto.release); one that finds waiters all the same
+// (EXISTS) is followed by nudge.lua, which gives the turn, and the lock's
+// releases are release.lua until one finds nobody queued.
 // In a Cluster the three commands go to the lock key's master in order;
 // under a slot migration a client that follows a MOVED of the delete alone
 // (rueidis) runs it after the PUBLISH, and a waiter woken by that message
@@ -101,6 +100,9 @@ func (n *native) ready(ctx context.Context, lk string) bool {
 	}
 	res := n.x.PipelineOn(ctx, lk, [][]any{{"COMMAND", "INFO", "DELEX", "DELIFEQ"}, {"COMMAND", "DOCS", "SET"}})
 	if core.IsAmbiguous(res[0].Err) && res[0].Err != nil || core.IsAmbiguous(res[1].Err) && res[1].Err != nil {
+		if ctx.Err() != nil { // the caller's deadline, not the network: no try used up
+			return false
+		}
 		if n.failed++; n.failed < probeTries {
 			return false
 		}

@@ -483,3 +483,30 @@ func TestNativeProbeBounded(t *testing.T) {
 		}
 	})
 }
+
+// A waiter that stays queued (a poller not due for a minute, which
+// obtain.lua passes over and lets a caller take the free key before it)
+// keeps the lock's releases on release.lua after the first finds it: an
+// acquisition at the first attempt does not make the lock expect the key
+// free of waiters again.
+func TestNativeReleaseOffWhileQueued(t *testing.T) {
+	s, pool := ownServer(t)
+	b := &backend{name: "own", addr: s.Addr}
+	pfx := prefix(t)
+	l := obtain(t, newRegPrefix(t, pool, pfx), "k")
+	lay := wire.Layout{Registry: pfx}
+	now := serverMs(t, s.Addr)
+	b.do(t, "ZADD", lay.QueueKey(l.Key()), strconv.FormatInt(now, 10), "poller/1")
+	b.do(t, "ZADD", lay.PollsKey(l.Key()), strconv.FormatInt(now, 10), "poller/1")
+	b.do(t, "HSET", lay.WaitersKey(l.Key()), "poller/1", fmt.Sprintf("p %d %d", now+60000, now+120000))
+	before := commandCalls(t, s.Addr)
+	for range 10 {
+		mustNil(t, l.LockContext(bg(t)))
+		mustNil(t, l.UnlockContext(bg(t)))
+	}
+	after := commandCalls(t, s.Addr)
+	native := after["delex"] - before["delex"] + after["delifeq"] - before["delifeq"]
+	if native > 1 {
+		t.Fatalf("%d of 10 releases were native with a waiter queued, want at most the first", native)
+	}
+}
