@@ -29,7 +29,7 @@ test: redis-server ## gofmt, vet, and every test with -race (miniredis, a real r
 # redis-server) runs every test above.
 SERVERS_DIR   ?= $(or $(LOCKYARD_SERVERS),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lockyard/servers)
 NEWER_SERVERS ?= redis-8.6 valkey-9.1 valkey-8.1
-SERVER_TESTS  ?= ^Test(Native|LeastPrivilegeACL|ACLWithout|Close|ExecuteLocked|RenewLock|Phases|PubSub|ForeignReleaseWakesWaiter|AutoRenew|RenewalDetectsLoss|LostAtDeadline|LockUnlockManyTimes|WireFormat|ReentrantCostsNoCommands|TwoKeys|WaiterInOtherRegistry|ExpiryLetsOtherIn|WrongTypeKey|LocalHandOffChain|HandOff|Lease|ReleaseSeesWaiters|TurnsAlternate|ClientsWithoutQueueGetTurns|EvictedInstanceTakesTurns|FreeKeyNotKeptForTheUntold|Stats|LockFor|TryLockContext|ScriptFlushRecovery)
+SERVER_TESTS  ?= ^Test(Native|SilentReleaseMovesUp|ReleaseWakesFew|PollerAmongListeners|QueuedByPassIsWoken|LeastPrivilegeACL|ACLWithout|Close|ExecuteLocked|RenewLock|Phases|PubSub|ForeignReleaseWakesWaiter|AutoRenew|RenewalDetectsLoss|LostAtDeadline|LockUnlockManyTimes|WireFormat|ReentrantCostsNoCommands|TwoKeys|WaiterInOtherRegistry|ExpiryLetsOtherIn|WrongTypeKey|LocalHandOffChain|HandOff|Lease|ReleaseSeesWaiters|TurnsAlternate|ClientsWithoutQueueGetTurns|EvictedInstanceTakesTurns|FreeKeyNotKeptForTheUntold|Stats|LockFor|TryLockContext|ScriptFlushRecovery)
 ADAPTER_TESTS ?= ^Test(Client|SingleNode|RenewalAndScriptFlush|Contention|ClusterWakeups|ClusterMutualExclusion)
 
 servers: ## install Redis 8.6, Valkey 9.1 and Valkey 8.1 from Debian's packages into a cache directory (.ci/servers; no system install)
