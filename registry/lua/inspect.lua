@@ -28,6 +28,7 @@ local f = redis.pcall('GET', KEYS[4])
 if type(f) == 'string' then
   fence = tonumber(f) or 0
 end
+local clock = shared()
 local now = clock()
 local out = {'none', fence, now and math.floor(now) or -1, 0}
 

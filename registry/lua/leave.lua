@@ -17,6 +17,7 @@
 --          moved up, and its next attempts give the turns.
 --
 -- Reply: 1 when its entry was removed, 0 when it had none.
+local _, _, queueRules = shared()
 local R = queueRules()
 local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}
 if not R.qcall('ZRANK', q.order, ARGV[1]) then

@@ -26,6 +26,7 @@ end
 if value then
   return -1
 end
+local _, _, queueRules = shared()
 local R = queueRules()
 local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}
 if R.turnOf(q) then

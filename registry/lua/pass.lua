@@ -43,8 +43,13 @@ if queueEmpty(KEYS[2]) then -- nobody in line
     return {3}
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, ARGV[7] == '1' and nextFence(KEYS[6]) or 0} -- held, with a fencing token if asked for
+  if ARGV[7] == '1' then -- held, with a fencing token
+    local _, nextFence = shared()
+    return {1, nextFence(KEYS[6])}
+  end
+  return {1, 0}
 end
+local _, nextFence, queueRules = shared()
 local R = queueRules()
 local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}
 local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11]), look = 4}

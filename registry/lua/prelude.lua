@@ -1,10 +1,12 @@
 -- prelude: the rules that the lock scripts share, prepended to each script
 -- that needs them (scripts.go). Nothing here reads KEYS or ARGV: every
 -- function takes its keys and settings as arguments, so that the rules can
--- be run alone with a fixed clock (prelude_test.go). The wait queue's rules
--- are defined by queueRules, when a script needs them: a script that finds
--- the queue empty (most releases, an uncontended obtain) does not pay for
--- defining them (Lua makes a closure of each function at every run).
+-- be run alone with a fixed clock (prelude_test.go). Lua makes a closure of
+-- each function at every run of a script, so only queueEmpty, which the
+-- fast paths need, is defined at once: shared defines the other rules, when
+-- a script needs them (local clock, nextFence, queueRules, permitRules =
+-- shared()), and queueRules and permitRules define theirs when called. An
+-- uncontended release, obtain or pass defines two functions, not five.
 --
 -- The wait queue of a lock key is kept in four keys of its Cluster slot
 -- (wire.Layout), named by a table q:
@@ -24,32 +26,6 @@
 -- queue key of another type, or an entry that cannot be read, is dropped:
 -- the queue only orders waiters, and losing it loses nothing but order.
 
--- clock returns the server's time in ms (with its microseconds as the
--- fraction, so that waiters who queue in one ms keep their order), or nil
--- if the script may not call TIME (an ACL without +time); the scripts then
--- keep no queue.
-local function clock()
-  local t = redis.pcall('TIME')
-  if type(t) ~= 'table' or t.err then
-    return nil
-  end
-  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-end
-
--- nextFence increments the fence counter key. A missing counter (a new
--- key, or one Redis lost: a restart without persistence, a failover to a
--- replica that lacked it, FLUSHALL) is first seeded with the server's clock
--- in microseconds, so that tokens keep increasing across such a loss while
--- the clock does not go back and the key sees fewer than a million
--- acquisitions a second on average.
-local function nextFence(key)
-  if not redis.call('GET', key) then
-    local t = redis.call('TIME')
-    redis.call('SET', key, t[1] .. string.format('%06d', tonumber(t[2])))
-  end
-  return redis.call('INCR', key)
-end
-
 -- queueEmpty reports whether the wait queue whose order key is order has
 -- no waiter (a key of another type counts as not empty: queueRules then
 -- deals with it). EXISTS is the cheapest test (an empty sorted set does not
@@ -64,355 +40,386 @@ local function queueEmpty(order)
   return type(r) == 'table' and not r.err and #r == 0
 end
 
--- queueRules returns the wait queue's rules as a table of functions.
-local function queueRules()
-  -- ms formats a time or duration in ms as an integer argument.
-  local function ms(n)
-    return string.format('%d', n)
-  end
-
-  -- qcall runs a command on a queue key. A WRONGTYPE reply (the key holds
-  -- another type) deletes the key and gives nil; any other error (NOPERM,
-  -- OOM) is raised, as redis.call would.
-  local function qcall(cmd, key, ...)
-    local r = redis.pcall(cmd, key, ...)
-    if type(r) == 'table' and r.err then
-      if string.sub(r.err, 1, 9) ~= 'WRONGTYPE' then
-        return redis.call(cmd, key, ...) -- raises it
-      end
-      redis.call('DEL', key)
+-- shared defines, and returns, the rules that the fast paths do not need:
+-- clock, nextFence, queueRules and permitRules.
+local function shared()
+  -- clock returns the server's time in ms (with its microseconds as the
+  -- fraction, so that waiters who queue in one ms keep their order), or nil
+  -- if the script may not call TIME (an ACL without +time); the scripts then
+  -- keep no queue.
+  local function clock()
+    local t = redis.pcall('TIME')
+    if type(t) ~= 'table' or t.err then
       return nil
     end
-    return r
+    return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
   end
 
-  -- waiter returns the kind, due, lapse and the end of the last turn (0:
-  -- none) of waiter id, or nil.
-  local function waiter(q, id)
-    local v = qcall('HGET', q.info, id)
-    if type(v) ~= 'string' then
-      return nil
+  -- nextFence increments the fence counter key. A missing counter (a new
+  -- key, or one Redis lost: a restart without persistence, a failover to a
+  -- replica that lacked it, FLUSHALL) is first seeded with the server's clock
+  -- in microseconds, so that tokens keep increasing across such a loss while
+  -- the clock does not go back and the key sees fewer than a million
+  -- acquisitions a second on average.
+  local function nextFence(key)
+    if not redis.call('GET', key) then
+      local t = redis.call('TIME')
+      redis.call('SET', key, t[1] .. string.format('%06d', tonumber(t[2])))
     end
-    local kind, due, lapse, ended = string.match(v, '^([lp]) (%d+) (%d+) ?(%d*)$')
-    if not kind then
-      return nil
-    end
-    return kind, tonumber(due), tonumber(lapse), tonumber(ended) or 0
+    return redis.call('INCR', key)
   end
 
-  -- drop takes waiter id out of the queue, and reports whether it was in it.
-  local function drop(q, id)
-    if qcall('ZREM', q.order, id) ~= 1 then
-      return false
+  -- queueRules returns the wait queue's rules as a table of functions.
+  local function queueRules()
+    -- ms formats a time or duration in ms as an integer argument.
+    local function ms(n)
+      return string.format('%d', n)
     end
-    qcall('HDEL', q.info, id)
-    qcall('ZREM', q.polls, id)
-    return true
-  end
 
-  -- enqueue puts waiter id, which polls if kind is 'p', at the end of the
-  -- queue unless it is in it already (it keeps its place), and returns how
-  -- many waiters are ahead of it: all of them for a poller; for a listener,
-  -- those that listen too (each turn is announced by a release message, and
-  -- a listener counts the messages until its own; a poller ahead gets a turn
-  -- only now and then, when it is due: counting it would make the listener
-  -- miss its turn, not counting it only makes it try a turn early).
-  local function enqueue(q, id, kind, now)
-    local since = qcall('ZSCORE', q.order, id)
-    if not since then
-      since = string.format('%.3f', now)
-      qcall('ZADD', q.order, since, id)
+    -- qcall runs a command on a queue key. A WRONGTYPE reply (the key holds
+    -- another type) deletes the key and gives nil; any other error (NOPERM,
+    -- OOM) is raised, as redis.call would.
+    local function qcall(cmd, key, ...)
+      local r = redis.pcall(cmd, key, ...)
+      if type(r) == 'table' and r.err then
+        if string.sub(r.err, 1, 9) ~= 'WRONGTYPE' then
+          return redis.call(cmd, key, ...) -- raises it
+        end
+        redis.call('DEL', key)
+        return nil
+      end
+      return r
     end
-    if kind == 'p' then -- NX: a listener that became a poller (an evicted instance) is counted as one from now on
-      qcall('ZADD', q.polls, 'NX', since, id)
-    end
-    local rank = qcall('ZRANK', q.order, id) or 0
-    if kind == 'p' then
-      return rank
-    end
-    return math.max(0, rank - (qcall('ZCOUNT', q.polls, '-inf', since) or 0))
-  end
 
-  -- describe records how waiter id waits, and keeps the keys it wrote alive
-  -- until its entry lapses: each key lives up to twice as long as the last
-  -- entry (they are extended in steps, not on every write), and none is left
-  -- without a time to live.
-  local function describe(q, id, kind, now, due, lapse)
-    qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse))
-    local keys = {q.order, q.info}
-    if kind == 'p' then
-      keys[3] = q.polls
+    -- waiter returns the kind, due, lapse and the end of the last turn (0:
+    -- none) of waiter id, or nil.
+    local function waiter(q, id)
+      local v = qcall('HGET', q.info, id)
+      if type(v) ~= 'string' then
+        return nil
+      end
+      local kind, due, lapse, ended = string.match(v, '^([lp]) (%d+) (%d+) ?(%d*)$')
+      if not kind then
+        return nil
+      end
+      return kind, tonumber(due), tonumber(lapse), tonumber(ended) or 0
     end
-    for _, k in ipairs(keys) do
-      local left = redis.call('PTTL', k)
-      if left < 0 or left < lapse - now then
-        redis.call('PEXPIRE', k, ms(2 * (lapse - now)))
+
+    -- drop takes waiter id out of the queue, and reports whether it was in it.
+    local function drop(q, id)
+      if qcall('ZREM', q.order, id) ~= 1 then
+        return false
+      end
+      qcall('HDEL', q.info, id)
+      qcall('ZREM', q.polls, id)
+      return true
+    end
+
+    -- enqueue puts waiter id, which polls if kind is 'p', at the end of the
+    -- queue unless it is in it already (it keeps its place), and returns how
+    -- many waiters are ahead of it: all of them for a poller; for a listener,
+    -- those that listen too (each turn is announced by a release message, and
+    -- a listener counts the messages until its own; a poller ahead gets a turn
+    -- only now and then, when it is due: counting it would make the listener
+    -- miss its turn, not counting it only makes it try a turn early).
+    local function enqueue(q, id, kind, now)
+      local since = qcall('ZSCORE', q.order, id)
+      if not since then
+        since = string.format('%.3f', now)
+        qcall('ZADD', q.order, since, id)
+      end
+      if kind == 'p' then -- NX: a listener that became a poller (an evicted instance) is counted as one from now on
+        qcall('ZADD', q.polls, 'NX', since, id)
+      end
+      local rank = qcall('ZRANK', q.order, id) or 0
+      if kind == 'p' then
+        return rank
+      end
+      return math.max(0, rank - (qcall('ZCOUNT', q.polls, '-inf', since) or 0))
+    end
+
+    -- describe records how waiter id waits, and keeps the keys it wrote alive
+    -- until its entry lapses: each key lives up to twice as long as the last
+    -- entry (they are extended in steps, not on every write), and none is left
+    -- without a time to live.
+    local function describe(q, id, kind, now, due, lapse)
+      qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse))
+      local keys = {q.order, q.info}
+      if kind == 'p' then
+        keys[3] = q.polls
+      end
+      for _, k in ipairs(keys) do
+        local left = redis.call('PTTL', k)
+        if left < 0 or left < lapse - now then
+          redis.call('PEXPIRE', k, ms(2 * (lapse - now)))
+        end
       end
     end
-  end
 
-  -- gone reports whether a queue entry read by waiter (kind nil: unreadable)
-  -- is to be dropped: it lapsed, or the turn it was given ended more than
-  -- r.window ago without its trying since.
-  local function gone(kind, lapse, ended, now, r)
-    return not kind or lapse <= now or (ended > 0 and ended + r.window < now)
-  end
-
-  -- turnFor returns how long (ms) a turn given now to a live waiter of
-  -- kind, due to try at due, lasts; nil if it is not sure to try soon (a
-  -- poller due later than r.ahead is passed over, and keeps its place).
-  -- A turn not yet given (ended 0) is marked to end then, until the waiter
-  -- tries again; the second result says whether it was.
-  local function turnFor(q, id, kind, due, lapse, ended, now, r)
-    local n = nil
-    if kind == 'l' then
-      n = r.window
-    elseif due - now <= r.ahead then
-      n = math.max(due - now, 0) + r.slack
+    -- gone reports whether a queue entry read by waiter (kind nil: unreadable)
+    -- is to be dropped: it lapsed, or the turn it was given ended more than
+    -- r.window ago without its trying since.
+    local function gone(kind, lapse, ended, now, r)
+      return not kind or lapse <= now or (ended > 0 and ended + r.window < now)
     end
-    if n and ended == 0 then
-      qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse) .. ' ' .. ms(now + n))
-      return n, true
+
+    -- turnFor returns how long (ms) a turn given now to a live waiter of
+    -- kind, due to try at due, lasts; nil if it is not sure to try soon (a
+    -- poller due later than r.ahead is passed over, and keeps its place).
+    -- A turn not yet given (ended 0) is marked to end then, until the waiter
+    -- tries again; the second result says whether it was.
+    local function turnFor(q, id, kind, due, lapse, ended, now, r)
+      local n = nil
+      if kind == 'l' then
+        n = r.window
+      elseif due - now <= r.ahead then
+        n = math.max(due - now, 0) + r.slack
+      end
+      if n and ended == 0 then
+        qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse) .. ' ' .. ms(now + n))
+        return n, true
+      end
+      return n, false
     end
-    return n, false
+
+    -- nextTurn returns the waiter whose turn a free lock key is now, and for
+    -- how many ms the key is kept for it; or nil: the key goes to whoever tries
+    -- first. The turn is the oldest live waiter's that is sure to try soon: one
+    -- that is woken by the release message gets r.window ms; one that polls,
+    -- only if it is due within r.ahead ms, and then until then plus r.slack (a
+    -- poller due later is passed over this time, and keeps its place: the key
+    -- would idle until it tries). Entries met on the way are dropped if they
+    -- lapsed, cannot be read, or were given a turn that ended more than
+    -- r.window ago without their trying since (a waiter that died, or missed
+    -- its turn: it queues again when it tries); at most 64 per call. At most
+    -- r.look live entries are examined. The entry of self, the waiter that
+    -- runs the script, is never dropped: it is trying now; if it is the first
+    -- in line, it is the turn. now may be nil: the clock is then read if the
+    -- queue is not empty, and returned as the third result. The fourth is how
+    -- many listeners were dropped: each is one place that the waiters behind
+    -- them move up without a turn, to be announced (announce).
+    local function nextTurn(q, now, r, self)
+      local seen, dropped, deaf = 0, 0, 0
+      while seen < r.look and dropped < 64 do
+        local ids = qcall('ZRANGE', q.order, seen, seen + r.look - 1)
+        if not ids or #ids == 0 then
+          return nil, 0, now, dropped - deaf, seen == 0
+        end
+        now = now or clock()
+        if not now then
+          return nil, 0, nil, 0
+        end
+        for _, id in ipairs(ids) do
+          local kind, due, lapse, ended = waiter(q, id)
+          if id == self then
+            return id, 0, now, dropped - deaf
+          elseif gone(kind, lapse, ended, now, r) then
+            drop(q, id)
+            dropped = dropped + 1
+            if kind == 'p' then
+              deaf = deaf + 1
+            end
+            if dropped >= 64 then
+              break
+            end
+          else
+            seen = seen + 1
+            local n = turnFor(q, id, kind, due, lapse, ended, now, r)
+            if n then
+              return id, n, now, dropped - deaf
+            end
+          end
+          if seen >= r.look then
+            break
+          end
+        end
+      end
+      return nil, 0, now, dropped - deaf
+    end
+
+    -- announce publishes the release message on channel for lock key lk n
+    -- times (at most 65: a turn and 64 drops): a turn given, and places moved
+    -- up (nextTurn). A Spring waiter takes each for a release, and tries:
+    -- harmlessly.
+    local function announce(channel, lk, n)
+      for _ = 1, math.min(n, 65) do
+        redis.call('PUBLISH', channel, lk)
+      end
+    end
+
+    -- turnOf returns the waiter whose turn it is, or nil. A turn that is not
+    -- a string, or that lives for ever or far longer than any turn (PERSIST,
+    -- a restore, a hand-written value), is deleted: it would keep the key for
+    -- nobody.
+    local function turnOf(q)
+      local v = redis.pcall('GET', q.turn)
+      if type(v) == 'table' and v.err then
+        redis.call('DEL', q.turn)
+        return nil
+      end
+      if not v then
+        return nil
+      end
+      local left = redis.call('PTTL', q.turn)
+      if left < 0 or left > 60000 then
+        redis.call('DEL', q.turn)
+        return nil
+      end
+      return v
+    end
+
+    -- grant makes it waiter id's turn for n ms.
+    local function grant(q, id, n)
+      redis.call('SET', q.turn, id, 'PX', ms(math.max(1, n)))
+    end
+
+    -- pause returns how long (ms) a waiter that failed to take the key sleeps
+    -- before it tries again by itself: a waiter at most second in line to a
+    -- turn until the turn ends (turnLeft: its ms left, or nil); else until the
+    -- holder's key expires (pttl: ms left, -1 without expiry, -2 none), if
+    -- sooner than its poll interval idle; else idle shortened by spread (a
+    -- jitter, so that the waiters of many processes do not poll in step).
+    local function pause(pttl, rank, turnLeft, idle, spread)
+      if turnLeft and rank <= 1 then
+        return turnLeft + 1
+      end
+      if pttl >= 0 and pttl < idle then
+        return pttl + 1
+      end
+      return math.max(1, idle - spread)
+    end
+    return {ms = ms, qcall = qcall, waiter = waiter, drop = drop, enqueue = enqueue, describe = describe, gone = gone, turnFor = turnFor, nextTurn = nextTurn, announce = announce, turnOf = turnOf, grant = grant, pause = pause}
   end
 
-  -- nextTurn returns the waiter whose turn a free lock key is now, and for
-  -- how many ms the key is kept for it; or nil: the key goes to whoever tries
-  -- first. The turn is the oldest live waiter's that is sure to try soon: one
-  -- that is woken by the release message gets r.window ms; one that polls,
-  -- only if it is due within r.ahead ms, and then until then plus r.slack (a
-  -- poller due later is passed over this time, and keeps its place: the key
-  -- would idle until it tries). Entries met on the way are dropped if they
-  -- lapsed, cannot be read, or were given a turn that ended more than
-  -- r.window ago without their trying since (a waiter that died, or missed
-  -- its turn: it queues again when it tries); at most 64 per call. At most
-  -- r.look live entries are examined. The entry of self, the waiter that
-  -- runs the script, is never dropped: it is trying now; if it is the first
-  -- in line, it is the turn. now may be nil: the clock is then read if the
-  -- queue is not empty, and returned as the third result. The fourth is how
-  -- many listeners were dropped: each is one place that the waiters behind
-  -- them move up without a turn, to be announced (announce).
-  local function nextTurn(q, now, r, self)
-    local seen, dropped, deaf = 0, 0, 0
-    while seen < r.look and dropped < 64 do
-      local ids = qcall('ZRANGE', q.order, seen, seen + r.look - 1)
-      if not ids or #ids == 0 then
-        return nil, 0, now, dropped - deaf, seen == 0
+  -- permitRules returns the rules of a semaphore (the sem*.lua scripts); its
+  -- admit takes the wait queue's rules R. A semaphore key is a sorted set:
+  -- token -> the server time (ms) at which that permit expires. It has the
+  -- wait queue of a lock key (q.order, q.polls, q.info; no turn key): the
+  -- waiters first in line that are sure to try soon (as for nextTurn) are
+  -- admitted, as many as permits are free, and a caller that is not in line
+  -- only while fewer wait than permits are free.
+  local function permitRules()
+    local function ms(n)
+      return string.format('%d', n)
+    end
+
+    -- held drops the expired permits of key, and returns how many are held.
+    local function held(key, now)
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', ms(now))
+      return redis.call('ZCARD', key)
+    end
+
+    -- hold sets permit token of key to expire ttl ms after now, keeps key
+    -- alive at least as long, and returns a new fencing token from the
+    -- counter fence (nil: 0), which lives as long as key (it is seeded from
+    -- the clock again after it expires: see nextFence); held is how many
+    -- permits key held (0: the key is new).
+    local function hold(key, token, now, ttl, fence, held)
+      redis.call('ZADD', key, ms(now + ttl), token)
+      if held == 0 or redis.call('PTTL', key) < ttl then
+        redis.call('PEXPIRE', key, ttl)
       end
-      now = now or clock()
-      if not now then
-        return nil, 0, nil, 0
+      if not fence then
+        return 0
       end
-      for _, id in ipairs(ids) do
-        local kind, due, lapse, ended = waiter(q, id)
-        if id == self then
-          return id, 0, now, dropped - deaf
-        elseif gone(kind, lapse, ended, now, r) then
-          drop(q, id)
-          dropped = dropped + 1
-          if kind == 'p' then
-            deaf = deaf + 1
+      local n = nextFence(fence)
+      if redis.call('PTTL', fence) < ttl then
+        redis.call('PEXPIRE', fence, ttl)
+      end
+      return n
+    end
+
+    -- admit reports whether self (a waiter id, or nil for a caller not in
+    -- line) may take one of free permits: fewer than free waiters ahead of it
+    -- are sure to try soon (a listener; a poller due within r.ahead ms; a
+    -- poller due later is passed over and keeps its place). Each of those
+    -- whose turn was not yet given gets it (marked to end as nextTurn marks
+    -- it): the second result counts them, for the caller to announce. Entries
+    -- that lapsed, cannot be read, or were given a turn that ended more than
+    -- r.window ago are dropped, at most 64; the third result counts the
+    -- listeners among them (places moved up, to announce too). The fourth
+    -- counts the listeners ahead whose turn was given before this script
+    -- (their message is past: a waiter that counts messages from now on does
+    -- not count it). At most 8 live entries beyond free are examined (as
+    -- nextTurn looks at 4): past them, self is not admitted.
+    local function admit(R, q, now, free, self, r)
+      if free <= 0 then
+        return false, 0, 0, 0
+      end
+      if self then
+        local rank = R.qcall('ZRANK', q.order, self)
+        if rank and rank < free then -- fewer in line ahead of it than free permits
+          return true, 0, 0, 0
+        end
+      end
+      local ahead, told, moved, given, dropped, seen, start = 0, 0, 0, 0, 0, 0, 0
+      while dropped < 64 and seen < free + 8 do
+        local ids = R.qcall('ZRANGE', q.order, start, start + 15)
+        if not ids or #ids == 0 then
+          return true, told, moved, given
+        end
+        for _, id in ipairs(ids) do
+          if id == self then
+            return true, told, moved, given
+          end
+          local kind, due, lapse, ended = R.waiter(q, id)
+          if R.gone(kind, lapse, ended, now, r) then
+            R.drop(q, id)
+            dropped = dropped + 1
+            if kind ~= 'p' then
+              moved = moved + 1
+            end
+          else
+            start, seen = start + 1, seen + 1
+            local n, marked = R.turnFor(q, id, kind, due, lapse, ended, now, r)
+            if n then
+              ahead = ahead + 1
+              if marked then
+                told = told + 1
+              elseif kind == 'l' then
+                given = given + 1
+              end
+              if ahead >= free then
+                return false, told, moved, given
+              end
+            end
           end
           if dropped >= 64 then
             break
           end
-        else
-          seen = seen + 1
-          local n = turnFor(q, id, kind, due, lapse, ended, now, r)
-          if n then
-            return id, n, now, dropped - deaf
-          end
-        end
-        if seen >= r.look then
-          break
         end
       end
+      return false, told, moved, given
     end
-    return nil, 0, now, dropped - deaf
-  end
 
-  -- announce publishes the release message on channel for lock key lk n
-  -- times (at most 65: a turn and 64 drops): a turn given, and places moved
-  -- up (nextTurn). A Spring waiter takes each for a release, and tries:
-  -- harmlessly.
-  local function announce(channel, lk, n)
-    for _ = 1, math.min(n, 65) do
-      redis.call('PUBLISH', channel, lk)
-    end
-  end
-
-  -- turnOf returns the waiter whose turn it is, or nil. A turn that is not
-  -- a string, or that lives for ever or far longer than any turn (PERSIST,
-  -- a restore, a hand-written value), is deleted: it would keep the key for
-  -- nobody.
-  local function turnOf(q)
-    local v = redis.pcall('GET', q.turn)
-    if type(v) == 'table' and v.err then
-      redis.call('DEL', q.turn)
-      return nil
-    end
-    if not v then
-      return nil
-    end
-    local left = redis.call('PTTL', q.turn)
-    if left < 0 or left > 60000 then
-      redis.call('DEL', q.turn)
-      return nil
-    end
-    return v
-  end
-
-  -- grant makes it waiter id's turn for n ms.
-  local function grant(q, id, n)
-    redis.call('SET', q.turn, id, 'PX', ms(math.max(1, n)))
-  end
-
-  -- pause returns how long (ms) a waiter that failed to take the key sleeps
-  -- before it tries again by itself: a waiter at most second in line to a
-  -- turn until the turn ends (turnLeft: its ms left, or nil); else until the
-  -- holder's key expires (pttl: ms left, -1 without expiry, -2 none), if
-  -- sooner than its poll interval idle; else idle shortened by spread (a
-  -- jitter, so that the waiters of many processes do not poll in step).
-  local function pause(pttl, rank, turnLeft, idle, spread)
-    if turnLeft and rank <= 1 then
-      return turnLeft + 1
-    end
-    if pttl >= 0 and pttl < idle then
-      return pttl + 1
-    end
-    return math.max(1, idle - spread)
-  end
-  return {ms = ms, qcall = qcall, waiter = waiter, drop = drop, enqueue = enqueue, describe = describe, gone = gone, turnFor = turnFor, nextTurn = nextTurn, announce = announce, turnOf = turnOf, grant = grant, pause = pause}
-end
-
--- permitRules returns the rules of a semaphore (the sem*.lua scripts); its
--- admit takes the wait queue's rules R. A semaphore key is a sorted set:
--- token -> the server time (ms) at which that permit expires. It has the
--- wait queue of a lock key (q.order, q.polls, q.info; no turn key): the
--- waiters first in line that are sure to try soon (as for nextTurn) are
--- admitted, as many as permits are free, and a caller that is not in line
--- only while fewer wait than permits are free.
-local function permitRules()
-  local function ms(n)
-    return string.format('%d', n)
-  end
-
-  -- held drops the expired permits of key, and returns how many are held.
-  local function held(key, now)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', ms(now))
-    return redis.call('ZCARD', key)
-  end
-
-  -- hold sets permit token of key to expire ttl ms after now, keeps key
-  -- alive at least as long, and returns a new fencing token from the
-  -- counter fence (nil: 0), which lives as long as key (it is seeded from
-  -- the clock again after it expires: see nextFence); held is how many
-  -- permits key held (0: the key is new).
-  local function hold(key, token, now, ttl, fence, held)
-    redis.call('ZADD', key, ms(now + ttl), token)
-    if held == 0 or redis.call('PTTL', key) < ttl then
-      redis.call('PEXPIRE', key, ttl)
-    end
-    if not fence then
-      return 0
-    end
-    local n = nextFence(fence)
-    if redis.call('PTTL', fence) < ttl then
-      redis.call('PEXPIRE', fence, ttl)
-    end
-    return n
-  end
-
-  -- admit reports whether self (a waiter id, or nil for a caller not in
-  -- line) may take one of free permits: fewer than free waiters ahead of it
-  -- are sure to try soon (a listener; a poller due within r.ahead ms; a
-  -- poller due later is passed over and keeps its place). Each of those
-  -- whose turn was not yet given gets it (marked to end as nextTurn marks
-  -- it): the second result counts them, for the caller to announce. Entries
-  -- that lapsed, cannot be read, or were given a turn that ended more than
-  -- r.window ago are dropped, at most 64; the third result counts the
-  -- listeners among them (places moved up, to announce too). The fourth
-  -- counts the listeners ahead whose turn was given before this script
-  -- (their message is past: a waiter that counts messages from now on does
-  -- not count it). At most 8 live entries beyond free are examined (as
-  -- nextTurn looks at 4): past them, self is not admitted.
-  local function admit(R, q, now, free, self, r)
-    if free <= 0 then
-      return false, 0, 0, 0
-    end
-    if self then
-      local rank = R.qcall('ZRANK', q.order, self)
-      if rank and rank < free then -- fewer in line ahead of it than free permits
-        return true, 0, 0, 0
+    -- toBack puts waiter id, in line or not, at the back of the queue q
+    -- (the wait queue's rules R) as a waiter of kind that begins to wait
+    -- now, and returns how many waiters are ahead of it, counted as enqueue
+    -- counts them (a listener does not count the pollers). It is enqueue for
+    -- a waiter known to be last, with fewer calls: describe follows it.
+    local function toBack(R, q, id, kind, now)
+      local since = string.format('%.3f', now)
+      R.qcall('ZADD', q.order, since, id)
+      if kind == 'p' then
+        R.qcall('ZADD', q.polls, since, id)
       end
-    end
-    local ahead, told, moved, given, dropped, seen, start = 0, 0, 0, 0, 0, 0, 0
-    while dropped < 64 and seen < free + 8 do
-      local ids = R.qcall('ZRANGE', q.order, start, start + 15)
-      if not ids or #ids == 0 then
-        return true, told, moved, given
+      local n = (R.qcall('ZCARD', q.order) or 1) - 1
+      if kind == 'p' then
+        return n
       end
-      for _, id in ipairs(ids) do
-        if id == self then
-          return true, told, moved, given
-        end
-        local kind, due, lapse, ended = R.waiter(q, id)
-        if R.gone(kind, lapse, ended, now, r) then
-          R.drop(q, id)
-          dropped = dropped + 1
-          if kind ~= 'p' then
-            moved = moved + 1
-          end
-        else
-          start, seen = start + 1, seen + 1
-          local n, marked = R.turnFor(q, id, kind, due, lapse, ended, now, r)
-          if n then
-            ahead = ahead + 1
-            if marked then
-              told = told + 1
-            elseif kind == 'l' then
-              given = given + 1
-            end
-            if ahead >= free then
-              return false, told, moved, given
-            end
-          end
-        end
-        if dropped >= 64 then
-          break
-        end
+      return math.max(0, n - (R.qcall('ZCARD', q.polls) or 0))
+    end
+
+    -- soonest returns the ms until the first permit of key expires, or -2
+    -- when none is held.
+    local function soonest(key, now)
+      local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+      if #first == 0 then
+        return -2
       end
+      return math.max(math.floor(tonumber(first[2]) - now), 0)
     end
-    return false, told, moved, given
+    return {held = held, hold = hold, admit = admit, toBack = toBack, soonest = soonest}
   end
-
-  -- toBack puts waiter id, in line or not, at the back of the queue q
-  -- (the wait queue's rules R) as a waiter of kind that begins to wait
-  -- now, and returns how many waiters are ahead of it, counted as enqueue
-  -- counts them (a listener does not count the pollers). It is enqueue for
-  -- a waiter known to be last, with fewer calls: describe follows it.
-  local function toBack(R, q, id, kind, now)
-    local since = string.format('%.3f', now)
-    R.qcall('ZADD', q.order, since, id)
-    if kind == 'p' then
-      R.qcall('ZADD', q.polls, since, id)
-    end
-    local n = (R.qcall('ZCARD', q.order) or 1) - 1
-    if kind == 'p' then
-      return n
-    end
-    return math.max(0, n - (R.qcall('ZCARD', q.polls) or 0))
-  end
-
-  -- soonest returns the ms until the first permit of key expires, or -2
-  -- when none is held.
-  local function soonest(key, now)
-    local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
-    if #first == 0 then
-      return -2
-    end
-    return math.max(math.floor(tonumber(first[2]) - now), 0)
-  end
-  return {held = held, hold = hold, admit = admit, toBack = toBack, soonest = soonest}
+  return clock, nextFence, queueRules, permitRules
 end

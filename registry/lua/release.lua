@@ -24,6 +24,7 @@ if queueEmpty(KEYS[2]) then
   redis.call('PUBLISH', ARGV[2], KEYS[1])
   return 1
 end
+local _, _, queueRules = shared()
 local R = queueRules()
 local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}
 local next, n, _, moved, empty = R.nextTurn(q, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5]), look = 4})

@@ -46,6 +46,7 @@ local held = redis.pcall('ZCARD', KEYS[1])
 if type(held) ~= 'number' then
   return redis.error_reply('WRONGTYPE semaphore key holds a value that is not a sorted set')
 end
+local clock, nextFence, queueRules, permitRules = shared()
 local now = clock()
 if not now then
   return redis.error_reply('ERR lockyard: a semaphore needs the TIME command')

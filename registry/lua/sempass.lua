@@ -28,6 +28,7 @@ local score = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
 if type(score) ~= 'string' then
   return {0}
 end
+local clock, _, queueRules, permitRules = shared()
 local now = clock()
 if not now or tonumber(score) <= now then
   redis.call('ZREM', KEYS[1], ARGV[1])

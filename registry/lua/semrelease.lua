@@ -36,6 +36,7 @@ if queueEmpty(KEYS[2]) then
   forget()
   return 1
 end
+local clock, _, queueRules, permitRules = shared()
 local now = clock()
 if not now then
   return 2

@@ -9,6 +9,7 @@
 --   Reply: ms
 -- join: ARGV[2] id, [3] now, [4] kind, [5] due, [6] lapse
 --   Reply: {waiters ahead that count, the queue's PTTL}
+local _, _, queueRules = shared()
 local R = queueRules()
 local q = {order = KEYS[1], info = KEYS[2], turn = KEYS[3], polls = KEYS[4]}
 local function ids()
