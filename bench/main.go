@@ -124,11 +124,10 @@ func run(reps int, dur time.Duration, rounds, burst int, only []string) error {
 		return err
 	}
 	defer e.check.Close()
-	version, _ := redisVersion(e.lock.Addr)
 	if server, err = redistest.CapsOf(e.lock.Addr); err != nil {
 		return err
 	}
-	version = server.Name + " " + server.Version
+	version := server.Name + " " + server.Version
 	fmt.Printf("lockyard bench: %d runs of each scenario, interleaved; %s contended, %s uncontended; TTL %s; tuned peers retry every %s\n",
 		reps, dur, dur/2, ttl, tunedRetry)
 	fmt.Printf("machine: %d CPUs, %s %s/%s; %s on loopback (%s to pick another)\n\n", runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, version, redistest.ServerEnv)
@@ -187,15 +186,3 @@ func run(reps int, dur time.Duration, rounds, burst int, only []string) error {
 	return nil
 }
 
-func redisVersion(addr string) (string, error) {
-	s, err := redistest.Do(addr, "INFO", "server")
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(s.([]byte)), "\n") {
-		if v, ok := strings.CutPrefix(line, "redis_version:"); ok {
-			return strings.TrimSpace(v), nil
-		}
-	}
-	return "?", nil
-}
