@@ -185,4 +185,3 @@ func run(reps int, dur time.Duration, rounds, burst int, only []string) error {
 	t.print(only)
 	return nil
 }
-
