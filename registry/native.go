@@ -48,12 +48,12 @@ const (
 // Each command is detected on its own, once, when the registry first
 // renews or releases: COMMAND INFO DELEX DELIFEQ and COMMAND DOCS SET, one
 // round trip on the lock key's node (a probe that fails on the network is
-// tried again by the next call, up to probeTries times). A command the server lacks is never
-// sent. One that the server refuses anyway (an unknown command or option,
-// NOPERM: an ACL, a proxy, a node of a Cluster not yet upgraded) is
-// dropped, the script runs instead, Stats.NativeFallbacks counts it, and
-// the first is logged at info level. Any other error reply runs the
-// script too, for that call only.
+// tried again by the next call, up to probeTries times). A command the
+// server lacks is never sent. One that the server refuses anyway (an
+// unknown command or option, NOPERM: an ACL, a proxy, a node of a Cluster
+// not yet upgraded) is dropped, the script runs instead,
+// Stats.NativeFallbacks counts it, and the first is logged at info level.
+// Any other error reply runs the script too, for that call only.
 type native struct {
 	x     *core.ClientExec
 	s     *scripts
