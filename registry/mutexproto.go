@@ -197,16 +197,11 @@ func (p *mutexProto) renewScripts(ctx context.Context, calls []core.RenewCall) [
 // its last release found nobody queued): only then may the release be the
 // server's native delete (native.go), which gives no turn. With waiters
 // queued, release.lua gives the turn to the first in line, who then takes
-// the key without a message of its own; after a native release that
-// waiter's take is announced as a move up, one message too many for the
-// listeners behind it, which wake a turn early (with every release native:
-// twice the messages and about twice the obtains per acquisition, measured
-// with 8 registries), and a dead listener ahead of them is not dropped
-// and announced (the next one sleeps to its own poll). A native release
-// that finds waiters all the same is followed by nudge.lua, which gives
-// the turn and announces the dead entries, unless the first in line,
-// woken by the message, took the key first (its take is then announced:
-// one early wake-up, once, as the key turns contended).
+// the key unannounced; after a native release that take is announced, and
+// the listeners behind wake a turn early (with every release native: twice
+// the messages and the obtains per acquisition, 8 registries). A native
+// release that finds waiters all the same is followed by nudge.lua, which
+// gives the turn and announces the dead entries it drops.
 func (p *mutexProto) release(ctx context.Context, lk, token string, quiet bool) (done, others bool, err error) {
 	if quiet && p.native.releasing(ctx, lk) {
 		done, others, told, handled, err := p.native.release(ctx, lk, token)

@@ -214,19 +214,17 @@ func (n *native) renewCmd(lk, token string, ttl time.Duration) []any {
 
 // renewing reports whether renewals are to be sent as SET IFEQ.
 func (n *native) renewing(ctx context.Context, lk string) bool {
-	return n != nil && n.set.Load() != capNo && n.ready(ctx, lk) && n.set.Load() != capNo
+	return n != nil && n.ready(ctx, lk) && n.set.Load() != capNo
 }
 
-// renew renews lk for token with SET IFEQ, if renewing said so; ok false
-// with handled false means the caller runs renew.lua.
+// renew renews lk for token with SET IFEQ, if renewing said so; handled
+// false means the server refused it, and the caller runs renew.lua.
 func (n *native) renew(ctx context.Context, lk, token string, ttl time.Duration) (ok, handled bool, err error) {
-	res := n.x.Pipeline(ctx, [][]any{n.renewCmd(lk, token, ttl)})[0]
-	if res.Err != nil && !core.IsAmbiguous(res.Err) {
-		n.refused("SET IFEQ", &n.set, res.Err)
-		n.fellBack(1)
+	var out [1]core.RenewReply
+	if again := n.renewBatch(ctx, []core.RenewCall{{Key: lk, Token: token, TTL: ttl}}, out[:]); len(again) > 0 {
 		return false, false, nil
 	}
-	return res.Reply != nil, true, res.Err
+	return out[0].OK, true, out[0].Err
 }
 
 // renewBatch renews calls with SET IFEQ, pipelined, into out; it returns
@@ -249,17 +247,17 @@ func (n *native) renewBatch(ctx context.Context, calls []core.RenewCall, out []c
 	return again
 }
 
-// delCmd returns the compare-and-delete to release lk with, and its
-// capability; nil if there is none.
-func (n *native) delCmd(lk, token string) ([]any, *atomic.Int32, string) {
+// delCap returns the capability of the compare-and-delete to release with
+// (DELEX, else DELIFEQ), and its name; nil if there is none.
+func (n *native) delCap() (*atomic.Int32, string) {
 	switch {
 	case n.pubOff.Load():
 	case n.delex.Load() != capNo:
-		return []any{"DELEX", lk, "IFEQ", token}, &n.delex, "DELEX"
+		return &n.delex, "DELEX"
 	case n.delifeq.Load() != capNo:
-		return []any{"DELIFEQ", lk, token}, &n.delifeq, "DELIFEQ"
+		return &n.delifeq, "DELIFEQ"
 	}
-	return nil, nil, ""
+	return nil, ""
 }
 
 // releasing reports whether releases are to be sent as a native delete.
@@ -267,7 +265,7 @@ func (n *native) releasing(ctx context.Context, lk string) bool {
 	if n == nil {
 		return false
 	}
-	if c, _, _ := n.delCmd(lk, ""); c == nil {
+	if c, _ := n.delCap(); c == nil {
 		return false
 	}
 	return n.ready(ctx, lk)
@@ -279,9 +277,15 @@ func (n *native) releasing(ctx context.Context, lk string) bool {
 // caller runs release.lua. told false: the release message may not have
 // gone out (the caller tells the waiters another way).
 func (n *native) release(ctx context.Context, lk, token string) (done, others, told, handled bool, err error) {
-	del, c, name := n.delCmd(lk, token)
-	if del == nil {
+	c, name := n.delCap()
+	var del []any
+	switch c {
+	case nil:
 		return false, false, false, false, nil
+	case &n.delex:
+		del = []any{"DELEX", lk, "IFEQ", token}
+	default:
+		del = []any{"DELIFEQ", lk, token}
 	}
 	res := n.x.PipelineOn(ctx, lk, [][]any{del, {"PUBLISH", n.s.layout.Channel(lk), lk}, {"EXISTS", n.s.layout.QueueKey(lk)}})
 	if res[0].Err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
@@ -314,30 +315,28 @@ func TestNativeFallbacks(t *testing.T) {
 // a table of its own, the registry tries both: DELEX serves the releases,
 // and the first renewal falls back to the script for good.
 func TestNativeMiniredis(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		if b.mr == nil {
-			return // the real server: TestNativeCommands
+	mr := miniredis.RunT(t)
+	pool := redistest.NewPool(mr.Addr())
+	t.Cleanup(func() { pool.Close() })
+	rc := newRefusing(pool, nil, nil)
+	r, err := registry.NewWithClient(rc, prefix(t), registry.WithLogger(discardLogger))
+	mustNil(t, err)
+	t.Cleanup(func() { r.Close() })
+	l := obtain(t, r, "k")
+	for range 3 {
+		mustNil(t, l.LockContext(bg(t)))
+		mustNil(t, r.RenewLock(bg(t), "k"))
+		mustNil(t, l.UnlockContext(bg(t)))
+		if mr.Exists(l.Key()) {
+			t.Fatal("the key outlived its release")
 		}
-		rc := newRefusing(b.pool(t), nil, nil)
-		r, err := registry.NewWithClient(rc, prefix(t), registry.WithLogger(discardLogger))
-		mustNil(t, err)
-		t.Cleanup(func() { r.Close() })
-		l := obtain(t, r, "k")
-		for range 3 {
-			mustNil(t, l.LockContext(bg(t)))
-			mustNil(t, r.RenewLock(bg(t), "k"))
-			mustNil(t, l.UnlockContext(bg(t)))
-			if b.mr.Exists(l.Key()) {
-				t.Fatal("the key outlived its release")
-			}
-		}
-		if st := r.Stats(); st.NativeFallbacks != 1 || st.Renewals != 3 {
-			t.Errorf("fallbacks %d, renewals %d; want 1 (the first SET IFEQ) and 3", st.NativeFallbacks, st.Renewals)
-		}
-		if rc.sent("DELEX") != 3 || rc.sent("SET") != 1 || rc.sent("DELIFEQ") != 0 {
-			t.Errorf("sent DELEX %d, SET IFEQ %d, DELIFEQ %d times; want 3, 1 and 0", rc.sent("DELEX"), rc.sent("SET"), rc.sent("DELIFEQ"))
-		}
-	})
+	}
+	if st := r.Stats(); st.NativeFallbacks != 1 || st.Renewals != 3 {
+		t.Errorf("fallbacks %d, renewals %d; want 1 (the first SET IFEQ) and 3", st.NativeFallbacks, st.Renewals)
+	}
+	if rc.sent("DELEX") != 3 || rc.sent("SET") != 1 || rc.sent("DELIFEQ") != 0 {
+		t.Errorf("sent DELEX %d, SET IFEQ %d, DELIFEQ %d times; want 3, 1 and 0", rc.sent("DELEX"), rc.sent("SET"), rc.sent("DELIFEQ"))
+	}
 }
 
 // serverMs returns the server's clock in ms.
