@@ -67,19 +67,10 @@ func CommandStats(addr string) (map[string]int, error) {
 		return nil, err
 	}
 	out := map[string]int{}
-	for name, n := range commandStats(info) {
-		out[name] = int(n)
+	for name, st := range parseCommandStats(info) {
+		out[name] = int(st.Calls)
 	}
 	return out, nil
-}
-
-// commandStats parses INFO commandstats: the calls of each command.
-func commandStats(info string) map[string]int64 {
-	out := map[string]int64{}
-	for name, st := range parseCommandStats(info) {
-		out[name] = st.Calls
-	}
-	return out
 }
 
 // CmdStat is one command's line of INFO commandstats.
@@ -98,6 +89,7 @@ func CommandStatsOn(c redis.Conn) (map[string]CmdStat, error) {
 	return parseCommandStats(info), nil
 }
 
+// parseCommandStats parses INFO commandstats.
 func parseCommandStats(info string) map[string]CmdStat {
 	out := map[string]CmdStat{}
 	for _, line := range strings.Split(info, "\n") {

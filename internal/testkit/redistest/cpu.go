@@ -45,9 +45,9 @@ func CommandCalls(c redis.Conn, match func(name string) bool) int64 {
 		return 0
 	}
 	var total int64
-	for name, n := range commandStats(s) {
+	for name, st := range parseCommandStats(s) {
 		if match(name) {
-			total += n
+			total += st.Calls
 		}
 	}
 	return total
