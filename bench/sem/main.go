@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,6 +65,7 @@ func main() {
 		ttl    = flag.Duration("ttl", 2*time.Second, "permit TTL (lockTimeout of the peer), also of the crash scenario")
 		worker = flag.String("worker", "", "internal: run one lockyard process (JSON spec)")
 		peer   = flag.String("peer", "peer", "the folder of the peer (npm install done)")
+		only   = flag.String("shapes", "", "run only the shapes whose names contain this (and no crash scenario)")
 	)
 	flag.Parse()
 	if *worker != "" {
@@ -73,13 +75,13 @@ func main() {
 		}
 		return
 	}
-	if err := run(*reps, *dur, *ttl, *peer); err != nil {
+	if err := run(*reps, *dur, *ttl, *peer, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "sem:", err)
 		os.Exit(1)
 	}
 }
 
-func run(reps int, dur, ttl time.Duration, peerDir string) error {
+func run(reps int, dur, ttl time.Duration, peerDir, only string) error {
 	peerJS, err := filepath.Abs(filepath.Join(peerDir, "peer.js"))
 	if err != nil {
 		return err
@@ -112,6 +114,9 @@ func run(reps int, dur, ttl time.Duration, peerDir string) error {
 	}
 	fmt.Printf("semaphore bench: %d reps of %v per shape and contender, alternating; redis-server %s\n", reps, dur, srv.Addr)
 	for _, sh := range shapes {
+		if !strings.Contains(sh.name, only) {
+			continue
+		}
 		res := map[string][]metrics{}
 		for rep := range reps {
 			order := slices.Clone(contenders)
@@ -128,12 +133,17 @@ func run(reps int, dur, ttl time.Duration, peerDir string) error {
 		}
 		printShape(sh, contenders, res)
 	}
+	if only != "" {
+		return nil
+	}
 	return crash(srv.Addr, contenders, ttl, reps)
 }
 
 // metrics is one run of one contender.
 type metrics struct {
 	acqPerSec, callsPerAcq, scriptsPerAcq, cpuPerAcq, p50, p99, minShare float64
+	perCmd                                                               map[string]float64 // calls per acquisition of each command
+	usecPerAcq                                                           float64            // the server's time in commands (INFO commandstats usec)
 }
 
 // measure runs sh once for c and measures it from the server's counters.
@@ -145,6 +155,10 @@ func measure(addr, key string, c contender, sh shape, dur, ttl time.Duration) (m
 	defer conn.Close()
 	calls0, cpu0 := serverCalls(conn), serverCPU(conn)
 	scripts0 := scriptCalls(conn)
+	stats0, err := redistest.CommandStatsOn(conn)
+	if err != nil {
+		return metrics{}, err
+	}
 	cmds := make([]*exec.Cmd, sh.procs)
 	outs := make([]*strings.Builder, sh.procs)
 	for i := range cmds {
@@ -177,7 +191,23 @@ func measure(addr, key string, c contender, sh shape, dur, ttl time.Duration) (m
 	}
 	calls, cpu := serverCalls(conn)-calls0-1, serverCPU(conn)-cpu0
 	scripts := scriptCalls(conn) - scripts0
+	stats, err := redistest.CommandStatsOn(conn)
+	if err != nil {
+		return metrics{}, err
+	}
+	perCmd := map[string]float64{}
+	usec := 0.0
+	for name, st := range stats {
+		if d := st.Calls - stats0[name].Calls; d > 0 && name != "info" {
+			perCmd[name] = float64(d) / float64(total)
+			if name == "evalsha" || name == "eval" {
+				usec += st.Usec - stats0[name].Usec
+			}
+		}
+	}
 	return metrics{
+		perCmd:        perCmd,
+		usecPerAcq:    usec / float64(total),
 		acqPerSec:     float64(total) / dur.Seconds(),
 		callsPerAcq:   float64(calls) / float64(total),
 		scriptsPerAcq: float64(scripts) / float64(total),
@@ -225,6 +255,23 @@ func printShape(sh shape, cs []contender, res map[string][]metrics) {
 		fmt.Printf("%s / %s: acq/s %.2f, Redis CPU/acq %.2f, srv calls/acq %.2f, wait p99 %.2f\n", c.name, peer,
 			ratio(func(m metrics) float64 { return m.acqPerSec }), ratio(func(m metrics) float64 { return m.cpuPerAcq }),
 			ratio(func(m metrics) float64 { return m.callsPerAcq }), ratio(func(m metrics) float64 { return m.p99 }))
+	}
+	// Server calls per acquisition by command (medians).
+	for _, c := range cs {
+		names := map[string]bool{}
+		for _, m := range res[c.name] {
+			for n := range m.perCmd {
+				names[n] = true
+			}
+		}
+		var parts []string
+		for _, n := range slices.Sorted(maps.Keys(names)) {
+			if v := col(c.name, func(m metrics) float64 { return m.perCmd[n] }); v >= 0.005 {
+				parts = append(parts, fmt.Sprintf("%s %.2f", n, v))
+			}
+		}
+		fmt.Printf("%s calls/acq by command: %s\n", c.name, strings.Join(parts, ", "))
+		fmt.Printf("%s scripts' usec/acq: %.1f\n", c.name, col(c.name, func(m metrics) float64 { return m.usecPerAcq }))
 	}
 }
 
