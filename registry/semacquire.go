@@ -28,13 +28,20 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 		s.turn.waitUntil = 0
 	}
 	s.mu.Unlock()
-	if left := s.turn.waitUntil - r.core.Now(); s.turn.waitUntil > 0 {
-		// The last head's acquisition queued the instance again: wait for
-		// its turn before trying.
-		s.turn.waitUntil = 0
+	// line is the instance's wait in line: until when (0: none), and for
+	// how many release messages since mark. A head that leaves with a
+	// permit handed off leaves it to the next head, which goes on waiting
+	// instead of trying at once: its entry keeps its place, and an attempt
+	// before its turn would only fail.
+	line := s.turn
+	s.turn.waitUntil = 0
+	defer func() { s.turn.waitUntil, s.turn.mark, s.turn.after = line.waitUntil, line.mark, line.after }()
+	if left := line.waitUntil - r.core.Now(); line.waitUntil > 0 {
+		// The last head left the instance queued: wait for its turn before
+		// trying.
 		waited = true
 		if left > 0 {
-			if err := r.core.Await(ctx, s.wake, time.Duration(left), s.turn.mark, s.turn.after, s.hasSpare); err != nil {
+			if err := r.core.Await(ctx, s.wake, time.Duration(left), line.mark, line.after, s.hasSpare); err != nil {
 				return nil, waited, core.WaitErr(s.key, err, nil)
 			}
 		}
@@ -58,13 +65,17 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 		}
 		mark := s.wake.Mark()
 		h := hint{waits: true, waiter: s.waiter, deaf: !s.pubsub || s.deaf(), spread: rand.N(r.cfg.idle/4 + 1), rtt: s.turn.rtt}
+		sent := r.core.Now()
 		p, g, err := s.attempt(ctx, ttl, h, true, mark)
+		line.waitUntil = 0
 		switch {
 		case err == nil && p != nil:
+			line = s.turn // set by attempt if it queued the instance again
 			return p, waited, nil
 		case err == nil:
 			waited = true
 			bo.Reset()
+			line = semTurn{waitUntil: sent + int64(max(g.sleep, 0)), mark: mark, after: g.after}
 			if s.pubsub {
 				r.subscriber.listen(s.wake)
 			}

@@ -65,9 +65,10 @@ type Semaphore struct {
 	queuedAt uint64
 }
 
-// semTurn is the head's bookkeeping between heads: an acquisition that
-// queued the instance again for the leases behind it says when the next
-// head's turn may come.
+// semTurn is the head's bookkeeping between heads: the instance's wait in
+// line, which the next head goes on with (an acquisition that queued the
+// instance again for the leases behind it, or a failed attempt of a head
+// that then took a permit handed off, says when its turn may come).
 type semTurn struct {
 	waitUntil int64 // registry clock; 0: none
 	mark      int64 // the waker's count when it was queued

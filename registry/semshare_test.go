@@ -338,3 +338,43 @@ func TestSemaphoreQueuedAgainListens(t *testing.T) {
 		t.Fatalf("a free permit idled %v: the queued-again registry did not hear its turn", d)
 	}
 }
+
+// A head that takes a permit handed off by a lease of its registry leaves
+// the instance's wait in line to the next head: the next head waits for
+// the instance's turn instead of trying at once (an attempt that can only
+// fail: one per local hand-off under contention), and its turn, announced
+// by the release message, still wakes it.
+func TestSemaphoreNextHeadKeepsWait(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		cp := &redistest.CountingPool{Pool: b.pool(t)}
+		// Free passes for a minute: the local hand-off sends no command.
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
+		s := semaphore(t, newRegPrefix(t, cp, pfx, append(opts, registry.WithRuns(time.Minute, time.Minute))...), "k", 2)
+		other := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 2)
+		o, err := other.Acquire(bg(t), 0)
+		mustNil(t, err)
+		a, err := s.Acquire(bg(t), 0)
+		mustNil(t, err)
+		first := acquirePermit(bg(t), s, 0)
+		waitFor(t, 5*time.Second, "the head in the wait queue", func() bool { return queueLen(t, b, s.Key(), false) == 1 })
+		second := acquirePermit(bg(t), s, 0)
+		waitFor(t, 5*time.Second, "two leases waiting", func() bool { return s.Waiting() == 2 })
+		cp.Commands()
+		mustNil(t, a.Release(bg(t)))
+		c := recvWithin(t, first, 5*time.Second, "the head, with the permit handed off")
+		notWithin(t, second, 200*time.Millisecond, "the next head, while every permit is held")
+		if cmds := slices.DeleteFunc(cp.Commands(), func(c string) bool { return c == "EVAL" }); len(cmds) != 0 {
+			t.Fatalf("commands after the hand-off: %v, want none (the next head tried before its turn)", cmds)
+		}
+		released := time.Now()
+		mustNil(t, o.Release(bg(t)))
+		d := recvWithin(t, second, 5*time.Second, "the next head, at its turn")
+		if w := time.Since(released); w > time.Second {
+			t.Fatalf("the next head got the free permit %v after the release (poll 3s): its turn did not wake it", w)
+		}
+		mustNil(t, c.Release(bg(t)))
+		mustNil(t, d.Release(bg(t)))
+		assertNoKeys(t, b, pfx)
+	})
+}
