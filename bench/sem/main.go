@@ -144,6 +144,7 @@ type metrics struct {
 	acqPerSec, callsPerAcq, scriptsPerAcq, cpuPerAcq, p50, p99, minShare float64
 	perCmd                                                               map[string]float64 // calls per acquisition of each command
 	usecPerAcq                                                           float64            // the server's time in commands (INFO commandstats usec)
+	clientCPUPerAcq                                                      float64            // the contender's processes' CPU (µs, user+system)
 }
 
 // measure runs sh once for c and measures it from the server's counters.
@@ -170,14 +171,16 @@ func measure(addr, key string, c contender, sh shape, dur, ttl time.Duration) (m
 		}
 	}
 	var (
-		total int
-		waits []float64
-		per   []float64
+		total     int
+		waits     []float64
+		per       []float64
+		clientCPU time.Duration
 	)
 	for i, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
 			return metrics{}, fmt.Errorf("process %d: %w", i, err)
 		}
+		clientCPU += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 		var r report
 		if err := json.Unmarshal([]byte(strings.TrimSpace(outs[i].String())), &r); err != nil {
 			return metrics{}, fmt.Errorf("process %d: %w: %q", i, err, outs[i].String())
@@ -206,15 +209,16 @@ func measure(addr, key string, c contender, sh shape, dur, ttl time.Duration) (m
 		}
 	}
 	return metrics{
-		perCmd:        perCmd,
-		usecPerAcq:    usec / float64(total),
-		acqPerSec:     float64(total) / dur.Seconds(),
-		callsPerAcq:   float64(calls) / float64(total),
-		scriptsPerAcq: float64(scripts) / float64(total),
-		cpuPerAcq:     float64(cpu.Microseconds()) / float64(total),
-		p50:           stat.Percentile(waits, 50),
-		p99:           stat.Percentile(waits, 99),
-		minShare:      slices.Min(per) / float64(total),
+		perCmd:          perCmd,
+		usecPerAcq:      usec / float64(total),
+		clientCPUPerAcq: float64(clientCPU.Microseconds()) / float64(total),
+		acqPerSec:       float64(total) / dur.Seconds(),
+		callsPerAcq:     float64(calls) / float64(total),
+		scriptsPerAcq:   float64(scripts) / float64(total),
+		cpuPerAcq:       float64(cpu.Microseconds()) / float64(total),
+		p50:             stat.Percentile(waits, 50),
+		p99:             stat.Percentile(waits, 99),
+		minShare:        slices.Min(per) / float64(total),
 	}, nil
 }
 
@@ -271,7 +275,8 @@ func printShape(sh shape, cs []contender, res map[string][]metrics) {
 			}
 		}
 		fmt.Printf("%s calls/acq by command: %s\n", c.name, strings.Join(parts, ", "))
-		fmt.Printf("%s scripts' usec/acq: %.1f\n", c.name, col(c.name, func(m metrics) float64 { return m.usecPerAcq }))
+		fmt.Printf("%s scripts' usec/acq: %.1f; client CPU us/acq (its processes, start-up included): %.0f\n", c.name,
+			col(c.name, func(m metrics) float64 { return m.usecPerAcq }), col(c.name, func(m metrics) float64 { return m.clientCPUPerAcq }))
 	}
 }
 
