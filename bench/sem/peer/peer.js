@@ -5,11 +5,17 @@
 // and the waits (ms) of each.
 //
 // usage: node peer.js ADDR KEY PERMITS INFLIGHT DUR_MS HOLD_MS TTL_MS [hold]
-// With a last argument "hold" it acquires one permit, prints "held", and
-// waits to be killed; with "once" it acquires one permit and releases it.
+// With a last argument "hold" it acquires one permit, prints "held" and the
+// time (µs since the epoch), and waits to be killed; with "once" it
+// acquires one permit, prints the time, and releases it.
 'use strict'
 const Redis = require('ioredis')
 const { Semaphore } = require('redis-semaphore')
+
+// nowMicros is the wall clock in µs, as Go's time.Now().UnixMicro().
+function nowMicros () {
+  return Math.round((performance.timeOrigin + performance.now()) * 1000)
+}
 
 async function main () {
   const [addr, key, permits, inflight, dur, hold, ttl, mode] = process.argv.slice(2)
@@ -19,13 +25,19 @@ async function main () {
   if (mode === 'once') {
     const s = new Semaphore(client, key, Number(permits), opts)
     await s.acquire()
+    process.stdout.write(String(nowMicros()) + '\n')
     await s.release()
     await client.quit()
     return
   }
   if (mode === 'hold') {
+    // A warm-up acquisition first: the measured one runs on a warm
+    // connection, as a long-running holder's does.
+    const warm = new Semaphore(client, key, Number(permits), opts)
+    await warm.acquire()
+    await warm.release()
     await new Semaphore(client, key, Number(permits), opts).acquire()
-    process.stdout.write('held\n')
+    process.stdout.write('held ' + String(nowMicros()) + '\n')
     setInterval(() => {}, 1000)
     return
   }
