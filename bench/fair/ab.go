@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -9,10 +8,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/lockyard/lockyard/bench/internal/abbuild"
 	"github.com/lockyard/lockyard/bench/internal/stat"
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
 )
@@ -35,7 +34,7 @@ func runAll(names []string, reps int, base string) error {
 	}
 	builds := []build{{name: "this", exe: self}}
 	if base != "" {
-		exe, cleanup, err := buildAt(base)
+		exe, cleanup, err := abbuild.At(base, "./fair")
 		if err != nil {
 			return fmt.Errorf("building the bench against %s: %w", base, err)
 		}
@@ -136,84 +135,6 @@ func medianOf(ms []metrics, col string) float64 {
 		}
 	}
 	return stat.Median(xs)
-}
-
-// buildAt builds this program against lockyard at revision rev (its root
-// module from git archive, in a workspace with the bench module of this
-// checkout; the adapters, which the bench module requires but this
-// program does not import, from rev where it has them), and returns the
-// binary and a cleanup.
-func buildAt(rev string) (string, func(), error) {
-	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-	if err != nil {
-		return "", nil, fmt.Errorf("git rev-parse: %w", err)
-	}
-	root := strings.TrimSpace(string(top))
-	dir, err := os.MkdirTemp("", "lockyard-base-")
-	if err != nil {
-		return "", nil, err
-	}
-	cleanup := func() { os.RemoveAll(dir) }
-	src := filepath.Join(dir, "src")
-	if err := os.Mkdir(src, 0o755); err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	archive := exec.Command("sh", "-c", fmt.Sprintf("git -C %q archive %q | tar -x -C %q", root, rev, src))
-	if out, err := archive.CombinedOutput(); err != nil {
-		cleanup()
-		return "", nil, fmt.Errorf("git archive %s: %w: %s", rev, err, out)
-	}
-	// A revision from before the test harnesses moved under
-	// internal/testkit gets this checkout's copy of redistest, which
-	// imports nothing of the library.
-	kit := filepath.Join(src, "internal", "testkit", "redistest")
-	if _, err := os.Stat(kit); os.IsNotExist(err) {
-		cp := exec.Command("cp", "-r", filepath.Join(root, "internal", "testkit"), filepath.Join(src, "internal", "testkit"))
-		if out, err := cp.CombinedOutput(); err != nil {
-			cleanup()
-			return "", nil, fmt.Errorf("copying internal/testkit: %w: %s", err, out)
-		}
-	}
-	work := fmt.Sprintf(`go 1.26.0
-
-use (
-	%[1]q
-	%[2]q
-	%[3]q
-	%[4]q
-)
-
-replace (
-	github.com/lockyard/lockyard v0.1.0 => %[2]q
-	github.com/lockyard/lockyard/goredis v0.1.0 => %[3]q
-	github.com/lockyard/lockyard/rueidis v0.1.0 => %[4]q
-)
-`, filepath.Join(root, "bench"), src, adapterDir(root, src, "goredis"), adapterDir(root, src, "rueidis"))
-	if err := os.WriteFile(filepath.Join(dir, "go.work"), []byte(work), 0o644); err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	exe := filepath.Join(dir, "bench")
-	cmd := exec.Command("go", "build", "-o", exe, "./fair")
-	cmd.Dir = filepath.Join(root, "bench")
-	cmd.Env = append(os.Environ(), "GOWORK="+filepath.Join(dir, "go.work"))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		cleanup()
-		return "", nil, fmt.Errorf("go build: %w: %s", err, out.String())
-	}
-	return exe, cleanup, nil
-}
-
-// adapterDir returns the adapter module's directory at rev, or in this
-// checkout if rev has none.
-func adapterDir(root, src, name string) string {
-	if _, err := os.Stat(filepath.Join(src, name, "go.mod")); err == nil {
-		return filepath.Join(src, name)
-	}
-	return filepath.Join(root, name)
 }
 
 // quietLogger drops the registries' logs (a bench run's errors are counted,

@@ -8,6 +8,10 @@
 // smallest share of the acquisitions across processes, and how long a
 // SIGKILLed holder's permit stays taken.
 //
+// With -base REV it also runs lockyard built at that git revision, in the
+// same alternation, and prints this build's ratios to it (an A/B of a
+// change against its parent).
+//
 // It needs node and the peer installed in bench/sem/peer (`make bench`
 // runs npm install there). Run it from bench/: go run ./sem.
 package main
@@ -31,6 +35,7 @@ import (
 
 	redigo "github.com/gomodule/redigo/redis"
 
+	"github.com/lockyard/lockyard/bench/internal/abbuild"
 	"github.com/lockyard/lockyard/bench/internal/stat"
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
 )
@@ -66,6 +71,7 @@ func main() {
 		worker = flag.String("worker", "", "internal: run one lockyard process (JSON spec)")
 		peer   = flag.String("peer", "peer", "the folder of the peer (npm install done)")
 		only   = flag.String("shapes", "", "run only the shapes whose names contain this (and no crash scenario); crash: only the crash scenario")
+		base   = flag.String("base", "", "also run lockyard built at this git revision (A/B; not in the crash scenario)")
 	)
 	flag.Parse()
 	if *worker != "" {
@@ -75,13 +81,13 @@ func main() {
 		}
 		return
 	}
-	if err := run(*reps, *dur, *ttl, *peer, *only); err != nil {
+	if err := run(*reps, *dur, *ttl, *peer, *only, *base); err != nil {
 		fmt.Fprintln(os.Stderr, "sem:", err)
 		os.Exit(1)
 	}
 }
 
-func run(reps int, dur, ttl time.Duration, peerDir, only string) error {
+func run(reps int, dur, ttl time.Duration, peerDir, only, base string) error {
 	peerJS, err := filepath.Abs(filepath.Join(peerDir, "peer.js"))
 	if err != nil {
 		return err
@@ -101,12 +107,21 @@ func run(reps int, dur, ttl time.Duration, peerDir, only string) error {
 	contenders := []contender{
 		{"lockyard pubsub", lockyardCmd(self, "pubsub")},
 		{"lockyard spin 10ms", lockyardCmd(self, "spin")}, // polls as often as the peer
-		{"redis-semaphore", func(addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd {
-			return exec.Command("node", peerJS, addr, key, strconv.Itoa(sh.permits), strconv.Itoa(sh.inflight),
-				strconv.FormatInt(dur.Milliseconds(), 10), strconv.FormatInt(sh.hold.Milliseconds(), 10),
-				strconv.FormatInt(ttl.Milliseconds(), 10), mode)
-		}},
 	}
+	if base != "" {
+		exe, cleanup, err := abbuild.At(base, "./sem")
+		if err != nil {
+			return fmt.Errorf("building the bench against %s: %w", base, err)
+		}
+		defer cleanup()
+		contenders = append(contenders, contender{"lockyard pubsub @" + base, lockyardCmd(exe, "pubsub")},
+			contender{"lockyard spin 10ms @" + base, lockyardCmd(exe, "spin")})
+	}
+	contenders = append(contenders, contender{"redis-semaphore", func(addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd {
+		return exec.Command("node", peerJS, addr, key, strconv.Itoa(sh.permits), strconv.Itoa(sh.inflight),
+			strconv.FormatInt(dur.Milliseconds(), 10), strconv.FormatInt(sh.hold.Milliseconds(), 10),
+			strconv.FormatInt(ttl.Milliseconds(), 10), mode)
+	}}) // the peer last: the ratios are against it
 	shapes := []shape{
 		{name: "uncontended: 1 process x 1, 1 permit, no hold", procs: 1, inflight: 1, permits: 1},
 		{name: "4 processes x 4 in flight on 2 permits, 2ms hold", procs: 4, inflight: 4, permits: 2, hold: 2 * time.Millisecond},
@@ -136,7 +151,7 @@ func run(reps int, dur, ttl time.Duration, peerDir, only string) error {
 	if only != "" && only != "crash" {
 		return nil
 	}
-	return crash(srv.Addr, contenders, ttl, reps)
+	return crash(srv.Addr, slices.DeleteFunc(contenders, func(c contender) bool { return strings.Contains(c.name, " @") }), ttl, reps)
 }
 
 // metrics is one run of one contender.
@@ -259,6 +274,26 @@ func printShape(sh shape, cs []contender, res map[string][]metrics) {
 		fmt.Printf("%s / %s: acq/s %.2f, Redis CPU/acq %.2f, srv calls/acq %.2f, wait p99 %.2f\n", c.name, peer,
 			ratio(func(m metrics) float64 { return m.acqPerSec }), ratio(func(m metrics) float64 { return m.cpuPerAcq }),
 			ratio(func(m metrics) float64 { return m.callsPerAcq }), ratio(func(m metrics) float64 { return m.p99 }))
+	}
+	// This build against the base, where there is one.
+	for _, c := range cs {
+		name, rev, ok := strings.Cut(c.name, " @")
+		if !ok {
+			continue
+		}
+		ratio := func(f func(metrics) float64) float64 {
+			var xs []float64
+			for i, m := range res[name] {
+				if b := f(res[c.name][i]); b > 0 {
+					xs = append(xs, f(m)/b)
+				}
+			}
+			return stat.Median(xs)
+		}
+		fmt.Printf("%s / %s at %s: acq/s %.2f, Redis CPU/acq %.2f, srv calls/acq %.2f, wait p99 %.2f, min share %.2f\n", name, name, rev,
+			ratio(func(m metrics) float64 { return m.acqPerSec }), ratio(func(m metrics) float64 { return m.cpuPerAcq }),
+			ratio(func(m metrics) float64 { return m.callsPerAcq }), ratio(func(m metrics) float64 { return m.p99 }),
+			ratio(func(m metrics) float64 { return m.minShare }))
 	}
 	// Server calls per acquisition by command (medians).
 	for _, c := range cs {
