@@ -53,7 +53,7 @@ demo: ## the oversell story on an embedded Redis (or REDIS_ADDR)
 FAIRFLAGS ?= -reps 1
 SEMFLAGS ?= -reps 5 -dur 2s -peer sem/peer
 
-bench: redis-server servers ## micro-benchmarks, lockyard vs redsync and bsm/redislock (bench/, about 6 min on Redis 7.0, then scenarios u and r on Redis 8.6 and Valkey 9.1 and scenario 4 on rueidis on 8.6, about 4 min), the fairness scenarios (bench/fair, about 2.5 min; FAIRFLAGS='-base REV' runs them against REV too, interleaved), then the semaphore against npm redis-semaphore (bench/sem, about 2 min; needs node and npm)
+bench: redis-server servers ## micro-benchmarks, lockyard vs redsync and bsm/redislock (bench/, about 6 min on Redis 7.0, then scenarios u and r on Redis 8.6 and Valkey 9.1 and scenario 4 on rueidis on 8.6, about 4 min), the fairness scenarios (bench/fair, about 2.5 min; FAIRFLAGS='-base REV' runs them against REV too, interleaved), then the semaphore against npm redis-semaphore (bench/sem, about 3 min; needs node and npm; SEMFLAGS='-base REV' runs lockyard at REV too)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./internal/reentrant/ ./registry/
 	cd goredis && $(GO) test -run '^$$' -bench . -count 1 .
 	cd rueidis && $(GO) test -run '^$$' -bench . -count 1 .

@@ -32,7 +32,12 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 	// how many release messages since mark. A head that leaves with a
 	// permit handed off leaves it to the next head, which goes on waiting
 	// instead of trying at once: its entry keeps its place, and an attempt
-	// before its turn would only fail.
+	// before its turn would only fail. An entry taken out of line meanwhile
+	// by this registry (sempass.lua keeping a permit for the last lease that
+	// waited, leaveQueue) clears queued, and with it the wait. One that the
+	// server lost unannounced (FLUSHALL, an eviction) is found at the end of
+	// the wait, which is at most the poll interval (the sleep semacquire.lua
+	// gave), as for a head that waits alone.
 	line := s.turn
 	s.turn.waitUntil = 0
 	defer func() { s.turn.waitUntil, s.turn.mark, s.turn.after = line.waitUntil, line.mark, line.after }()
