@@ -290,12 +290,7 @@ func TestSemaphoreLongHoldWakesWaiter(t *testing.T) {
 		next := acquirePermit(bg(t), s, 0)
 		waitFor(t, 5*time.Second, "the waiting lease in the wait queue", func() bool { return queueLen(t, b, s.Key(), false) == 1 })
 		time.Sleep(50 * time.Millisecond) // past chainSpan: the pass gives the permit back
-		released := time.Now()
-		mustNil(t, a.Release(bg(t)))
-		c := recvWithin(t, next, 5*time.Second, "the waiting lease")
-		if d := time.Since(released); d > time.Second {
-			t.Fatalf("the waiting lease got the permit %v after the release (poll 3s): not told", d)
-		}
+		c := toldAfter(t, a, next, "the waiting lease")
 		mustNil(t, c.Release(bg(t)))
 	})
 }
@@ -328,15 +323,9 @@ func TestSemaphoreQueuedAgainListens(t *testing.T) {
 	la := recvWithin(t, a, 5*time.Second, "x's head, granted with a lease behind it")
 	mustIs(t, l1.Release(bg(t)), registry.ErrLockLost)
 	waitFor(t, 5*time.Second, "x queued again", func() bool { return queueLen(t, b, x.Key(), false) == 1 })
-	released := time.Now()
-	mustNil(t, o.Release(bg(t)))
-	c := recvWithin(t, next, 5*time.Second, "the lease behind")
-	d := time.Since(released)
+	c := toldAfter(t, o, next, "the lease behind, of the queued-again registry")
 	mustNil(t, c.Release(bg(t)))
 	mustNil(t, la.Release(bg(t)))
-	if d > time.Second {
-		t.Fatalf("a free permit idled %v: the queued-again registry did not hear its turn", d)
-	}
 }
 
 // A head that takes a permit handed off by a lease of its registry leaves
@@ -352,12 +341,7 @@ func TestSemaphoreNextHeadKeepsWait(t *testing.T) {
 		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
 		s := semaphore(t, newRegPrefix(t, cp, pfx, append(opts, registry.WithRuns(time.Minute, time.Minute))...), "k", 2)
 		other := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 2)
-		o, err := other.Acquire(bg(t), 0)
-		mustNil(t, err)
-		a, err := s.Acquire(bg(t), 0)
-		mustNil(t, err)
-		first := acquirePermit(bg(t), s, 0)
-		waitFor(t, 5*time.Second, "the head in the wait queue", func() bool { return queueLen(t, b, s.Key(), false) == 1 })
+		o, a, first := headQueued(t, b, s, other)
 		second := acquirePermit(bg(t), s, 0)
 		waitFor(t, 5*time.Second, "two leases waiting", func() bool { return s.Waiting() == 2 })
 		cp.Commands()
@@ -367,12 +351,7 @@ func TestSemaphoreNextHeadKeepsWait(t *testing.T) {
 		if cmds := cp.Commands(); len(cmds) != 0 {
 			t.Fatalf("commands after the hand-off: %v, want none (the next head tried before its turn)", cmds)
 		}
-		released := time.Now()
-		mustNil(t, o.Release(bg(t)))
-		d := recvWithin(t, second, 5*time.Second, "the next head, at its turn")
-		if w := time.Since(released); w > time.Second {
-			t.Fatalf("the next head got the free permit %v after the release (poll 3s): its turn did not wake it", w)
-		}
+		d := toldAfter(t, o, second, "the next head, at its turn")
 		mustNil(t, c.Release(bg(t)))
 		mustNil(t, d.Release(bg(t)))
 		assertNoKeys(t, b, pfx)
@@ -391,12 +370,7 @@ func TestSemaphoreNewHeadAfterEntryLeft(t *testing.T) {
 		s := semaphore(t, newRegPrefix(t, cp, pfx, registry.WithLockType(registry.SpinLock), registry.WithIdleBetweenTries(3*time.Second),
 			registry.WithRuns(time.Nanosecond, time.Minute)), "k", 2)
 		other := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 2)
-		o, err := other.Acquire(bg(t), 0)
-		mustNil(t, err)
-		a, err := s.Acquire(bg(t), 0)
-		mustNil(t, err)
-		first := acquirePermit(bg(t), s, 0)
-		waitFor(t, 5*time.Second, "the head in the wait queue", func() bool { return queueLen(t, b, s.Key(), false) == 1 })
+		o, a, first := headQueued(t, b, s, other)
 		mustNil(t, a.Release(bg(t)))
 		c := recvWithin(t, first, 5*time.Second, "the head, with the permit kept for it")
 		if n := queueLen(t, b, s.Key(), false); n != 0 {
@@ -411,4 +385,33 @@ func TestSemaphoreNewHeadAfterEntryLeft(t *testing.T) {
 		mustNil(t, o.Release(bg(t)))
 		assertNoKeys(t, b, pfx)
 	})
+}
+
+// toldAfter releases le, then waits for the lease that ch sends and fails
+// unless it came within a second of the release: its registry polls every
+// 3s, so only the release message can have woken it in time.
+func toldAfter(t *testing.T, le *registry.Lease, ch <-chan *registry.Lease, what string) *registry.Lease {
+	t.Helper()
+	released := time.Now()
+	mustNil(t, le.Release(bg(t)))
+	got := recvWithin(t, ch, 5*time.Second, what)
+	if d := time.Since(released); d > time.Second {
+		t.Fatalf("%s got the permit %v after the release (poll 3s): not told", what, d)
+	}
+	return got
+}
+
+// headQueued fills the 2 permits of s (a semaphore of 2), one with a lease
+// of other and one with a lease of s, and makes a third lease of s wait in
+// Redis: its registry's head, queued. It returns the leases and the
+// waiting one's channel.
+func headQueued(t *testing.T, b *backend, s, other *registry.Semaphore) (o, a *registry.Lease, first <-chan *registry.Lease) {
+	t.Helper()
+	o, err := other.Acquire(bg(t), 0)
+	mustNil(t, err)
+	a, err = s.Acquire(bg(t), 0)
+	mustNil(t, err)
+	first = acquirePermit(bg(t), s, 0)
+	waitFor(t, 5*time.Second, "the head in the wait queue", func() bool { return queueLen(t, b, s.Key(), false) == 1 })
+	return o, a, first
 }
