@@ -90,3 +90,15 @@ func (s *Semaphore) Waiting() int {
 	defer s.mu.Unlock()
 	return s.needers
 }
+
+// InheritToldWait leaves s's next head a wait in line, as a head that took
+// a permit handed off leaves it: until d from now, for one release message
+// after the waker's current count. That message is then counted, as one
+// that came before the next head began to wait.
+func (s *Semaphore) InheritToldWait(d time.Duration) {
+	s.mu.Lock()
+	s.queued = true
+	s.mu.Unlock()
+	s.turn.waitUntil, s.turn.mark, s.turn.after = s.reg.core.Now()+int64(d), s.wake.Mark(), 1
+	s.wake.Signal(1)
+}

@@ -415,3 +415,19 @@ func headQueued(t *testing.T, b *backend, s, other *registry.Semaphore) (o, a *r
 	waitFor(t, 5*time.Second, "the head in the wait queue", func() bool { return queueLen(t, b, s.Key(), false) == 1 })
 	return o, a, first
 }
+
+// The next head's inherited wait counts the release messages from the
+// last head's attempt on: one that came before the next head began to wait
+// (its turn) makes it try at once, not at the end of the wait.
+func TestSemaphoreInheritedWaitCountsEarlierMessages(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		s := semaphore(t, newReg(t, b.pool(t), registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3*time.Second)), "k", 1)
+		s.InheritToldWait(3 * time.Second)
+		start := time.Now()
+		le := recvWithin(t, acquirePermit(bg(t), s, 0), 5*time.Second, "the permit")
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("the head took the free permit %v late: it did not count the message of its turn", d)
+		}
+		mustNil(t, le.Release(bg(t)))
+	})
+}
