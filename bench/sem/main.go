@@ -321,15 +321,17 @@ func printShape(sh shape, cs []contender, res map[string][]metrics) {
 // its second acquisition (no renewal moved its expiry), and a new process
 // acquires the permit. Both print the wall clock (µs) when they acquired: the
 // figures are the next acquisition after the kill, and after the holder's
-// acquisition (TTL plus how late the permit was taken again). The
+// acquisition (TTL plus how late the permit was taken again: the figure
+// that compares the contenders; the first also counts how soon after its
+// acquisition the holder was killed, which is printed too). The
 // processes' start-up and exit are not counted.
 func crash(addr string, cs []contender, ttl time.Duration, reps int) error {
 	fmt.Printf("\n#### a SIGKILLed holder's permit (TTL %v): taken again (medians of %d)\n\n", ttl, reps)
-	fmt.Println("| contender | after the kill | after the holder's acquisition | past the TTL |")
-	fmt.Println("|---|---:|---:|---:|")
+	fmt.Println("| contender | after the holder's acquisition | past the TTL | after the kill | (the kill after the acquisition) |")
+	fmt.Println("|---|---:|---:|---:|---:|")
 	sh := shape{procs: 1, inflight: 1, permits: 1}
 	for _, c := range cs {
-		var afterKill, afterHeld []float64
+		var afterKill, afterHeld, killLag []float64
 		for rep := range reps {
 			key := fmt.Sprintf("crash-%d-%s", rep, strings.ReplaceAll(c.name, " ", "-"))
 			holder := c.cmd(addr, key, sh, 0, ttl, "hold")
@@ -346,7 +348,7 @@ func crash(addr string, cs []contender, ttl time.Duration, reps int) error {
 			held, perr := strconv.ParseInt(at, 10, 64)
 			if err != nil || word != "held" || perr != nil {
 				_ = holder.Process.Kill()
-				return fmt.Errorf("%s holder: %q %v", c.name, line, err)
+				return fmt.Errorf("%s holder: %q %v %v", c.name, line, err, perr)
 			}
 			_ = holder.Process.Signal(syscall.SIGKILL)
 			killed := time.Now().UnixMicro()
@@ -365,9 +367,10 @@ func crash(addr string, cs []contender, ttl time.Duration, reps int) error {
 			}
 			afterKill = append(afterKill, float64(taken-killed)/1000)
 			afterHeld = append(afterHeld, float64(taken-held)/1000)
+			killLag = append(killLag, float64(killed-held)/1000)
 		}
-		fmt.Printf("| %s | %s ms | %s ms | %s ms |\n", c.name, stat.Format(stat.Median(afterKill)), stat.Format(stat.Median(afterHeld)),
-			stat.Format(stat.Median(afterHeld)-float64(ttl.Milliseconds())))
+		fmt.Printf("| %s | %s ms | %s ms | %s ms | %s ms |\n", c.name, stat.Format(stat.Median(afterHeld)),
+			stat.Format(stat.Median(afterHeld)-float64(ttl.Milliseconds())), stat.Format(stat.Median(afterKill)), stat.Format(stat.Median(killLag)))
 	}
 	return nil
 }

@@ -38,16 +38,23 @@ func At(rev, pkg string) (string, func(), error) {
 		cleanup()
 		return "", nil, fmt.Errorf("git archive %s: %w: %s", rev, err, out)
 	}
-	// A revision from before the test harnesses moved under
-	// internal/testkit gets this checkout's copy of redistest, which
-	// imports nothing of the library.
+	// The bench programs are this checkout's, and use this checkout's
+	// redistest (which imports nothing of the library): it replaces rev's,
+	// which may be older or, before the test harnesses moved under
+	// internal/testkit, missing.
 	kit := filepath.Join(src, "internal", "testkit", "redistest")
-	if _, err := os.Stat(kit); os.IsNotExist(err) {
-		cp := exec.Command("cp", "-r", filepath.Join(root, "internal", "testkit"), filepath.Join(src, "internal", "testkit"))
-		if out, err := cp.CombinedOutput(); err != nil {
-			cleanup()
-			return "", nil, fmt.Errorf("copying internal/testkit: %w: %s", err, out)
-		}
+	if err := os.RemoveAll(kit); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(kit), 0o755); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	cp := exec.Command("cp", "-r", filepath.Join(root, "internal", "testkit", "redistest"), kit)
+	if out, err := cp.CombinedOutput(); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("copying internal/testkit/redistest: %w: %s", err, out)
 	}
 	work := fmt.Sprintf(`go 1.26.0
 

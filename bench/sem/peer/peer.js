@@ -25,7 +25,8 @@ async function main () {
   if (mode === 'once') {
     const s = new Semaphore(client, key, Number(permits), opts)
     await s.acquire()
-    process.stdout.write(String(nowMicros()) + '\n')
+    const t = nowMicros() // before stdout, whose stream is made at its first use
+    process.stdout.write(String(t) + '\n')
     await s.release()
     await client.quit()
     return
@@ -37,7 +38,8 @@ async function main () {
     await warm.acquire()
     await warm.release()
     await new Semaphore(client, key, Number(permits), opts).acquire()
-    process.stdout.write('held ' + String(nowMicros()) + '\n')
+    const t = nowMicros() // before stdout, whose stream is made at its first use
+    process.stdout.write('held ' + String(t) + '\n')
     setInterval(() => {}, 1000)
     return
   }
