@@ -174,7 +174,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 	if waits {
 		s.setQueued(g.queued)
 	}
-	if g.queued { // queued again for the leases behind: the next head waits for its turn
+	if waits && g.queued { // queued again for the leases behind (only a head asks): the next head waits for its turn
 		s.turn.waitUntil, s.turn.mark, s.turn.after = sent+int64(g.sleep), mark, g.after
 		if s.pubsub {
 			r.subscriber.listen(s.wake) // its turn is announced by a release message
