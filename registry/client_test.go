@@ -27,14 +27,6 @@ func (c resendingClient) Eval(ctx context.Context, s *registry.Script, keys []st
 	return c.Client.Eval(ctx, s, keys, args)
 }
 
-func newRegClient(t *testing.T, c registry.Client, opts ...registry.Option) *registry.Registry {
-	t.Helper()
-	r, err := registry.NewWithClient(c, prefix(t), opts...)
-	mustNil(t, err)
-	t.Cleanup(func() { r.Close() })
-	return r
-}
-
 // An obtain that a client sends twice grants the lock once, with its
 // fencing token, instead of finding its own key and waiting out its TTL.
 func TestObtainResentByClient(t *testing.T) {

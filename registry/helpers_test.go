@@ -98,6 +98,21 @@ func newRegPrefix(t testing.TB, pool registry.Pool, prefix string, opts ...regis
 	return r
 }
 
+// newRegClient returns a registry on the Client c with a unique prefix,
+// closed at the end of the test.
+func newRegClient(t *testing.T, c registry.Client, opts ...registry.Option) *registry.Registry {
+	t.Helper()
+	return newRegClientPrefix(t, c, prefix(t), opts...)
+}
+
+func newRegClientPrefix(t *testing.T, c registry.Client, prefix string, opts ...registry.Option) *registry.Registry {
+	t.Helper()
+	r, err := registry.NewWithClient(c, prefix, opts...)
+	mustNil(t, err)
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
 func obtain(t *testing.T, r *registry.Registry, key string) *registry.RedisLock {
 	t.Helper()
 	l, err := r.Obtain(key)

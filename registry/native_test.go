@@ -261,9 +261,7 @@ func TestNativeFallbacks(t *testing.T) {
 				pfx := prefix(t)
 				opts := []registry.Option{registry.WithExpireAfter(2 * time.Second), registry.WithLockType(registry.PubSubLock),
 					registry.WithIdleBetweenTries(10 * time.Second)}
-				r, err := registry.NewWithClient(rc, pfx, append(opts, registry.WithLogger(slog.New(logs)))...)
-				mustNil(t, err)
-				t.Cleanup(func() { r.Close() })
+				r := newRegClientPrefix(t, rc, pfx, append(opts, registry.WithLogger(slog.New(logs)))...)
 				other := newRegPrefix(t, b.pool(t), pfx, append(opts, registry.WithScriptsOnly())...)
 				l, w := obtain(t, r, "k"), obtain(t, other, "k")
 				for i := range 3 {
@@ -319,9 +317,7 @@ func TestNativeMiniredis(t *testing.T) {
 	pool := redistest.NewPool(mr.Addr())
 	t.Cleanup(func() { pool.Close() })
 	rc := newRefusing(pool, nil, nil)
-	r, err := registry.NewWithClient(rc, prefix(t), registry.WithLogger(discardLogger))
-	mustNil(t, err)
-	t.Cleanup(func() { r.Close() })
+	r := newRegClient(t, rc, registry.WithLogger(discardLogger))
 	l := obtain(t, r, "k")
 	for range 3 {
 		mustNil(t, l.LockContext(bg(t)))
@@ -465,9 +461,7 @@ func TestNativeProbeBounded(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		c := registry.NewPoolClient(b.pool(t))
 		d := &dropsCommand{Client: c, cmds: c.(registry.CommandClient)}
-		r, err := registry.NewWithClient(d, prefix(t), registry.WithLogger(discardLogger))
-		mustNil(t, err)
-		t.Cleanup(func() { r.Close() })
+		r := newRegClient(t, d, registry.WithLogger(discardLogger))
 		l := obtain(t, r, "k")
 		for range 10 {
 			mustNil(t, l.LockContext(bg(t)))
