@@ -51,10 +51,10 @@ type shape struct {
 // contender is one semaphore implementation.
 type contender struct {
 	name string
-	// cmd returns the command of one process: mode "loop" (acquire, hold,
+	// cmd returns the command of process proc (0, 1, ... of a run): mode "loop" (acquire, hold,
 	// release for dur), "hold" (acquire one permit and wait to be
 	// killed) or "once" (acquire one permit, print the wait).
-	cmd func(addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd
+	cmd func(proc int, addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd
 }
 
 // report is what a process prints: its acquisitions and their waits (ms).
@@ -107,6 +107,7 @@ func run(reps int, dur, ttl time.Duration, peerDir, only, base string) error {
 	contenders := []contender{
 		{"lockyard pubsub", lockyardCmd(self, "pubsub")},
 		{"lockyard spin 10ms", lockyardCmd(self, "spin")}, // polls as often as the peer
+		{"lockyard mixed", lockyardCmd(self, "mixed")},    // PubSub, Spin, ReleaseAfter and TryAcquire processes, brace keys
 	}
 	if base != "" {
 		exe, cleanup, err := abbuild.At(base, "./sem")
@@ -115,9 +116,9 @@ func run(reps int, dur, ttl time.Duration, peerDir, only, base string) error {
 		}
 		defer cleanup()
 		contenders = append(contenders, contender{"lockyard pubsub @" + base, lockyardCmd(exe, "pubsub")},
-			contender{"lockyard spin 10ms @" + base, lockyardCmd(exe, "spin")})
+			contender{"lockyard spin 10ms @" + base, lockyardCmd(exe, "spin")}, contender{"lockyard mixed @" + base, lockyardCmd(exe, "mixed")})
 	}
-	contenders = append(contenders, contender{"redis-semaphore", func(addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd {
+	contenders = append(contenders, contender{"redis-semaphore", func(proc int, addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd {
 		return exec.Command("node", peerJS, addr, key, strconv.Itoa(sh.permits), strconv.Itoa(sh.inflight),
 			strconv.FormatInt(dur.Milliseconds(), 10), strconv.FormatInt(sh.hold.Milliseconds(), 10),
 			strconv.FormatInt(ttl.Milliseconds(), 10), mode)
@@ -151,7 +152,9 @@ func run(reps int, dur, ttl time.Duration, peerDir, only, base string) error {
 	if only != "" && only != "crash" {
 		return nil
 	}
-	return crash(srv.Addr, slices.DeleteFunc(contenders, func(c contender) bool { return strings.Contains(c.name, " @") }), ttl, reps)
+	return crash(srv.Addr, slices.DeleteFunc(contenders, func(c contender) bool {
+		return strings.Contains(c.name, " @") || strings.Contains(c.name, "mixed")
+	}), ttl, reps)
 }
 
 // metrics is one run of one contender.
@@ -178,7 +181,7 @@ func measure(addr, key string, c contender, sh shape, dur, ttl time.Duration) (m
 	cmds := make([]*exec.Cmd, sh.procs)
 	outs := make([]*strings.Builder, sh.procs)
 	for i := range cmds {
-		cmds[i] = c.cmd(addr, key, sh, dur, ttl, "loop")
+		cmds[i] = c.cmd(i, addr, key, sh, dur, ttl, "loop")
 		outs[i] = &strings.Builder{}
 		cmds[i].Stdout, cmds[i].Stderr = outs[i], os.Stderr
 		if err := cmds[i].Start(); err != nil {
@@ -259,41 +262,31 @@ func printShape(sh shape, cs []contender, res map[string][]metrics) {
 			col(c.name, func(m metrics) float64 { return m.minShare }))
 	}
 	tw.Flush()
+	// Ratios of a to b per repetition (the runs of one repetition were
+	// adjacent), then their median.
+	ratios := func(a, b, label string) {
+		r := func(f func(metrics) float64) float64 {
+			var xs []float64
+			for i, m := range res[a] {
+				if d := f(res[b][i]); d > 0 {
+					xs = append(xs, f(m)/d)
+				}
+			}
+			return stat.Median(xs)
+		}
+		fmt.Printf("%s / %s: acq/s %.2f, Redis CPU/acq %.2f, srv calls/acq %.2f, wait p99 %.2f, min share %.2f\n", a, label,
+			r(func(m metrics) float64 { return m.acqPerSec }), r(func(m metrics) float64 { return m.cpuPerAcq }),
+			r(func(m metrics) float64 { return m.callsPerAcq }), r(func(m metrics) float64 { return m.p99 }),
+			r(func(m metrics) float64 { return m.minShare }))
+	}
 	peer := cs[len(cs)-1].name
 	for _, c := range cs[:len(cs)-1] {
-		// Ratios per rep (runs of one rep were adjacent), then the median.
-		ratio := func(f func(metrics) float64) float64 {
-			var xs []float64
-			for i, m := range res[c.name] {
-				if p := f(res[peer][i]); p > 0 {
-					xs = append(xs, f(m)/p)
-				}
-			}
-			return stat.Median(xs)
-		}
-		fmt.Printf("%s / %s: acq/s %.2f, Redis CPU/acq %.2f, srv calls/acq %.2f, wait p99 %.2f\n", c.name, peer,
-			ratio(func(m metrics) float64 { return m.acqPerSec }), ratio(func(m metrics) float64 { return m.cpuPerAcq }),
-			ratio(func(m metrics) float64 { return m.callsPerAcq }), ratio(func(m metrics) float64 { return m.p99 }))
+		ratios(c.name, peer, peer)
 	}
-	// This build against the base, where there is one.
-	for _, c := range cs {
-		name, rev, ok := strings.Cut(c.name, " @")
-		if !ok {
-			continue
+	for _, c := range cs { // this build against the base, where there is one
+		if name, rev, ok := strings.Cut(c.name, " @"); ok {
+			ratios(name, c.name, name+" at "+rev)
 		}
-		ratio := func(f func(metrics) float64) float64 {
-			var xs []float64
-			for i, m := range res[name] {
-				if b := f(res[c.name][i]); b > 0 {
-					xs = append(xs, f(m)/b)
-				}
-			}
-			return stat.Median(xs)
-		}
-		fmt.Printf("%s / %s at %s: acq/s %.2f, Redis CPU/acq %.2f, srv calls/acq %.2f, wait p99 %.2f, min share %.2f\n", name, name, rev,
-			ratio(func(m metrics) float64 { return m.acqPerSec }), ratio(func(m metrics) float64 { return m.cpuPerAcq }),
-			ratio(func(m metrics) float64 { return m.callsPerAcq }), ratio(func(m metrics) float64 { return m.p99 }),
-			ratio(func(m metrics) float64 { return m.minShare }))
 	}
 	// Server calls per acquisition by command (medians).
 	for _, c := range cs {
@@ -334,7 +327,7 @@ func crash(addr string, cs []contender, ttl time.Duration, reps int) error {
 		var afterKill, afterHeld, killLag []float64
 		for rep := range reps {
 			key := fmt.Sprintf("crash-%d-%s", rep, strings.ReplaceAll(c.name, " ", "-"))
-			holder := c.cmd(addr, key, sh, 0, ttl, "hold")
+			holder := c.cmd(0, addr, key, sh, 0, ttl, "hold")
 			out, err := holder.StdoutPipe()
 			if err != nil {
 				return err
@@ -353,7 +346,7 @@ func crash(addr string, cs []contender, ttl time.Duration, reps int) error {
 			_ = holder.Process.Signal(syscall.SIGKILL)
 			killed := time.Now().UnixMicro()
 			_ = holder.Wait()
-			next := c.cmd(addr, key, sh, 0, ttl, "once")
+			next := c.cmd(1, addr, key, sh, 0, ttl, "once")
 			next.Stderr = os.Stderr
 			ctx, cancel := context.WithTimeout(context.Background(), 3*ttl+10*time.Second)
 			b, err := exec.CommandContext(ctx, next.Path, next.Args[1:]...).Output()

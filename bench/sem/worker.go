@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,13 +20,25 @@ type spec struct {
 	Addr, Key, Type, Mode string
 	Permits, Inflight     int
 	Dur, Hold, TTL        time.Duration
+	// End: how a loop's lease ends: "" (Release after Hold), "after"
+	// (ReleaseAfter(Hold) at once), "try" (TryAcquire, retried after a
+	// millisecond, then Release after Hold). HashTag: WithHashTag.
+	End     string
+	HashTag bool
 }
 
-// lockyardCmd returns the contender command of lockyard with lock type t.
-func lockyardCmd(self, t string) func(addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd {
-	return func(addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd {
-		b, _ := json.Marshal(spec{Addr: addr, Key: key, Type: t, Mode: mode, Permits: sh.permits, Inflight: sh.inflight,
-			Dur: dur, Hold: sh.hold, TTL: ttl})
+// lockyardCmd returns the contender command of lockyard with lock type t
+// ("pubsub", "spin"; or "mixed": its processes in turn a PubSubLock, a
+// SpinLock, a PubSubLock whose leases end with ReleaseAfter and a SpinLock
+// that uses TryAcquire, all WithHashTag).
+func lockyardCmd(self, t string) func(proc int, addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd {
+	return func(proc int, addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd {
+		sp := spec{Addr: addr, Key: key, Type: t, Mode: mode, Permits: sh.permits, Inflight: sh.inflight,
+			Dur: dur, Hold: sh.hold, TTL: ttl}
+		if t == "mixed" {
+			sp.Type, sp.End, sp.HashTag = [...]string{"pubsub", "spin", "pubsub", "spin"}[proc%4], [...]string{"", "", "after", "try"}[proc%4], true
+		}
+		b, _ := json.Marshal(sp)
 		return exec.Command(self, "-worker", string(b))
 	}
 }
@@ -47,6 +60,9 @@ func runWorker(js string) error {
 	opts := []registry.Option{registry.WithLockType(lt), registry.WithAutoRenew(), registry.WithExpireAfter(sp.TTL)}
 	if lt == registry.SpinLock {
 		opts = append(opts, registry.WithIdleBetweenTries(10*time.Millisecond)) // the peer's retryInterval
+	}
+	if sp.HashTag {
+		opts = append(opts, registry.WithHashTag())
 	}
 	reg, err := registry.New(pool, "bench", opts...)
 	if err != nil {
@@ -94,23 +110,32 @@ func runWorker(js string) error {
 		go func() {
 			defer wg.Done()
 			var mine []float64
+			fail := func(err error) {
+				mu.Lock()
+				first = err
+				mu.Unlock()
+			}
 			for time.Now().Before(end) {
 				t0 := time.Now()
-				le, err := s.Acquire(ctx, 0)
+				le, err := acquire(ctx, s, sp.End == "try", end)
 				if err != nil {
-					mu.Lock()
-					first = err
-					mu.Unlock()
+					fail(err)
 					return
 				}
-				mine = append(mine, float64(time.Since(t0).Microseconds())/1000)
-				if sp.Hold > 0 {
-					time.Sleep(sp.Hold)
+				if le == nil { // TryAcquire until the end of the run
+					break
 				}
-				if err := le.Release(ctx); err != nil {
-					mu.Lock()
-					first = err
-					mu.Unlock()
+				mine = append(mine, float64(time.Since(t0).Microseconds())/1000)
+				if sp.End == "after" {
+					err = le.ReleaseAfter(ctx, sp.Hold)
+				} else {
+					if sp.Hold > 0 {
+						time.Sleep(sp.Hold)
+					}
+					err = le.Release(ctx)
+				}
+				if err != nil {
+					fail(err)
 					return
 				}
 			}
@@ -124,4 +149,20 @@ func runWorker(js string) error {
 		return first
 	}
 	return json.NewEncoder(os.Stdout).Encode(report{Acquisitions: len(waits), Waits: waits})
+}
+
+// acquire gets a lease of s: with Acquire, or with TryAcquire retried
+// every millisecond (try) until it succeeds or end passes (nil, nil).
+func acquire(ctx context.Context, s *registry.Semaphore, try bool, end time.Time) (*registry.Lease, error) {
+	if !try {
+		return s.Acquire(ctx, 0)
+	}
+	for time.Now().Before(end) {
+		le, err := s.TryAcquire(ctx, 0)
+		if !errors.Is(err, registry.ErrNotObtained) {
+			return le, err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil, nil
 }
