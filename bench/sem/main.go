@@ -72,6 +72,7 @@ func main() {
 		peer   = flag.String("peer", "peer", "the folder of the peer (npm install done)")
 		only   = flag.String("shapes", "", "run only the shapes whose names contain this (and no crash scenario); crash: only the crash scenario")
 		base   = flag.String("base", "", "also run lockyard built at this git revision (A/B; not in the crash scenario)")
+		who    = flag.String("contenders", "", "run only the contenders whose names contain this (the ratios need the peer or the base among them)")
 	)
 	flag.Parse()
 	if *worker != "" {
@@ -81,13 +82,13 @@ func main() {
 		}
 		return
 	}
-	if err := run(*reps, *dur, *ttl, *peer, *only, *base); err != nil {
+	if err := run(*reps, *dur, *ttl, *peer, *only, *base, *who); err != nil {
 		fmt.Fprintln(os.Stderr, "sem:", err)
 		os.Exit(1)
 	}
 }
 
-func run(reps int, dur, ttl time.Duration, peerDir, only, base string) error {
+func run(reps int, dur, ttl time.Duration, peerDir, only, base, who string) error {
 	peerJS, err := filepath.Abs(filepath.Join(peerDir, "peer.js"))
 	if err != nil {
 		return err
@@ -123,6 +124,7 @@ func run(reps int, dur, ttl time.Duration, peerDir, only, base string) error {
 			strconv.FormatInt(dur.Milliseconds(), 10), strconv.FormatInt(sh.hold.Milliseconds(), 10),
 			strconv.FormatInt(ttl.Milliseconds(), 10), mode)
 	}}) // the peer last: the ratios are against it
+	contenders = slices.DeleteFunc(contenders, func(c contender) bool { return !strings.Contains(c.name, who) })
 	shapes := []shape{
 		{name: "uncontended: 1 process x 1, 1 permit, no hold", procs: 1, inflight: 1, permits: 1},
 		{name: "4 processes x 4 in flight on 2 permits, 2ms hold", procs: 4, inflight: 4, permits: 2, hold: 2 * time.Millisecond},
@@ -279,12 +281,13 @@ func printShape(sh shape, cs []contender, res map[string][]metrics) {
 			r(func(m metrics) float64 { return m.callsPerAcq }), r(func(m metrics) float64 { return m.p99 }),
 			r(func(m metrics) float64 { return m.minShare }))
 	}
-	peer := cs[len(cs)-1].name
-	for _, c := range cs[:len(cs)-1] {
-		ratios(c.name, peer, peer)
+	if peer := cs[len(cs)-1].name; peer == "redis-semaphore" {
+		for _, c := range cs[:len(cs)-1] {
+			ratios(c.name, peer, peer)
+		}
 	}
 	for _, c := range cs { // this build against the base, where there is one
-		if name, rev, ok := strings.Cut(c.name, " @"); ok {
+		if name, rev, ok := strings.Cut(c.name, " @"); ok && res[name] != nil {
 			ratios(name, c.name, name+" at "+rev)
 		}
 	}
