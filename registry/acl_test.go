@@ -19,7 +19,7 @@ import (
 // registry key.
 func aclFor(t *testing.T, registryKey string) []any {
 	rules := []any{"on", ">pw-" + registryKey, "resetkeys", "resetchannels",
-		"~" + registryKey + ":*", "~{" + registryKey + ":*", "~{*}" + registryKey + ":*", "&" + registryKey + "-channel:*",
+		"~" + registryKey + ":*", "~{" + registryKey + ":*", "~{*}" + registryKey + ":*", "&" + registryKey + "-channel:*", "&" + registryKey + "-turn:*",
 		"-@all", "+evalsha", "+eval", "+psubscribe", "+ping", "+info",
 		"+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+publish",
 		"+zadd", "+zrank", "+zrem", "+zrange", "+zcard", "+zscore", "+zcount", "+hget", "+hset", "+hdel", "+time",

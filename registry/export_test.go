@@ -92,7 +92,7 @@ func (s *Semaphore) Waiting() int {
 }
 
 // InheritToldWait leaves s's next head a wait in line, as a head that took
-// a permit handed off leaves it: until d from now, for one release message
+// a permit handed off leaves it: until d from now, for one turn message
 // after the waker's current count. That message is then counted, as one
 // that came before the next head began to wait.
 func (s *Semaphore) InheritToldWait(d time.Duration) {
@@ -101,4 +101,14 @@ func (s *Semaphore) InheritToldWait(d time.Duration) {
 	s.mu.Unlock()
 	s.turn.waitUntil, s.turn.mark, s.turn.after = s.reg.core.Now()+int64(d), s.wake.Mark(), 1
 	s.wake.Signal(1)
+}
+
+// ID returns the registry's id (the first part of its tokens and waiter
+// ids, and of its turn channels).
+func (r *Registry) ID() string { return r.core.ClientID }
+
+// LeaveAs runs the wait queue's leave for waiter on s's key, as a head
+// that gives up does for its own entry.
+func (s *Semaphore) LeaveAs(ctx context.Context, waiter string) error {
+	return s.reg.sem.leave(ctx, s.key, waiter, s.permits)
 }

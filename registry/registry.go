@@ -22,7 +22,7 @@ import (
 // locking: the core that every acquisition shares (internal/core: the executor,
 // where locks live in Redis, the watchdog, the counters, and the group of
 // background goroutines that Close stops), the cache of locks and the
-// subscriber.
+// subscribers.
 type Registry struct {
 	core      core.Core
 	layout    wire.Layout
@@ -34,7 +34,8 @@ type Registry struct {
 	mutex      *mutexProto // the protocol of RedisLock and its Leases
 	sem        *semProto   // the protocol of Semaphore; nil under Redlock
 	cache      cache
-	subscriber subscriber
+	subscriber *subscriber // release messages
+	turns      *subscriber // semaphore turns, told to this registry alone
 	eviction   eviction
 }
 
@@ -84,7 +85,7 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 	if cfg.observer != nil {
 		r.core.OnRenewalFailed, r.core.OnLost = r.obs.renewalFailed, r.obs.lost
 	}
-	r.subscriber.r = r
+	r.subscriber, r.turns = newReleaseSubscriber(r), newTurnSubscriber(r)
 	return r, nil
 }
 

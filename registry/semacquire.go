@@ -14,8 +14,8 @@ import (
 
 // obtain gets the head a permit: one handed off by a lease of this
 // registry, or one from Redis, trying semacquire.lua until it grants one,
-// sleeping between tries as the script says, and waking early when release
-// messages say its turn may have come or a permit is handed off. The
+// sleeping between tries as the script says, and waking early when the
+// registry is told that its turn has come or a permit is handed off. The
 // caller owns head.
 func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, waited bool, err error) {
 	r := s.reg
@@ -29,7 +29,7 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 	}
 	s.mu.Unlock()
 	// line is the instance's wait in line: until when (0: none), and for
-	// how many release messages since mark. A head that leaves with a
+	// how many turn messages since mark. A head that leaves with a
 	// permit handed off leaves it to the next head, which goes on waiting
 	// instead of trying at once: its entry keeps its place, and an attempt
 	// before its turn would only fail. An entry taken out of line meanwhile
@@ -82,7 +82,7 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 			bo.Reset()
 			line = semTurn{waitUntil: sent + int64(max(g.sleep, 0)), mark: mark, after: g.after}
 			if s.pubsub {
-				r.subscriber.listen(s.wake)
+				r.turns.listen(s.wake)
 			}
 		default:
 			if lastErr == nil || core.CtxEnded(ctx) == nil {
@@ -177,7 +177,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 	if waits && g.queued { // queued again for the leases behind (only a head asks): the next head waits for its turn
 		s.turn.waitUntil, s.turn.mark, s.turn.after = sent+int64(g.sleep), mark, g.after
 		if s.pubsub {
-			r.subscriber.listen(s.wake) // its turn is announced by a release message
+			r.turns.listen(s.wake) // its turn is told on the registry's turn channel
 		}
 	}
 	deadline := core.ValidUntil(sent, ttl)
@@ -201,7 +201,7 @@ func (s *Semaphore) install(p *permit, h *core.Hold) {
 func (s *Semaphore) leaveQueue() {
 	r := s.reg
 	leave := func(ctx context.Context) {
-		if err := r.sem.leave(ctx, s.key, s.waiter); err != nil {
+		if err := r.sem.leave(ctx, s.key, s.waiter, s.permits); err != nil {
 			r.core.Log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", s.key, "err", err)
 		}
 	}

@@ -23,8 +23,9 @@ import (
 // The leases of one registry wait locally first, in FIFO order: only the
 // first of them talks to Redis, as the head of a RedisLock's local queue
 // does. Waiters of every registry take turns in arrival order in the key's
-// wait queue (the lock's, see lua/prelude.lua), woken by a release message
-// (PubSubLock) or by polling (SpinLock); a registry whose head gets a
+// wait queue (the lock's, see lua/prelude.lua), woken by a message on the
+// registry's own turn channel when its turn comes (PubSubLock: only the
+// registry told wakes) or by polling (SpinLock); a registry whose head gets a
 // permit while more of its leases wait queues again behind the others. A
 // permit released while another lease of the same registry waits passes
 // to it, without a round trip or with one (as a lock's hold is handed off),
@@ -47,7 +48,7 @@ type Semaphore struct {
 	// RedisLock's (one entry per registry, kept by its successive heads).
 	waiter   string
 	head     reentrant.Mutex // owned by the lease that talks to Redis; the others queue on it
-	wake     *core.Waker     // wakes the head: release messages, or a permit handed off
+	wake     *core.Waker     // wakes the head: turn messages, or a permit handed off
 	pubsub   bool
 	lastUsed atomic.Int64
 
@@ -72,7 +73,7 @@ type Semaphore struct {
 type semTurn struct {
 	waitUntil int64 // registry clock; 0: none
 	mark      int64 // the waker's count when it was queued
-	after     int   // release messages after mark until its turn
+	after     int   // turn messages after mark until its turn (1: its own)
 	rtt       time.Duration
 }
 

@@ -58,7 +58,7 @@ func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Durat
 		m = 1
 	}
 	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
-		s.fenceArg, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits, m}}
+		s.fenceArg, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits, m}}
 	v, err := p.one.One(ctx, semAcquireScript, c)
 	if err != nil {
 		return semGrant{grant: unknown}, err
@@ -89,7 +89,7 @@ func (p *semProto) pass(ctx context.Context, lk, token, waiter string, ttl time.
 	if more {
 		m = 1
 	}
-	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg,
+	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg,
 		s.fenceArg, permits, f, waiter, m}}
 	v, err := p.one.One(ctx, semPassScript, c)
 	if err != nil {
@@ -102,7 +102,7 @@ func (p *semProto) pass(ctx context.Context, lk, token, waiter string, ttl time.
 // and whether waiters are in line.
 func (p *semProto) release(ctx context.Context, lk, token string, permits int) (done, others bool, err error) {
 	s := &p.s
-	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, permits, s.fenceArg}}
+	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, permits, s.fenceArg}}
 	return decodeRelease(p.one.One(ctx, semReleaseScript, c))
 }
 
@@ -130,14 +130,15 @@ func (p *semProto) RenewBatch(ctx context.Context, calls []core.RenewCall) []cor
 	return out
 }
 
-// leave takes waiter out of lk's wait queue.
-func (p *semProto) leave(ctx context.Context, lk, waiter string) error {
+// leave takes waiter out of lk's wait queue; the turns of permits free
+// out of permits go to the next in line.
+func (p *semProto) leave(ctx context.Context, lk, waiter string, permits int) error {
 	s := &p.s
 	kind := "s"
 	if s.fencing {
 		kind = "f"
 	}
-	c := Call{Keys: s.lockKeys(lk, true), Args: []any{waiter, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, kind}}
+	c := Call{Keys: s.lockKeys(lk, true), Args: []any{waiter, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg, kind, permits, s.layout.TurnPrefix()}}
 	_, err := p.one.One(ctx, leaveScript, c)
 	return err
 }

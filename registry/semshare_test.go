@@ -13,6 +13,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
+	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -427,6 +428,114 @@ func TestSemaphoreInheritedWaitCountsEarlierMessages(t *testing.T) {
 		le := recvWithin(t, acquirePermit(bg(t), s, 0), 5*time.Second, "the permit")
 		if d := time.Since(start); d > time.Second {
 			t.Fatalf("the head took the free permit %v late: it did not count the message of its turn", d)
+		}
+		mustNil(t, le.Release(bg(t)))
+	})
+}
+
+// heardOn records the channels of every message published under the
+// registry key pfx (release and turn channels), from a subscription of its
+// own that is up when it returns.
+func heardOn(t *testing.T, b *backend, pfx string) func() []string {
+	t.Helper()
+	c, err := redis.Dial("tcp", b.addr) // not pooled: closing it ends the receiver
+	mustNil(t, err)
+	psc := redis.PubSubConn{Conn: c}
+	mustNil(t, psc.PSubscribe(pfx+"-*"))
+	if m, ok := psc.Receive().(redis.Subscription); !ok || m.Kind != "psubscribe" {
+		t.Fatalf("PSUBSCRIBE: %v", m)
+	}
+	var (
+		mu    sync.Mutex
+		heard []string
+		done  = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for {
+			switch m := psc.Receive().(type) {
+			case error:
+				return
+			case redis.Message:
+				mu.Lock()
+				heard = append(heard, m.Channel)
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { c.Close(); <-done })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(heard)
+	}
+}
+
+// A turn is told to the registry whose turn it is, on its own turn channel
+// (wire.Layout.TurnChannel): no release message, and nothing to the
+// registries behind it, which sleep on until their own turn.
+func TestSemaphoreTurnToldToItsRegistryAlone(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		w := wire.Layout{Registry: pfx}
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
+		var rs []*registry.Registry
+		var ss []*registry.Semaphore
+		for range 3 {
+			r := newRegPrefix(t, b.pool(t), pfx, opts...)
+			rs, ss = append(rs, r), append(ss, semaphore(t, r, "k", 1))
+		}
+		heard := heardOn(t, b, pfx)
+		a, err := ss[0].Acquire(bg(t), 0)
+		mustNil(t, err)
+		first := acquirePermit(bg(t), ss[1], 0)
+		waitFor(t, 5*time.Second, "the first waiter in line", func() bool { return queueLen(t, b, ss[1].Key(), false) == 1 })
+		second := acquirePermit(bg(t), ss[2], 0)
+		waitFor(t, 5*time.Second, "the second waiter in line", func() bool { return queueLen(t, b, ss[1].Key(), false) == 2 })
+		c := toldAfter(t, a, first, "the first in line")
+		want := []string{w.TurnChannel(rs[1].ID(), ss[1].Key())}
+		waitFor(t, time.Second, "the turn heard", func() bool { return len(heard()) >= len(want) })
+		if got := heard(); !slices.Equal(got, want) {
+			t.Fatalf("messages after the first release: %q, want %q (the turn, to its registry alone)", got, want)
+		}
+		d := toldAfter(t, c, second, "the second in line")
+		mustNil(t, d.Release(bg(t)))
+		want = append(want, w.TurnChannel(rs[2].ID(), ss[2].Key()))
+		waitFor(t, time.Second, "nothing more heard", func() bool { return len(heard()) >= len(want) })
+		if got := heard(); !slices.Equal(got, want) {
+			t.Fatalf("messages: %q, want %q", got, want)
+		}
+	})
+}
+
+// A waiter that leaves the line after it was told its turn (its context
+// ended) passes the turn on: leave.lua tells the next in line at once,
+// which would otherwise sleep until the told turn is over (2s here).
+func TestSemaphoreLeaveTellsNext(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		w := wire.Layout{Registry: pfx}
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second),
+			registry.WithTurns(2*time.Second, 0)}
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
+		next := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
+		a, err := holder.Acquire(bg(t), 0)
+		mustNil(t, err)
+		// A listener first in line that will not try: due and lapsing
+		// far ahead, as a process that is told and then gives up.
+		lk := holder.Key()
+		far := time.Now().Add(time.Hour).UnixMilli()
+		b.do(t, "ZADD", w.QueueKey(lk), 1, "gone/1")
+		b.do(t, "HSET", w.WaitersKey(lk), "gone/1", fmt.Sprintf("l %d %d", far, far))
+		got := acquirePermit(bg(t), next, 0)
+		waitFor(t, 5*time.Second, "the next waiter in line", func() bool { return queueLen(t, b, lk, false) == 2 })
+		mustNil(t, a.Release(bg(t))) // the turn goes to gone/1
+		notWithin(t, got, 300*time.Millisecond, "a permit for the waiter behind the one told")
+		left := time.Now()
+		mustNil(t, holder.LeaveAs(bg(t), "gone/1"))
+		le := recvWithin(t, got, 5*time.Second, "the next in line")
+		if d := time.Since(left); d > time.Second {
+			t.Fatalf("the next in line got the permit %v after the told waiter left (its turn 2s): not told", d)
 		}
 		mustNil(t, le.Release(bg(t)))
 	})

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -20,20 +21,44 @@ const (
 
 // subscriber wakes PubSubLock waiters. They sleep as SpinLock waiters do
 // (pollDelay: until the holder's TTL runs out, at most idleBetweenTries),
-// but are woken early by the message every release publishes. One
-// subscription per registry, started on the first failed attempt, listens
-// on every release channel of the registry key and wakes only the lock
-// named by the message; within a process only the head of that lock's
-// local queue waits in Redis, so a release costs one attempt per process.
+// but are woken early by messages. A registry has two subscriptions, each
+// started on the first failed attempt that needs it: one listens on every
+// release channel of the registry key and wakes only the lock named by the
+// message (newReleaseSubscriber); the other listens on the registry's own
+// turn channels, where a semaphore's scripts tell it that its turn at a
+// permit has come (newTurnSubscriber), so that a turn wakes one process,
+// not every one that waits. Within a process only the head of a lock's or
+// semaphore's local queue waits in Redis, so a release costs one attempt
+// per process told.
 //
 // No wake-up is missed: the waiter empties its wake channel (registering
-// interest) before each obtain attempt, so a release between the attempt and
-// the wait leaves a signal in the channel. While the subscription is down,
-// messages can be lost: it wakes every waiter when it drops and again when it
-// is back, and in between waiters poll at idleBetweenTries.
+// interest) before each obtain attempt, so a message between the attempt
+// and the wait leaves a signal in the channel. While a subscription is
+// down, messages can be lost: it wakes every waiter when it drops and again
+// when it is back, and in between waiters poll at idleBetweenTries.
 type subscriber struct {
 	r       *Registry
 	started atomic.Bool
+	pattern string // what it subscribes to (owned by loop)
+	// wide, if set, is what it subscribes to instead when the server
+	// refuses pattern (NOPERM): an ACL can allow a PSUBSCRIBE pattern only
+	// literally, and so cannot allow the turn pattern of a registry id it
+	// does not know. lockKey filters what it hears.
+	wide    string
+	lockKey func(ch string) (lk string, ok bool) // the lock key that channel ch names, if it is for this registry
+}
+
+// newReleaseSubscriber returns r's subscriber to release messages.
+func newReleaseSubscriber(r *Registry) *subscriber {
+	return &subscriber{r: r, pattern: r.layout.ChannelPattern(), lockKey: r.layout.LockKeyOfChannel}
+}
+
+// newTurnSubscriber returns r's subscriber to its semaphore turns.
+func newTurnSubscriber(r *Registry) *subscriber {
+	id := r.core.ClientID
+	return &subscriber{r: r, pattern: r.layout.TurnPattern(id), wide: r.layout.AllTurnsPattern(), lockKey: func(ch string) (string, bool) {
+		return r.layout.LockKeyOfTurnChannel(id, ch)
+	}}
 }
 
 // start starts the subscriber once: a registry that never waits never
@@ -53,7 +78,13 @@ func (s *subscriber) loop() {
 		if r.core.BG.IsClosed() {
 			return
 		}
-		r.core.Log.Warn("lockyard: pub/sub subscriber dropped, resubscribing; waiters poll meanwhile", "err", err)
+		if s.wide != "" && s.pattern != s.wide && err != nil && strings.Contains(err.Error(), "NOPERM") {
+			r.core.Log.Info("lockyard: the server refused the registry's own turn channels; subscribing to every registry's (see docs/SECURITY.md)",
+				"pattern", s.pattern, "err", err)
+			s.pattern = s.wide
+			continue
+		}
+		r.core.Log.Warn("lockyard: pub/sub subscriber dropped, resubscribing; waiters poll meanwhile", "pattern", s.pattern, "err", err)
 		if r.core.BG.Sleep(r.core.BG.Ctx, bo.Delay(), nil) != nil {
 			return
 		}
@@ -65,7 +96,7 @@ func (s *subscriber) loop() {
 // the receive).
 func (s *subscriber) session(bo *core.Backoff) error {
 	r := s.r
-	sub, err := r.core.Exec.Subscribe(r.core.BG.Ctx, r.layout.ChannelPattern())
+	sub, err := r.core.Exec.Subscribe(r.core.BG.Ctx, s.pattern)
 	if err != nil {
 		return err
 	}
@@ -103,10 +134,10 @@ func (s *subscriber) session(bo *core.Backoff) error {
 }
 
 // deliver wakes the waiters of the lock or semaphore that channel ch
-// names, if cached.
+// names, if cached: one message counted.
 func (s *subscriber) deliver(ch string) {
 	r := s.r
-	lk, ok := r.layout.LockKeyOfChannel(ch)
+	lk, ok := s.lockKey(ch)
 	if !ok {
 		return
 	}
@@ -121,8 +152,8 @@ func (s *subscriber) deliver(ch string) {
 // messages may have been lost.
 func (s *subscriber) wakeAll() { s.r.cache.each(func(e cached) { e.signal(core.EveryTurn) }) }
 
-// listen starts the subscriber after a failed attempt of a lock whose
-// waiter it wakes (a PubSubLock).
+// listen starts the subscriber after a failed attempt of a lock or
+// semaphore whose waiter it wakes (a PubSubLock).
 func (s *subscriber) listen(w *core.Waker) {
 	if w != nil {
 		s.start()

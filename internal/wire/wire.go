@@ -20,14 +20,18 @@ import (
 //	                 :waiters                    :waiters
 //	turn             {R:KEY}:turn                R:{KEY}:turn
 //	release channel  R-channel:LOCKKEY           R-channel:LOCKKEY
+//	turn channel     R-turn:ID:LOCKKEY           R-turn:ID:LOCKKEY
 //	label            {R:}:label:ID               {R:}:label:ID
 //
 // A semaphore (registry.Semaphore) uses the same names: its key is the lock
 // key of its name, holding a sorted set whose members are lock values
 // (NewToken), one per permit, each scored by the server time in ms (TIME)
 // at which it expires; expired members are removed by the next attempt. It
-// has the wait queue keys (not the turn), the fence counter and the release
-// channel of a lock key.
+// has the wait queue keys (not the turn) and the fence counter of a lock
+// key. Its scripts publish no release message: a waiting registry whose
+// turn at a permit has come is told on its own turn channel (ID: its
+// registry id, the part of its waiter id before the '/'), so that only
+// that registry wakes.
 //
 // Every key of one lock lies in the lock key's Redis Cluster slot, braces
 // or not. In the default layout a lock key with a hash tag of its own
@@ -130,6 +134,29 @@ func (w Layout) LockKeyOfChannel(ch string) (string, bool) {
 // channel of the registry.
 func (w Layout) ChannelPattern() string {
 	return GlobEscape(w.channelPrefix()) + "*"
+}
+
+// TurnPrefix returns the part of every turn channel before the registry
+// id: the semaphore's scripts append a waiting registry's id, ':' and the
+// semaphore's lock key.
+func (w Layout) TurnPrefix() string { return w.Registry + "-turn:" }
+
+// TurnChannel returns the channel on which registry id is told that its
+// turn at a permit of the semaphore whose lock key is lk has come.
+func (w Layout) TurnChannel(id, lk string) string { return w.TurnPrefix() + id + ":" + lk }
+
+// TurnPattern returns the PSUBSCRIBE pattern that matches every turn
+// channel of registry id.
+func (w Layout) TurnPattern(id string) string { return GlobEscape(w.TurnPrefix()+id+":") + "*" }
+
+// AllTurnsPattern returns the PSUBSCRIBE pattern that matches the turn
+// channels of every registry id (an ACL can allow it, not TurnPattern).
+func (w Layout) AllTurnsPattern() string { return GlobEscape(w.TurnPrefix()) + "*" }
+
+// LockKeyOfTurnChannel returns the lock key that the turn channel ch of
+// registry id names, and false if ch is not one of its turn channels.
+func (w Layout) LockKeyOfTurnChannel(id, ch string) (string, bool) {
+	return strings.CutPrefix(ch, w.TurnPrefix()+id+":")
 }
 
 // ScanPattern returns the SCAN MATCH pattern that matches every lock key of

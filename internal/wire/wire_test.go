@@ -18,6 +18,12 @@ func TestChannelPatternEscapesGlobs(t *testing.T) {
 			t.Errorf("ChannelPattern(%q) = %q, want %q", in, got, want)
 		}
 	}
+	if got := (Layout{Registry: "a*"}).TurnPattern("id?"); got != `a\*-turn:id\?:*` {
+		t.Errorf("TurnPattern = %q", got)
+	}
+	if got := (Layout{Registry: "a*"}).AllTurnsPattern(); got != `a\*-turn:*` {
+		t.Errorf("AllTurnsPattern = %q", got)
+	}
 	if got := (Layout{Registry: "a*"}).ScanPattern(); got != `a\*:*` {
 		t.Errorf("ScanPattern = %q", got)
 	}
@@ -49,6 +55,15 @@ func TestNamesOfKeys(t *testing.T) {
 			t.Errorf("Channel = %q", ch)
 		} else if back, ok := w.LockKeyOfChannel(ch); !ok || back != lk {
 			t.Errorf("LockKeyOfChannel(%q) = %q, %v", ch, back, ok)
+		}
+		if ch := w.TurnChannel("id1", lk); ch != "orders-turn:id1:"+lk {
+			t.Errorf("TurnChannel = %q", ch)
+		} else if back, ok := w.LockKeyOfTurnChannel("id1", ch); !ok || back != lk {
+			t.Errorf("LockKeyOfTurnChannel(%q) = %q, %v", ch, back, ok)
+		} else if _, ok := w.LockKeyOfTurnChannel("id2", ch); ok {
+			t.Errorf("LockKeyOfTurnChannel of another registry id's channel %q: true", ch)
+		} else if _, ok := w.LockKeyOfChannel(ch); ok {
+			t.Errorf("a turn channel %q is a release channel", ch)
 		}
 	}
 	tagged := Layout{Registry: "orders", HashTag: true}
@@ -108,6 +123,9 @@ func FuzzLayout(f *testing.F) {
 			}
 			if got, ok := w.LockKeyOfChannel(w.Channel(lk)); !ok || got != lk {
 				t.Fatalf("LockKeyOfChannel(Channel(%q)) = %q, %v", lk, got, ok)
+			}
+			if got, ok := w.LockKeyOfTurnChannel("0a-b", w.TurnChannel("0a-b", lk)); !ok || got != lk {
+				t.Fatalf("LockKeyOfTurnChannel(TurnChannel(%q)) = %q, %v", lk, got, ok)
 			}
 			for _, k := range []string{w.FenceKey(lk), w.QueueKey(lk), w.WaitersKey(lk), w.TurnKey(lk), w.PollsKey(lk)} {
 				if _, isLock := w.UserKey(k); isLock && prefix[0] != '{' {

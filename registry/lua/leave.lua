@@ -1,7 +1,10 @@
 -- leave: take a waiter that stopped waiting out of the queue, so that no
--- turn is given to it. If it was in line for the key, the waiters behind
--- it move up: a release message tells them (and, if the key is free, the
--- next one gets its turn first). Runs after prelude.lua.
+-- turn is given to it. If it was in line for a lock key, the waiters
+-- behind it move up: a release message tells them (and, if the key is
+-- free, the next one gets its turn first); for a semaphore, the waiters
+-- first in line get the turns of the free permits (a turn given to the
+-- waiter that left passes on), each listener told on its turn channel.
+-- Runs after prelude.lua.
 --
 -- KEYS     as obtain.lua, without the fence counter: lock key, wait queue,
 --          queue info, turn, pollers
@@ -12,12 +15,13 @@
 -- ARGV[5]  ms added to a polling waiter's turn
 -- ARGV[6]  a semaphore's waiter: 's', or 'f' when it is fenced (then,
 --          when the queue is left empty and no permit is held, the fence
---          counter KEYS[6] is deleted too, as semrelease.lua does). A
---          semaphore has no turn key: the waiters behind are told they
---          moved up, and its next attempts give the turns.
+--          counter KEYS[6] is deleted too, as semrelease.lua does); KEYS[1]
+--          is then the semaphore key, and it has no turn key
+-- ARGV[7]  a semaphore's permits
+-- ARGV[8]  a semaphore's turn prefix (as semacquire.lua's ARGV[8])
 --
 -- Reply: 1 when its entry was removed, 0 when it had none.
-local _, _, queueRules = shared()
+local clock, _, queueRules, permitRules = shared()
 local R = queueRules()
 local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}
 if not R.qcall('ZRANK', q.order, ARGV[1]) then
@@ -33,8 +37,22 @@ if (R.qcall('ZCARD', q.order) or 0) == 0 then
   end
   return 1
 end
+if ARGV[6] then
+  -- A semaphore: any turn that it held passes on (admit gives the turns of
+  -- the free permits to the first in line, skipping those already told).
+  local now, n = clock(), redis.pcall('ZCARD', KEYS[1])
+  if now and type(n) == 'number' then
+    local P = permitRules()
+    local free = tonumber(ARGV[7]) - P.held(KEYS[1], now)
+    if free > 0 then
+      local _, told = P.admit(R, q, now, free, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])})
+      P.tell(ARGV[8], KEYS[1], told)
+    end
+  end
+  return 1
+end
 local moved = 1 -- the waiters behind it move up a place
-if not ARGV[6] and not redis.pcall('GET', KEYS[1]) and not R.turnOf(q) then
+if not redis.pcall('GET', KEYS[1]) and not R.turnOf(q) then
   local next, n, _, more = R.nextTurn(q, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5]), look = 4})
   if next then
     R.grant(q, next, n)

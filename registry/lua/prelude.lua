@@ -297,7 +297,9 @@ local function shared()
   -- wait queue of a lock key (q.order, q.polls, q.info; no turn key): the
   -- waiters first in line that are sure to try soon (as for nextTurn) are
   -- admitted, as many as permits are free, and a caller that is not in line
-  -- only while fewer wait than permits are free.
+  -- only while fewer wait than permits are free. A listener is told its
+  -- turn on its registry's turn channel (tell), not by a release message:
+  -- it waits for that one message, and those behind it need none.
   local function permitRules()
     local function ms(n)
       return string.format('%d', n)
@@ -334,53 +336,46 @@ local function shared()
     -- are sure to try soon (a listener; a poller due within r.ahead ms; a
     -- poller due later is passed over and keeps its place). Each of those
     -- whose turn was not yet given gets it (marked to end as nextTurn marks
-    -- it): the second result counts them, for the caller to announce. Entries
-    -- that lapsed, cannot be read, or were given a turn that ended more than
-    -- r.window ago are dropped, at most 64; the third result counts the
-    -- listeners among them (places moved up, to announce too). The fourth
-    -- counts the listeners ahead whose turn was given before this script
-    -- (their message is past: a waiter that counts messages from now on does
-    -- not count it). At most 8 live entries beyond free are examined (as
-    -- nextTurn looks at 4): past them, self is not admitted.
+    -- it); the second result lists the listeners among them, for the caller
+    -- to tell (tell). Entries that lapsed, cannot be read, or were given a
+    -- turn that ended more than r.window ago are dropped, at most 64. At most
+    -- 8 live entries beyond free are examined (as nextTurn looks at 4): past
+    -- them, self is not admitted.
     local function admit(R, q, now, free, self, r)
+      local told = {}
       if free <= 0 then
-        return false, 0, 0, 0
+        return false, told
       end
       if self then
         local rank = R.qcall('ZRANK', q.order, self)
         if rank and rank < free then -- fewer in line ahead of it than free permits
-          return true, 0, 0, 0
+          return true, told
         end
       end
-      local ahead, told, moved, given, dropped, seen, start = 0, 0, 0, 0, 0, 0, 0
+      local ahead, dropped, seen, start = 0, 0, 0, 0
       while dropped < 64 and seen < free + 8 do
         local ids = R.qcall('ZRANGE', q.order, start, start + 15)
         if not ids or #ids == 0 then
-          return true, told, moved, given
+          return true, told
         end
         for _, id in ipairs(ids) do
           if id == self then
-            return true, told, moved, given
+            return true, told
           end
           local kind, due, lapse, ended = R.waiter(q, id)
           if R.gone(kind, lapse, ended, now, r) then
             R.drop(q, id)
             dropped = dropped + 1
-            if kind ~= 'p' then
-              moved = moved + 1
-            end
           else
             start, seen = start + 1, seen + 1
             local n, marked = R.turnFor(q, id, kind, due, lapse, ended, now, r)
             if n then
               ahead = ahead + 1
-              if marked then
-                told = told + 1
-              elseif kind == 'l' then
-                given = given + 1
+              if marked and kind == 'l' then
+                told[#told + 1] = id
               end
               if ahead >= free then
-                return false, told, moved, given
+                return false, told
               end
             end
           end
@@ -389,25 +384,32 @@ local function shared()
           end
         end
       end
-      return false, told, moved, given
+      return false, told
+    end
+
+    -- tell publishes the turn message of the semaphore whose key is key to
+    -- each waiter of ids (admit), on its registry's turn channel: prefix,
+    -- the registry id (the waiter id before its '/'), ':' and key
+    -- (wire.Layout.TurnChannel). Only that registry hears it.
+    local function tell(prefix, key, ids)
+      for _, id in ipairs(ids) do
+        local reg = string.match(id, '^([^/]+)/')
+        if reg then
+          redis.call('PUBLISH', prefix .. reg .. ':' .. key, key)
+        end
+      end
     end
 
     -- toBack puts waiter id, in line or not, at the back of the queue q
     -- (the wait queue's rules R) as a waiter of kind that begins to wait
-    -- now, and returns how many waiters are ahead of it, counted as enqueue
-    -- counts them (a listener does not count the pollers). It is enqueue for
-    -- a waiter known to be last, with fewer calls: describe follows it.
+    -- now. It is enqueue for a waiter known to be last, with fewer calls:
+    -- describe follows it.
     local function toBack(R, q, id, kind, now)
       local since = string.format('%.3f', now)
       R.qcall('ZADD', q.order, since, id)
       if kind == 'p' then
         R.qcall('ZADD', q.polls, since, id)
       end
-      local n = (R.qcall('ZCARD', q.order) or 1) - 1
-      if kind == 'p' then
-        return n
-      end
-      return math.max(0, n - (R.qcall('ZCARD', q.polls) or 0))
     end
 
     -- soonest returns the ms until the first permit of key expires, or -2
@@ -419,7 +421,7 @@ local function shared()
       end
       return math.max(math.floor(tonumber(first[2]) - now), 0)
     end
-    return {held = held, hold = hold, admit = admit, toBack = toBack, soonest = soonest}
+    return {held = held, hold = hold, admit = admit, tell = tell, toBack = toBack, soonest = soonest}
   end
   return clock, nextFence, queueRules, permitRules
 end

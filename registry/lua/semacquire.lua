@@ -15,7 +15,8 @@
 -- ARGV[5]  the caller's poll interval in ms
 -- ARGV[6]  jitter in ms, taken off a full poll interval
 -- ARGV[7]  1 to take a fencing token, 0 not to
--- ARGV[8]  release channel (registryKey-channel:semaphoreKey)
+-- ARGV[8]  turn prefix (registryKey-turn:): a listener whose turn comes
+--          is told on ARGV[8] .. its registry id .. ':' .. KEYS[1] (tell)
 -- ARGV[9]  a listening waiter's turn, in ms
 -- ARGV[10] how soon (ms) a polling waiter must be due to get a turn
 -- ARGV[11] ms added to a polling waiter's turn
@@ -32,13 +33,14 @@
 --        sleep and after are for its next lease, as below. The same when the permit
 --        is already ARGV[1]'s (a resend after a lost reply), with a new
 --        fencing token.
+--        {0, sleep, after} every permit is held; {2, sleep, after} one is
+--        free, but waiters ahead of the caller are in line for it. sleep:
+--        how long the caller sleeps before it tries by itself; after: 1, the
+--        message of its own turn wakes it (-1 when not queued).
 --
--- The uncontended path runs ZCARD, TIME, the queue's ZRANGE, ZADD and
+-- The uncontended path runs ZCARD, TIME, EXISTS (the queue), ZADD and
 -- PEXPIRE: expired permits are pruned only when they would refuse the
 -- caller.
---        {0, sleep, after} every permit is held; {2, sleep, after} one is
---        free, but waiters ahead of the caller are in line for it. sleep
---        and after as in obtain.lua (after: -1 when not queued).
 -- Error: WRONGTYPE when KEYS[1] is not a sorted set (a lock's key); an
 --        error when the script may not call TIME (see docs/SECURITY.md).
 local token, id = ARGV[1], ARGV[3]
@@ -74,52 +76,47 @@ local R = nil
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
 local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11])}
 
--- granted gives the caller the permit and announces told + moved
--- messages. With ARGV[14] set and no other permit free, the caller's
--- instance queues again, behind everyone, for its registry's leases that
--- wait: {1, fence, sleep, after}, sleep and after as for a failed attempt
--- (given: the turns ahead announced before this script).
-local function granted(told, moved, given)
+-- granted gives the caller the permit and tells the listeners in told
+-- (nil: none) that their turn has come. With ARGV[14] set and no other
+-- permit free, the caller's instance queues again, behind everyone, for its
+-- registry's leases that wait: {1, fence, sleep, 1}, sleep as for a failed
+-- attempt.
+local function granted(told)
   local fence = P.hold(KEYS[1], token, now, ttl, fenceKey, held)
-  if ARGV[14] ~= '1' or free > 1 then -- the next lease tries at once
-    if R then
-      R.announce(ARGV[8], KEYS[1], told + moved)
+  if ARGV[14] == '1' and free <= 1 then
+    R = R or queueRules()
+    P.toBack(R, q, id, kind, now)
+    local sleep = R.pause(P.soonest(KEYS[1], now), 0, nil, idle, spread)
+    local due = now + sleep + tonumber(ARGV[12])
+    R.describe(q, id, kind, now, due, due + idle)
+    if told then
+      P.tell(ARGV[8], KEYS[1], told)
     end
-    return {1, fence}
+    return {1, fence, sleep, 1}
   end
-  R = R or queueRules()
-  local ahead = P.toBack(R, q, id, kind, now)
-  local sleep = R.pause(P.soonest(KEYS[1], now), ahead, nil, idle, spread)
-  local due = now + sleep + tonumber(ARGV[12])
-  R.describe(q, id, kind, now, due, due + idle)
-  R.announce(ARGV[8], KEYS[1], told + moved)
-  return {1, fence, sleep, math.max(ahead - given, 0) + 1 + moved}
+  if told then -- the next lease tries at once
+    P.tell(ARGV[8], KEYS[1], told)
+  end
+  return {1, fence}
 end
 
 if free > 0 and queueEmpty(KEYS[2]) then -- free, nobody waiting
-  return granted(0, 0, 0)
+  return granted(nil)
 end
 R = queueRules()
-local ok, told, moved, given = true, 0, 0, 0
-if free <= 0 then
-  ok = false
-else
-  ok, told, moved, given = P.admit(R, q, now, free, id, rules)
+local ok, told = false, nil
+if free > 0 then
+  ok, told = P.admit(R, q, now, free, id, rules)
 end
 if ok then
-  local k, _, _, ended = R.waiter(q, id)
-  local queued
-  if ARGV[14] == '1' and free <= 1 then
-    queued = k ~= nil -- it goes to the back of the line (granted)
-  else
-    queued = R.drop(q, id)
+  if ARGV[14] ~= '1' or free > 1 then
+    R.drop(q, id) -- granted queues it again otherwise
   end
-  if queued and (not k or ended == 0) then
-    moved = moved + 1 -- it took a permit unannounced: those behind move up
-  end
-  return granted(told, moved, given)
+  return granted(told)
 end
-R.announce(ARGV[8], KEYS[1], told + moved)
+if told then
+  P.tell(ARGV[8], KEYS[1], told)
+end
 
 -- Not acquired: every permit is held (0), or the free ones are others'
 -- turns (2).
@@ -134,7 +131,4 @@ local ahead = R.enqueue(q, id, kind, now)
 local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
 local due = now + sleep + tonumber(ARGV[12])
 R.describe(q, id, kind, now, due, due + idle)
--- after: a message for each listener ahead and one for the caller's own
--- turn, less those already sent (given), plus those this script sent for
--- the listeners it dropped (they are no longer ahead).
-return {status, sleep, math.max(ahead - given, 0) + 1 + moved}
+return {status, sleep, 1}

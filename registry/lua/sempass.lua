@@ -8,7 +8,7 @@
 --          (unused), pollers, fence counter
 -- ARGV[1]  token of the permit
 -- ARGV[2]  time to live in ms, for the next holder
--- ARGV[3]  release channel
+-- ARGV[3]  turn prefix (as semacquire.lua's ARGV[8])
 -- ARGV[4]  a listening waiter's turn, in ms
 -- ARGV[5]  how soon (ms) a polling waiter must be due to get a turn
 -- ARGV[6]  ms added to a polling waiter's turn
@@ -52,29 +52,23 @@ if ARGV[9] == '1' then
     end
     return {3}
   end
-  local R = queueRules()
-  local _, told, moved = P.admit(R, q, now, tonumber(ARGV[8]) - P.held(KEYS[1], now), nil, rules)
-  R.announce(ARGV[3], KEYS[1], told + moved)
+  local _, told = P.admit(queueRules(), q, now, tonumber(ARGV[8]) - P.held(KEYS[1], now), nil, rules)
+  P.tell(ARGV[3], KEYS[1], told)
   return {2}
 end
-local keep, told, moved = true, 0, 0
-local R = nil
+local keep, R = true, nil
 if not queueEmpty(KEYS[2]) then
   R = queueRules()
   -- Would the waiters in line be admitted with this permit given back?
   -- Then the free permits cover them: keep it.
   local free = tonumber(ARGV[8]) - P.held(KEYS[1], now) + 1
-  keep, told, moved = P.admit(R, q, now, free, ARGV[10], rules)
-end
-if R then
-  R.announce(ARGV[3], KEYS[1], told + moved)
+  local told
+  keep, told = P.admit(R, q, now, free, ARGV[10], rules)
+  P.tell(ARGV[3], KEYS[1], told)
 end
 if keep then
   if R and ARGV[11] ~= '1' then
-    local k, _, _, ended = R.waiter(q, ARGV[10])
-    if R.drop(q, ARGV[10]) and (not k or ended == 0) then
-      R.announce(ARGV[3], KEYS[1], 1) -- those behind it move up
-    end
+    R.drop(q, ARGV[10])
   end
   return {1, P.hold(KEYS[1], ARGV[1], now, tonumber(ARGV[2]), fenceKey, 1)}
 end

@@ -1,13 +1,13 @@
 -- semrelease: give back a permit of a semaphore if this holder still has
 -- it, and give the turns of the permits now free to the waiters in line
--- (prelude.lua, permitRules), each announced by a message on the release
+-- (prelude.lua, permitRules), each listener told on its registry's turn
 -- channel. With nobody in line nothing is published. Runs after
 -- prelude.lua.
 --
 -- KEYS     as semacquire.lua: semaphore key, wait queue, queue info, turn
 --          (unused), pollers, fence counter
 -- ARGV[1]  token of the permit
--- ARGV[2]  release channel
+-- ARGV[2]  turn prefix (as semacquire.lua's ARGV[8])
 -- ARGV[3]  a listening waiter's turn, in ms
 -- ARGV[4]  how soon (ms) a polling waiter must be due to get a turn
 -- ARGV[5]  ms added to a polling waiter's turn
@@ -45,8 +45,8 @@ local R = queueRules()
 local P = permitRules()
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
 local free = tonumber(ARGV[6]) - P.held(KEYS[1], now)
-local _, told, moved = P.admit(R, q, now, free, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])})
-R.announce(ARGV[2], KEYS[1], told + moved)
+local _, told = P.admit(R, q, now, free, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])})
+P.tell(ARGV[2], KEYS[1], told)
 if queueEmpty(KEYS[2]) then
   forget()
   return 1
