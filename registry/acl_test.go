@@ -241,6 +241,36 @@ func TestLeastPrivilegeACLSemaphore(t *testing.T) {
 	assertNoKeys(t, b, pfx)
 }
 
+// A semaphore under the ACL that this page gave before the turn channels
+// (no &registryKey-turn:*): a turn message the server refuses is a message
+// lost, not a failed release; the turn subscriber, refused both its own
+// pattern and the wide one, logs an error once and stops, and waiters poll.
+func TestACLWithoutTurnChannels(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	rules := slices.DeleteFunc(aclFor(t, pfx), func(r any) bool { return r == "&"+pfx+"-turn:*" })
+	b.do(t, "ACL", append([]any{"SETUSER", pfx}, rules...)...)
+	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
+	logs := &logRecorder{}
+	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(200 * time.Millisecond)}
+	s1 := semaphore(t, newRegPrefix(t, userPool(t, pfx), pfx, opts...), "k", 1)
+	s2 := semaphore(t, newRegPrefix(t, userPool(t, pfx), pfx, append(opts, registry.WithLogger(slog.New(logs)))...), "k", 1)
+	a, err := s1.Acquire(bg(t), 0)
+	mustNil(t, err)
+	theirs := acquirePermit(bg(t), s2, 0)
+	waitFor(t, 5*time.Second, "the turn subscriber to give up", func() bool {
+		return logs.count(slog.LevelError, "refused the semaphore turn channels") == 1
+	})
+	mustNil(t, a.Release(bg(t))) // its turn message is refused
+	c := recvWithin(t, theirs, 3*time.Second, "the waiter, polling")
+	mustNil(t, c.Release(bg(t)))
+	notWithin(t, make(chan struct{}), 1500*time.Millisecond, "nothing") // a while for retries to show
+	if n, w := logs.count(slog.LevelError, "refused the semaphore turn channels"), logs.count(slog.LevelWarn, "subscriber dropped"); n != 1 || w != 0 {
+		t.Fatalf("%d errors and %d warnings of the turn subscriber; want 1 error, then no retry", n, w)
+	}
+	assertNoKeys(t, b, pfx)
+}
+
 // A user whose ACL lacks the native delete (DELEX, DELIFEQ) and the probe
 // (COMMAND) gets NOPERM for the delete once, where the server has one; the
 // release script then serves every release: locks stay correct, and the

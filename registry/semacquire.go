@@ -162,6 +162,9 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 	case err != nil:
 		if core.IsAmbiguous(err) {
 			s.releaseLater(token) // the script may have added the permit
+			if waits {
+				s.setQueued(true) // or queued the instance: a head that gives up leaves the line
+			}
 		}
 		return nil, unknown, err
 	case !g.ok:

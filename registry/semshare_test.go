@@ -540,3 +540,82 @@ func TestSemaphoreLeaveTellsNext(t *testing.T) {
 		mustNil(t, le.Release(bg(t)))
 	})
 }
+
+// A registry first in line that keeps a permit handed from lease to lease
+// leaves the line (no more of its leases wait); a permit that is free
+// besides (here one given back without a message: its entry removed, as
+// when a holder vanished) goes to the next in line at once: sempass.lua
+// tells it, where it would otherwise sleep until its poll.
+func TestSemaphorePassTellsNextOfOtherFreePermit(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
+		xr := newRegPrefix(t, b.pool(t), pfx, opts...)
+		x := semaphore(t, xr, "k", 2)
+		a := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 2)
+		other := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 2)
+		xl, err := x.Acquire(bg(t), 0)
+		mustNil(t, err)
+		a1, err := a.Acquire(bg(t), 0)
+		mustNil(t, err)
+		aNext := acquirePermit(bg(t), a, 0) // a's head queues: every permit is held
+		waitFor(t, 5*time.Second, "a's head in line", func() bool { return queueLen(t, b, a.Key(), false) == 1 })
+		otherNext := acquirePermit(bg(t), other, 0)
+		waitFor(t, 5*time.Second, "the other registry in line", func() bool { return queueLen(t, b, a.Key(), false) == 2 })
+		info, err := xr.Inspect(bg(t), "k")
+		mustNil(t, err)
+		for _, h := range info.Holders {
+			if h.Registry == xr.ID() {
+				b.do(t, "ZREM", a.Key(), h.Token) // x's permit is free, and nobody was told
+			}
+		}
+		passed := time.Now()
+		got := toldAfter(t, a1, aNext, "a's next lease") // sempass keeps the permit for it
+		le := recvWithin(t, otherNext, 5*time.Second, "the next in line")
+		if d := time.Since(passed); d > time.Second {
+			t.Fatalf("the next in line got the free permit %v after the pass (poll 3s): not told", d)
+		}
+		mustNil(t, le.Release(bg(t)))
+		mustNil(t, got.Release(bg(t)))
+		_ = xl.Release(bg(t)) // its permit is gone
+	})
+}
+
+// lostAcquireClient loses the reply of one semacquire.lua after it ran,
+// and ends the waiter's context meanwhile.
+type lostAcquireClient struct {
+	registry.Client
+	drop   atomic.Bool
+	cancel context.CancelFunc
+}
+
+func (c *lostAcquireClient) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	v, err := c.Client.Eval(ctx, s, keys, args)
+	if s.Name() == "semacquire" && c.drop.Swap(false) {
+		c.cancel()
+		return nil, context.Canceled
+	}
+	return v, err
+}
+
+// A waiter whose attempt's reply was lost (the script queued it) and whose
+// context then ended leaves the line: no entry is left for the next
+// waiter to wait behind until it lapses.
+func TestSemaphoreLostReplyLeavesLine(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	opts := []registry.Option{registry.WithIdleBetweenTries(10 * time.Second), registry.WithLogger(discardLogger)}
+	holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
+	ctx, cancel := context.WithCancel(bg(t))
+	defer cancel()
+	c := &lostAcquireClient{Client: registry.NewPoolClient(b.pool(t)), cancel: cancel}
+	waiter := semaphore(t, newRegClientPrefix(t, c, pfx, opts...), "k", 1)
+	a, err := holder.Acquire(bg(t), 0)
+	mustNil(t, err)
+	defer a.Release(bg(t))
+	c.drop.Store(true)
+	if le, err := waiter.Acquire(ctx, 0); err == nil {
+		t.Fatalf("Acquire with its context ended: %v", le)
+	}
+	waitFor(t, 2*time.Second, "the waiter's entry out of line", func() bool { return queueLen(t, b, holder.Key(), false) == 0 })
+}

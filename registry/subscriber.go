@@ -46,6 +46,7 @@ type subscriber struct {
 	// does not know. lockKey filters what it hears.
 	wide    string
 	lockKey func(ch string) (lk string, ok bool) // the lock key that channel ch names, if it is for this registry
+	wakes   func(e cached) bool                  // whose waiters it wakes when messages may have been lost (nil: all)
 }
 
 // newReleaseSubscriber returns r's subscriber to release messages.
@@ -56,9 +57,9 @@ func newReleaseSubscriber(r *Registry) *subscriber {
 // newTurnSubscriber returns r's subscriber to its semaphore turns.
 func newTurnSubscriber(r *Registry) *subscriber {
 	id := r.core.ClientID
-	return &subscriber{r: r, pattern: r.layout.TurnPattern(id), wide: r.layout.AllTurnsPattern(), lockKey: func(ch string) (string, bool) {
-		return r.layout.LockKeyOfTurnChannel(id, ch)
-	}}
+	return &subscriber{r: r, pattern: r.layout.TurnPattern(id), wide: r.layout.AllTurnsPattern(),
+		lockKey: func(ch string) (string, bool) { return r.layout.LockKeyOfTurnChannel(id, ch) },
+		wakes:   func(e cached) bool { _, ok := e.(*Semaphore); return ok }}
 }
 
 // start starts the subscriber once: a registry that never waits never
@@ -78,11 +79,18 @@ func (s *subscriber) loop() {
 		if r.core.BG.IsClosed() {
 			return
 		}
-		if s.wide != "" && s.pattern != s.wide && err != nil && strings.Contains(err.Error(), "NOPERM") {
-			r.core.Log.Info("lockyard: the server refused the registry's own turn channels; subscribing to every registry's (see docs/SECURITY.md)",
-				"pattern", s.pattern, "err", err)
-			s.pattern = s.wide
-			continue
+		if s.wide != "" && err != nil && strings.Contains(err.Error(), "NOPERM") {
+			if s.pattern != s.wide {
+				r.core.Log.Info("lockyard: the server refused the registry's own turn channels; subscribing to every registry's (see docs/SECURITY.md)",
+					"pattern", s.pattern, "err", err)
+				s.pattern = s.wide
+				continue
+			}
+			// Refused both: an ACL without the turn channels. Retrying
+			// would only fail again; semaphore waiters poll.
+			r.core.Log.Error("lockyard: the server refused the semaphore turn channels; semaphore waiters poll (idleBetweenTries). Allow &"+
+				r.layout.TurnPrefix()+"* (see docs/SECURITY.md)", "pattern", s.pattern, "err", err)
+			return
 		}
 		r.core.Log.Warn("lockyard: pub/sub subscriber dropped, resubscribing; waiters poll meanwhile", "pattern", s.pattern, "err", err)
 		if r.core.BG.Sleep(r.core.BG.Ctx, bo.Delay(), nil) != nil {
@@ -148,9 +156,15 @@ func (s *subscriber) deliver(ch string) {
 	}
 }
 
-// wakeAll makes every cached lock's and semaphore's waiters try at once:
-// messages may have been lost.
-func (s *subscriber) wakeAll() { s.r.cache.each(func(e cached) { e.signal(core.EveryTurn) }) }
+// wakeAll makes the waiters of every cached lock and semaphore that s
+// wakes try at once: messages may have been lost.
+func (s *subscriber) wakeAll() {
+	s.r.cache.each(func(e cached) {
+		if s.wakes == nil || s.wakes(e) {
+			e.signal(core.EveryTurn)
+		}
+	})
+}
 
 // listen starts the subscriber after a failed attempt of a lock or
 // semaphore whose waiter it wakes (a PubSubLock).

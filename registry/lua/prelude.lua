@@ -15,7 +15,8 @@
 --   q.polls  sorted set: the same, for the waiters that poll only: a
 --            waiter that listens counts the listeners ahead of it.
 --   q.info   hash: waiter id -> 'KIND DUE LAPSE [END]'. KIND is 'l' for a
---            waiter woken by the release message (PubSubLock), 'p' for one
+--            waiter woken by a message (PubSubLock: a lock's release message,
+--            a semaphore's turn message), 'p' for one
 --            that polls (SpinLock); DUE is when it will next try by itself;
 --            LAPSE is when its entry stops counting unless it tries again;
 --            END, when the turn it was last given ended (until it tries).
@@ -390,12 +391,14 @@ local function shared()
     -- tell publishes the turn message of the semaphore whose key is key to
     -- each waiter of ids (admit), on its registry's turn channel: prefix,
     -- the registry id (the waiter id before its '/'), ':' and key
-    -- (wire.Layout.TurnChannel). Only that registry hears it.
+    -- (wire.Layout.TurnChannel). Only that registry hears it. A message the
+    -- server refuses (an ACL without the turn channels) is a message lost:
+    -- the waiter tries when its sleep ends.
     local function tell(prefix, key, ids)
       for _, id in ipairs(ids) do
         local reg = string.match(id, '^([^/]+)/')
         if reg then
-          redis.call('PUBLISH', prefix .. reg .. ':' .. key, key)
+          redis.pcall('PUBLISH', prefix .. reg .. ':' .. key, key)
         end
       end
     end

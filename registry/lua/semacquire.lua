@@ -11,7 +11,7 @@
 -- ARGV[3]  waiter id: registryId/n, one per semaphore instance (its
 --          leases that wait take turns at talking to Redis)
 -- ARGV[4]  how the caller waits if it fails: 0 it does not, 1 it polls
---          (SpinLock), 2 it is woken by the release message (PubSubLock)
+--          (SpinLock), 2 it is woken by the turn message (PubSubLock)
 -- ARGV[5]  the caller's poll interval in ms
 -- ARGV[6]  jitter in ms, taken off a full poll interval
 -- ARGV[7]  1 to take a fencing token, 0 not to

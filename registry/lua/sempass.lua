@@ -56,19 +56,28 @@ if ARGV[9] == '1' then
   P.tell(ARGV[3], KEYS[1], told)
   return {2}
 end
-local keep, R = true, nil
+local keep, R, free = true, nil, 0
 if not queueEmpty(KEYS[2]) then
   R = queueRules()
   -- Would the waiters in line be admitted with this permit given back?
   -- Then the free permits cover them: keep it.
-  local free = tonumber(ARGV[8]) - P.held(KEYS[1], now) + 1
+  free = tonumber(ARGV[8]) - P.held(KEYS[1], now) + 1
   local told
   keep, told = P.admit(R, q, now, free, ARGV[10], rules)
   P.tell(ARGV[3], KEYS[1], told)
 end
 if keep then
-  if R and ARGV[11] ~= '1' then
-    R.drop(q, ARGV[10])
+  if R then
+    if ARGV[11] ~= '1' then
+      R.drop(q, ARGV[10])
+    end
+    if free > 1 then
+      -- Permits are free besides this one, and the holder's entry may have
+      -- been first in line for them (admit stops at it), or told a turn
+      -- that it no longer takes: their turns go to the first in line now.
+      local _, told = P.admit(R, q, now, free - 1, nil, rules)
+      P.tell(ARGV[3], KEYS[1], told)
+    end
   end
   return {1, P.hold(KEYS[1], ARGV[1], now, tonumber(ARGV[2]), fenceKey, 1)}
 end
