@@ -303,17 +303,24 @@ const maxNudge = time.Minute
 // and a timer that fires after Close does nothing. If the key still lives
 // (the clocks differ), it tries again when it should not, at most twice.
 func (r *Registry) nudgeAfter(lk, token string, d time.Duration) {
+	r.nudgeWith(d, func(ctx context.Context) (time.Duration, error) { return r.mutex.nudge(ctx, lk, token) })
+}
+
+// nudgeWith runs nudge d from now (if d is at most maxNudge), and again
+// when it says how long what it waits for has left, at most three times in
+// all: nudgeAfter's timing, for any kind.
+func (r *Registry) nudgeWith(d time.Duration, nudge func(context.Context) (left time.Duration, err error)) {
 	if d <= maxNudge {
-		r.nudgeIn(lk, token, d, 3)
+		r.nudgeIn(d, 3, nudge)
 	}
 }
 
-func (r *Registry) nudgeIn(lk, token string, d time.Duration, tries int) {
+func (r *Registry) nudgeIn(d time.Duration, tries int, nudge func(context.Context) (time.Duration, error)) {
 	time.AfterFunc(d+nudgeMargin, func() {
 		r.core.BG.Spawn(func() {
-			left, err := r.mutex.nudge(r.core.BG.Ctx, lk, token)
+			left, err := nudge(r.core.BG.Ctx)
 			if err == nil && left >= 0 && tries > 1 {
-				r.nudgeIn(lk, token, left, tries-1)
+				r.nudgeIn(left, tries-1, nudge)
 			}
 		})
 	})

@@ -38,9 +38,10 @@ func (s *Semaphore) endLease(ctx context.Context, le *Lease) error {
 }
 
 // endLeaseAfter ends le but leaves its permit taken in Redis for d: one
-// renewal sets the permit to expire d from now. Waiters find the permit
-// free once it has expired (they sleep until the soonest permit expires,
-// or their poll interval).
+// renewal sets the permit to expire d from now. Once it has expired, a
+// nudge (semnudge.lua) gives it back and tells the waiters in line, who
+// would otherwise sleep until their poll: the expiry they were told of
+// was the permit's old one.
 func (s *Semaphore) endLeaseAfter(ctx context.Context, le *Lease, d time.Duration) error {
 	r := s.reg
 	h := le.h.Kind.(*permit).h.Load()
@@ -58,6 +59,7 @@ func (s *Semaphore) endLeaseAfter(ctx context.Context, le *Lease, d time.Duratio
 		err = core.KeyGone(s.key)
 	default:
 		err = h.LostAtRelease()
+		r.nudgeWith(d, func(ctx context.Context) (time.Duration, error) { return r.sem.nudge(ctx, s.key, h.Token, s.permits) })
 	}
 	return s.teardown(h, err)
 }

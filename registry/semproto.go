@@ -21,11 +21,14 @@ var (
 	semPassSrc string
 	//go:embed lua/semrenew.lua
 	semRenewSrc string
+	//go:embed lua/semnudge.lua
+	semNudgeSrc string
 
 	semAcquireScript = core.NewScript("semacquire", preludeSrc+semAcquireSrc)
 	semReleaseScript = core.NewScript("semrelease", preludeSrc+semReleaseSrc)
 	semPassScript    = core.NewScript("sempass", preludeSrc+semPassSrc)
 	semRenewScript   = core.NewScript("semrenew", semRenewSrc)
+	semNudgeScript   = core.NewScript("semnudge", preludeSrc+semNudgeSrc)
 )
 
 // semProto is the protocol of a Semaphore, on one Client (a single node,
@@ -104,6 +107,23 @@ func (p *semProto) release(ctx context.Context, lk, token string, permits int) (
 	s := &p.s
 	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, permits, s.fenceArg}}
 	return decodeRelease(p.one.One(ctx, semReleaseScript, c))
+}
+
+// nudge gives token's permit back once it has expired (ReleaseAfter), and
+// the turns of the free permits to the waiters in line; left is how long
+// it has to live when it has not expired yet, else -1.
+func (p *semProto) nudge(ctx context.Context, lk, token string, permits int) (left time.Duration, err error) {
+	s := &p.s
+	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, permits, s.fenceArg}}
+	v, err := p.one.One(ctx, semNudgeScript, c)
+	if err != nil {
+		return -1, err
+	}
+	n, err := core.ReplyInt(v)
+	if err != nil || n < 0 {
+		return -1, err
+	}
+	return time.Duration(n) * time.Millisecond, nil
 }
 
 // Renew resets the expiry of token's permit to ttl from now, and reports

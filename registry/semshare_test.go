@@ -619,3 +619,28 @@ func TestSemaphoreLostReplyLeavesLine(t *testing.T) {
 	}
 	waitFor(t, 2*time.Second, "the waiter's entry out of line", func() bool { return queueLen(t, b, holder.Key(), false) == 0 })
 }
+
+// A lease that ends with ReleaseAfter(d) leaves its permit taken for d;
+// once it has expired, the waiter in line is told (semnudge.lua), where it
+// would otherwise sleep until its poll: it was told of the permit's old
+// expiry.
+func TestSemaphoreReleaseAfterTellsWaiter(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
+		waiter := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
+		a, err := holder.Acquire(bg(t), 10*time.Second)
+		mustNil(t, err)
+		got := acquirePermit(bg(t), waiter, 0)
+		waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, holder.Key(), false) == 1 })
+		const d = 300 * time.Millisecond
+		ended := time.Now()
+		mustNil(t, a.ReleaseAfter(bg(t), d))
+		le := recvWithin(t, got, 5*time.Second, "the waiter")
+		if took := time.Since(ended); took < d-50*time.Millisecond || took > d+time.Second {
+			t.Fatalf("the waiter got the permit %v after ReleaseAfter(%v) (poll 3s)", took, d)
+		}
+		mustNil(t, le.Release(bg(t)))
+	})
+}
