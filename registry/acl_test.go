@@ -12,6 +12,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
+	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -244,7 +245,8 @@ func TestLeastPrivilegeACLSemaphore(t *testing.T) {
 // A semaphore under the ACL that this page gave before the turn channels
 // (no &registryKey-turn:*): a turn message the server refuses is a message
 // lost, not a failed release; the turn subscriber, refused both its own
-// pattern and the wide one, logs an error once and stops, and waiters poll.
+// pattern and the wide one, logs an error once and asks again only a minute
+// later, and meanwhile waiters queue as pollers.
 func TestACLWithoutTurnChannels(t *testing.T) {
 	b := realBackend()
 	pfx := prefix(t)
@@ -261,6 +263,17 @@ func TestACLWithoutTurnChannels(t *testing.T) {
 	waitFor(t, 5*time.Second, "the turn subscriber to give up", func() bool {
 		return logs.count(slog.LevelError, "refused the semaphore turn channels") == 1
 	})
+	// Its waiter now queues as a poller: a listener would be given turns
+	// that it never hears of.
+	w := wire.Layout{Registry: pfx}
+	waitFor(t, 5*time.Second, "the waiter queued as a poller", func() bool {
+		ids, _ := redis.Strings(b.do(t, "ZRANGE", w.QueueKey(s2.Key()), 0, -1), nil)
+		if len(ids) != 1 {
+			return false
+		}
+		v, _ := redis.String(b.do(t, "HGET", w.WaitersKey(s2.Key()), ids[0]), nil)
+		return strings.HasPrefix(v, "p ")
+	})
 	mustNil(t, a.Release(bg(t))) // its turn message is refused
 	c := recvWithin(t, theirs, 3*time.Second, "the waiter, polling")
 	mustNil(t, c.Release(bg(t)))
@@ -269,6 +282,44 @@ func TestACLWithoutTurnChannels(t *testing.T) {
 		t.Fatalf("%d errors and %d warnings of the turn subscriber; want 1 error, then no retry", n, w)
 	}
 	assertNoKeys(t, b, pfx)
+}
+
+// A turn subscriber refused the turn channels asks again: once the ACL
+// allows them, its waiters listen again and are told their turns.
+func TestACLTurnChannelsAllowedLater(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	rules := slices.DeleteFunc(aclFor(t, pfx), func(r any) bool { return r == "&"+pfx+"-turn:*" })
+	b.do(t, "ACL", append([]any{"SETUSER", pfx}, rules...)...)
+	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
+	logs := &logRecorder{}
+	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second),
+		registry.WithRefusedRetry(200 * time.Millisecond)}
+	s1 := semaphore(t, newRegPrefix(t, userPool(t, pfx), pfx, opts...), "k", 1)
+	s2 := semaphore(t, newRegPrefix(t, userPool(t, pfx), pfx, append(opts, registry.WithLogger(slog.New(logs)))...), "k", 1)
+	a, err := s1.Acquire(bg(t), 0)
+	mustNil(t, err)
+	theirs := acquirePermit(bg(t), s2, 0)
+	waitFor(t, 5*time.Second, "the turn subscriber refused", func() bool {
+		return logs.count(slog.LevelError, "refused the semaphore turn channels") == 1
+	})
+	w := wire.Layout{Registry: pfx}
+	kind := func() string {
+		ids, _ := redis.Strings(b.do(t, "ZRANGE", w.QueueKey(s2.Key()), 0, -1), nil)
+		if len(ids) != 1 {
+			return ""
+		}
+		v, _ := redis.String(b.do(t, "HGET", w.WaitersKey(s2.Key()), ids[0]), nil)
+		return v[:1]
+	}
+	waitFor(t, 5*time.Second, "the waiter queued as a poller", func() bool { return kind() == "p" })
+	b.do(t, "ACL", "SETUSER", pfx, "&"+pfx+"-turn:*")
+	waitFor(t, 5*time.Second, "the waiter listening again", func() bool { return kind() == "l" })
+	c := toldAfter(t, a, theirs, "the waiter")
+	mustNil(t, c.Release(bg(t)))
+	if n := logs.count(slog.LevelError, "refused the semaphore turn channels"); n != 1 {
+		t.Fatalf("%d errors of the turn subscriber; want 1 (logged once)", n)
+	}
 }
 
 // A user whose ACL lacks the native delete (DELEX, DELIFEQ) and the probe

@@ -112,3 +112,12 @@ func (r *Registry) ID() string { return r.core.ClientID }
 func (s *Semaphore) LeaveAs(ctx context.Context, waiter string) error {
 	return s.reg.sem.leave(ctx, s.key, waiter, s.permits)
 }
+
+// WithRefusedRetry sets how soon a turn subscriber that the server refused
+// asks again (refusedRetry).
+func WithRefusedRetry(d time.Duration) Option {
+	return func(c *config) error {
+		c.refusedRetry = d
+		return nil
+	}
+}

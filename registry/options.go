@@ -70,6 +70,7 @@ type config struct {
 	// Turns and runs of local holds (the defaults below); tests change
 	// them.
 	turnWindow, pollAhead, pollSlack, freePassSpan, chainSpan time.Duration
+	refusedRetry                                              time.Duration // how soon a refused turn subscriber asks again
 }
 
 // Turns (lua/prelude.lua): when a lock key is freed while waiters of other
@@ -135,6 +136,7 @@ func defaultConfig() config {
 		pollSlack:      pollSlack,
 		freePassSpan:   freePassSpan,
 		chainSpan:      chainSpan,
+		refusedRetry:   refusedRetry,
 		label:          defaultLabel(),
 	}
 }

@@ -131,10 +131,14 @@ func (s *Semaphore) holdsAll() bool {
 	return s.held >= s.permits
 }
 
-// deaf reports whether this instance is not the cached one (evicted, and
-// kept by its caller): the subscriber wakes the cached one, so this one
-// queues as a poller.
+// deaf reports whether this instance hears no turn message, and so queues
+// as a poller: it is not the cached one (evicted, and kept by its caller:
+// the subscriber wakes the cached one), or the server refuses the turn
+// channels.
 func (s *Semaphore) deaf() bool {
+	if s.reg.turns.refused.Load() {
+		return true
+	}
 	e, ok := s.reg.cache.peek(s.name)
 	return !ok || e != cached(s)
 }

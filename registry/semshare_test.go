@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -640,6 +641,72 @@ func TestSemaphoreReleaseAfterTellsWaiter(t *testing.T) {
 		le := recvWithin(t, got, 5*time.Second, "the waiter")
 		if took := time.Since(ended); took < d-50*time.Millisecond || took > d+time.Second {
 			t.Fatalf("the waiter got the permit %v after ReleaseAfter(%v) (poll 3s)", took, d)
+		}
+		mustNil(t, le.Release(bg(t)))
+	})
+}
+
+// A waiter second in line whose attempt finds two permits free (both
+// expired, and not yet pruned) takes one; the other goes to the first in
+// line at once (semacquire.lua tells it), which would otherwise sleep until
+// its poll.
+func TestSemaphoreAttemptTellsFirstOfOtherFreePermit(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLogger(discardLogger)), "k", 2)
+		first := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock),
+			registry.WithIdleBetweenTries(3*time.Second)), "k", 2)
+		second := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.SpinLock),
+			registry.WithIdleBetweenTries(100*time.Millisecond)), "k", 2)
+		for range 2 {
+			_, err := holder.Acquire(bg(t), 0)
+			mustNil(t, err)
+		}
+		firstGot := acquirePermit(bg(t), first, 0)
+		waitFor(t, 5*time.Second, "the first in line", func() bool { return queueLen(t, b, first.Key(), false) == 1 })
+		secondGot := acquirePermit(bg(t), second, 0)
+		waitFor(t, 5*time.Second, "the second in line", func() bool { return queueLen(t, b, first.Key(), false) == 2 })
+		tokens, err := redis.Strings(b.do(t, "ZRANGE", first.Key(), 0, -1), nil)
+		mustNil(t, err)
+		expired := time.Now()
+		for _, tok := range tokens {
+			b.do(t, "ZADD", first.Key(), "XX", 1, tok) // expired long ago, and nobody told
+		}
+		le := recvWithin(t, secondGot, 5*time.Second, "the second in line, at its poll")
+		fe := recvWithin(t, firstGot, 5*time.Second, "the first in line")
+		if d := time.Since(expired); d > time.Second {
+			t.Fatalf("the first in line got the other free permit %v after they expired (poll 3s): not told", d)
+		}
+		mustNil(t, le.Release(bg(t)))
+		mustNil(t, fe.Release(bg(t)))
+	})
+}
+
+// A nudge that finds the permit still alive (its expiry moved later, as
+// when the clocks differ) tries again when it should have expired: the
+// waiter is told then, not at its poll.
+func TestSemaphoreReleaseAfterNudgeRetries(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
+		waiter := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
+		a, err := holder.Acquire(bg(t), 10*time.Second)
+		mustNil(t, err)
+		got := acquirePermit(bg(t), waiter, 0)
+		waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, holder.Key(), false) == 1 })
+		ended := time.Now()
+		mustNil(t, a.ReleaseAfter(bg(t), 200*time.Millisecond))
+		tokens, err := redis.Strings(b.do(t, "ZRANGE", holder.Key(), 0, -1), nil)
+		mustNil(t, err)
+		now, err := redis.Strings(b.do(t, "TIME"), nil)
+		mustNil(t, err)
+		sec, _ := strconv.ParseInt(now[0], 10, 64)
+		usec, _ := strconv.ParseInt(now[1], 10, 64)
+		b.do(t, "ZADD", holder.Key(), "XX", sec*1000+usec/1000+700, tokens[0]) // it expires 700ms from now instead
+		le := recvWithin(t, got, 5*time.Second, "the waiter")
+		if took := time.Since(ended); took < 600*time.Millisecond || took > 1500*time.Millisecond {
+			t.Fatalf("the waiter got the permit %v after ReleaseAfter (expiry moved to 700ms; poll 3s)", took)
 		}
 		mustNil(t, le.Release(bg(t)))
 	})

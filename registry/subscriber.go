@@ -39,7 +39,7 @@ const (
 type subscriber struct {
 	r       *Registry
 	started atomic.Bool
-	pattern string // what it subscribes to (owned by loop)
+	pattern string // what it subscribes to
 	// wide, if set, is what it subscribes to instead when the server
 	// refuses pattern (NOPERM): an ACL can allow a PSUBSCRIBE pattern only
 	// literally, and so cannot allow the turn pattern of a registry id it
@@ -47,7 +47,17 @@ type subscriber struct {
 	wide    string
 	lockKey func(ch string) (lk string, ok bool) // the lock key that channel ch names, if it is for this registry
 	wakes   func(e cached) bool                  // whose waiters it wakes when messages may have been lost (nil: all)
+	// refused is set while the server refuses both pattern and wide: the
+	// waiters it would wake queue as pollers meanwhile (a listener that
+	// hears nothing would be given turns it misses).
+	refused atomic.Bool
+	widened bool // the switch to wide was logged (owned by loop)
 }
+
+// refusedRetry is how long a subscriber that the server refused (NOPERM)
+// waits before it asks again (config.refusedRetry): an ACL is fixed by
+// hand, if at all.
+const refusedRetry = time.Minute
 
 // newReleaseSubscriber returns r's subscriber to release messages.
 func newReleaseSubscriber(r *Registry) *subscriber {
@@ -73,43 +83,57 @@ func (s *subscriber) start() { s.r.core.BG.StartOnce(&s.started, s.loop) }
 func (s *subscriber) loop() {
 	r := s.r
 	var bo core.Backoff
+	pattern := s.pattern
 	for {
-		err := s.session(&bo)
+		subscribed, err := s.session(&bo, pattern)
 		s.wakeAll() // messages may have been lost: everyone re-checks
 		if r.core.BG.IsClosed() {
 			return
 		}
-		if s.wide != "" && err != nil && strings.Contains(err.Error(), "NOPERM") {
-			if s.pattern != s.wide {
-				r.core.Log.Info("lockyard: the server refused the registry's own turn channels; subscribing to every registry's (see docs/SECURITY.md)",
-					"pattern", s.pattern, "err", err)
-				s.pattern = s.wide
+		if !subscribed && s.wide != "" && err != nil && strings.Contains(err.Error(), "NOPERM") {
+			if pattern != s.wide {
+				if !s.widened {
+					s.widened = true
+					r.core.Log.Info("lockyard: the server refused the registry's own turn channels; subscribing to every registry's (see docs/SECURITY.md)",
+						"pattern", pattern, "err", err)
+				}
+				pattern = s.wide
 				continue
 			}
-			// Refused both: an ACL without the turn channels. Retrying
-			// would only fail again; semaphore waiters poll.
-			r.core.Log.Error("lockyard: the server refused the semaphore turn channels; semaphore waiters poll (idleBetweenTries). Allow &"+
-				r.layout.TurnPrefix()+"* (see docs/SECURITY.md)", "pattern", s.pattern, "err", err)
-			return
+			// Refused both: an ACL without the turn channels. Semaphore
+			// waiters poll; ask again now and then (the ACL may be fixed,
+			// or have been changed in two steps).
+			if !s.refused.Swap(true) {
+				r.core.Log.Error("lockyard: the server refused the semaphore turn channels; semaphore waiters poll (idleBetweenTries) until it allows them: &"+
+					r.layout.TurnPrefix()+"* (see docs/SECURITY.md)", "pattern", pattern, "err", err)
+			}
+			pattern = s.pattern
+			if r.core.BG.Sleep(r.core.BG.Ctx, r.cfg.refusedRetry, nil) != nil {
+				return
+			}
+			continue
 		}
-		r.core.Log.Warn("lockyard: pub/sub subscriber dropped, resubscribing; waiters poll meanwhile", "pattern", s.pattern, "err", err)
+		pattern = s.pattern // each new subscription tries the registry's own first
+		r.core.Log.Warn("lockyard: pub/sub subscriber dropped, resubscribing; waiters poll meanwhile", "pattern", pattern, "err", err)
 		if r.core.BG.Sleep(r.core.BG.Ctx, bo.Delay(), nil) != nil {
 			return
 		}
 	}
 }
 
-// session subscribes and dispatches messages until the subscription fails
-// or falls silent, or the registry is closed (which cancels bg.ctx and so
-// the receive).
-func (s *subscriber) session(bo *core.Backoff) error {
+// session subscribes to pattern and dispatches messages until the
+// subscription fails or falls silent, or the registry is closed (which
+// cancels bg.ctx and so the receive). subscribed reports whether the
+// server took the subscription.
+func (s *subscriber) session(bo *core.Backoff, pattern string) (subscribed bool, err error) {
 	r := s.r
-	sub, err := r.core.Exec.Subscribe(r.core.BG.Ctx, s.pattern)
+	sub, err := r.core.Exec.Subscribe(r.core.BG.Ctx, pattern)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer sub.Close()
 	bo.Reset()
+	s.refused.Store(false)
 	s.wakeAll() // waiters that polled meanwhile switch to wake-ups
 	// The pinger sends while this goroutine receives, as Subscription
 	// allows; it stops before the subscription is closed.
@@ -135,7 +159,7 @@ func (s *subscriber) session(bo *core.Backoff) error {
 		ch, err := sub.Receive(ctx)
 		cancel()
 		if err != nil {
-			return err
+			return true, err
 		}
 		s.deliver(ch)
 	}

@@ -112,6 +112,15 @@ if ok then
   if ARGV[14] ~= '1' or free > 1 then
     R.drop(q, id) -- granted queues it again otherwise
   end
+  if free > 1 then
+    -- Permits are free besides the caller's: admit stopped at the caller
+    -- (first in line, or ahead of those told) and told nobody behind it.
+    -- Their turns go to the first in line now.
+    local _, more = P.admit(R, q, now, free - 1, nil, rules)
+    for _, x in ipairs(more) do
+      told[#told + 1] = x
+    end
+  end
   return granted(told)
 end
 if told then
