@@ -250,30 +250,8 @@ func TestLeastPrivilegeACLSemaphore(t *testing.T) {
 func TestACLWithoutTurnChannels(t *testing.T) {
 	b := realBackend()
 	pfx := prefix(t)
-	rules := slices.DeleteFunc(aclFor(t, pfx), func(r any) bool { return r == "&"+pfx+"-turn:*" })
-	b.do(t, "ACL", append([]any{"SETUSER", pfx}, rules...)...)
-	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
 	logs := &logRecorder{}
-	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(200 * time.Millisecond)}
-	s1 := semaphore(t, newRegPrefix(t, userPool(t, pfx), pfx, opts...), "k", 1)
-	s2 := semaphore(t, newRegPrefix(t, userPool(t, pfx), pfx, append(opts, registry.WithLogger(slog.New(logs)))...), "k", 1)
-	a, err := s1.Acquire(bg(t), 0)
-	mustNil(t, err)
-	theirs := acquirePermit(bg(t), s2, 0)
-	waitFor(t, 5*time.Second, "the turn subscriber to give up", func() bool {
-		return logs.count(slog.LevelError, "refused the semaphore turn channels") == 1
-	})
-	// Its waiter now queues as a poller: a listener would be given turns
-	// that it never hears of.
-	w := wire.Layout{Registry: pfx}
-	waitFor(t, 5*time.Second, "the waiter queued as a poller", func() bool {
-		ids, _ := redis.Strings(b.do(t, "ZRANGE", w.QueueKey(s2.Key()), 0, -1), nil)
-		if len(ids) != 1 {
-			return false
-		}
-		v, _ := redis.String(b.do(t, "HGET", w.WaitersKey(s2.Key()), ids[0]), nil)
-		return strings.HasPrefix(v, "p ")
-	})
+	a, _, theirs := refusedTurns(t, b, pfx, logs, registry.WithIdleBetweenTries(200*time.Millisecond))
 	mustNil(t, a.Release(bg(t))) // its turn message is refused
 	c := recvWithin(t, theirs, 3*time.Second, "the waiter, polling")
 	mustNil(t, c.Release(bg(t)))
@@ -289,37 +267,50 @@ func TestACLWithoutTurnChannels(t *testing.T) {
 func TestACLTurnChannelsAllowedLater(t *testing.T) {
 	b := realBackend()
 	pfx := prefix(t)
-	rules := slices.DeleteFunc(aclFor(t, pfx), func(r any) bool { return r == "&"+pfx+"-turn:*" })
-	b.do(t, "ACL", append([]any{"SETUSER", pfx}, rules...)...)
-	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
 	logs := &logRecorder{}
-	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second),
-		registry.WithRefusedRetry(200 * time.Millisecond)}
-	s1 := semaphore(t, newRegPrefix(t, userPool(t, pfx), pfx, opts...), "k", 1)
-	s2 := semaphore(t, newRegPrefix(t, userPool(t, pfx), pfx, append(opts, registry.WithLogger(slog.New(logs)))...), "k", 1)
-	a, err := s1.Acquire(bg(t), 0)
-	mustNil(t, err)
-	theirs := acquirePermit(bg(t), s2, 0)
-	waitFor(t, 5*time.Second, "the turn subscriber refused", func() bool {
-		return logs.count(slog.LevelError, "refused the semaphore turn channels") == 1
-	})
-	w := wire.Layout{Registry: pfx}
-	kind := func() string {
-		ids, _ := redis.Strings(b.do(t, "ZRANGE", w.QueueKey(s2.Key()), 0, -1), nil)
-		if len(ids) != 1 {
-			return ""
-		}
-		v, _ := redis.String(b.do(t, "HGET", w.WaitersKey(s2.Key()), ids[0]), nil)
-		return v[:1]
-	}
-	waitFor(t, 5*time.Second, "the waiter queued as a poller", func() bool { return kind() == "p" })
+	a, s2, theirs := refusedTurns(t, b, pfx, logs, registry.WithIdleBetweenTries(3*time.Second), registry.WithRefusedRetry(200*time.Millisecond))
 	b.do(t, "ACL", "SETUSER", pfx, "&"+pfx+"-turn:*")
-	waitFor(t, 5*time.Second, "the waiter listening again", func() bool { return kind() == "l" })
+	waitFor(t, 5*time.Second, "the waiter listening again", func() bool { return waiterKind(t, b, pfx, s2.Key()) == "l" })
 	c := toldAfter(t, a, theirs, "the waiter")
 	mustNil(t, c.Release(bg(t)))
 	if n := logs.count(slog.LevelError, "refused the semaphore turn channels"); n != 1 {
 		t.Fatalf("%d errors of the turn subscriber; want 1 (logged once)", n)
 	}
+}
+
+// refusedTurns makes two PubSubLock registries under the least-privilege
+// ACL without the turn channels, on a 1-permit semaphore: a holds its
+// permit, and a lease of s2 (logging to logs) waits for it (theirs), once
+// s2's turn subscriber was refused and its waiter queues as a poller (a
+// listener would be given turns that it never hears of).
+func refusedTurns(t *testing.T, b *backend, pfx string, logs *logRecorder, opts ...registry.Option) (a *registry.Lease, s2 *registry.Semaphore, theirs <-chan *registry.Lease) {
+	t.Helper()
+	rules := slices.DeleteFunc(aclFor(t, pfx), func(r any) bool { return r == "&"+pfx+"-turn:*" })
+	b.do(t, "ACL", append([]any{"SETUSER", pfx}, rules...)...)
+	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
+	opts = append(opts, registry.WithLockType(registry.PubSubLock))
+	s1 := semaphore(t, newRegPrefix(t, userPool(t, pfx), pfx, opts...), "k", 1)
+	s2 = semaphore(t, newRegPrefix(t, userPool(t, pfx), pfx, append(opts, registry.WithLogger(slog.New(logs)))...), "k", 1)
+	a, err := s1.Acquire(bg(t), 0)
+	mustNil(t, err)
+	theirs = acquirePermit(bg(t), s2, 0)
+	waitFor(t, 5*time.Second, "the turn subscriber refused", func() bool {
+		return logs.count(slog.LevelError, "refused the semaphore turn channels") == 1
+	})
+	waitFor(t, 5*time.Second, "the waiter queued as a poller", func() bool { return waiterKind(t, b, pfx, s2.Key()) == "p" })
+	return a, s2, theirs
+}
+
+// waiterKind returns how the only waiter in line for lk waits ("l" a
+// listener, "p" a poller), or "" when not exactly one is.
+func waiterKind(t *testing.T, b *backend, pfx, lk string) string {
+	w := wire.Layout{Registry: pfx}
+	ids, _ := redis.Strings(b.do(t, "ZRANGE", w.QueueKey(lk), 0, -1), nil)
+	if len(ids) != 1 {
+		return ""
+	}
+	v, _ := redis.String(b.do(t, "HGET", w.WaitersKey(lk), ids[0]), nil)
+	return v[:min(len(v), 1)]
 }
 
 // A user whose ACL lacks the native delete (DELEX, DELIFEQ) and the probe

@@ -627,14 +627,7 @@ func TestSemaphoreLostReplyLeavesLine(t *testing.T) {
 // expiry.
 func TestSemaphoreReleaseAfterTellsWaiter(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
-		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
-		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
-		waiter := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
-		a, err := holder.Acquire(bg(t), 10*time.Second)
-		mustNil(t, err)
-		got := acquirePermit(bg(t), waiter, 0)
-		waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, holder.Key(), false) == 1 })
+		_, a, got := heldAndAwaited(t, b)
 		const d = 300 * time.Millisecond
 		ended := time.Now()
 		mustNil(t, a.ReleaseAfter(bg(t), d))
@@ -687,14 +680,7 @@ func TestSemaphoreAttemptTellsFirstOfOtherFreePermit(t *testing.T) {
 // waiter is told then, not at its poll.
 func TestSemaphoreReleaseAfterNudgeRetries(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
-		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
-		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
-		waiter := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
-		a, err := holder.Acquire(bg(t), 10*time.Second)
-		mustNil(t, err)
-		got := acquirePermit(bg(t), waiter, 0)
-		waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, holder.Key(), false) == 1 })
+		holder, a, got := heldAndAwaited(t, b)
 		ended := time.Now()
 		mustNil(t, a.ReleaseAfter(bg(t), 200*time.Millisecond))
 		tokens, err := redis.Strings(b.do(t, "ZRANGE", holder.Key(), 0, -1), nil)
@@ -710,4 +696,20 @@ func TestSemaphoreReleaseAfterNudgeRetries(t *testing.T) {
 		}
 		mustNil(t, le.Release(bg(t)))
 	})
+}
+
+// heldAndAwaited makes two PubSubLock registries (poll 3s) on a 1-permit
+// semaphore: a holds its permit (TTL 10s), and a lease of the other waits
+// in line for it (got).
+func heldAndAwaited(t *testing.T, b *backend) (holder *registry.Semaphore, a *registry.Lease, got <-chan *registry.Lease) {
+	t.Helper()
+	pfx := prefix(t)
+	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
+	holder = semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
+	waiter := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
+	a, err := holder.Acquire(bg(t), 10*time.Second)
+	mustNil(t, err)
+	got = acquirePermit(bg(t), waiter, 0)
+	waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, holder.Key(), false) == 1 })
+	return holder, a, got
 }
