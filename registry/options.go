@@ -16,8 +16,9 @@ const (
 	// SpinLock waiters poll Redis every idleBetweenTries, or sooner when the
 	// holder's key expires sooner. Default.
 	SpinLock LockType = iota
-	// PubSubLock waiters are woken by the message that every release
-	// publishes, and poll only as a fallback.
+	// PubSubLock waiters are woken by the message that every release of a
+	// lock publishes (a semaphore's waiters: by the message that tells their
+	// registry its turn), and poll only as a fallback.
 	PubSubLock
 )
 

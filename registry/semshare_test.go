@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,12 +13,11 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
-	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
 
 // Permits are never exceeded: 8 goroutines in each of 3 registries (two
-// woken by release messages, one polling) on 3 permits. Occupancy is
+// woken by turn messages, one polling) on 3 permits. Occupancy is
 // counted in Redis at every entry.
 func TestSemaphoreNeverOverLimit(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
@@ -299,7 +297,7 @@ func TestSemaphoreLongHoldWakesWaiter(t *testing.T) {
 
 // A registry whose head is granted a permit with more leases behind it,
 // before any attempt of its failed, is queued again as a listener: it
-// subscribes then, so that the release message that announces its turn
+// subscribes then, so that the turn message that tells it its turn
 // reaches it (the lease behind got the free permit 2.3s late otherwise,
 // at its poll).
 func TestSemaphoreQueuedAgainListens(t *testing.T) {
@@ -333,8 +331,8 @@ func TestSemaphoreQueuedAgainListens(t *testing.T) {
 // A head that takes a permit handed off by a lease of its registry leaves
 // the instance's wait in line to the next head: the next head waits for
 // the instance's turn instead of trying at once (an attempt that can only
-// fail: one per local hand-off under contention), and its turn, announced
-// by the release message, still wakes it.
+// fail: one per local hand-off under contention), and its turn, told by
+// the turn message, still wakes it.
 func TestSemaphoreNextHeadKeepsWait(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx := prefix(t)
@@ -391,7 +389,7 @@ func TestSemaphoreNewHeadAfterEntryLeft(t *testing.T) {
 
 // toldAfter releases le, then waits for the lease that ch sends and fails
 // unless it came within a second of the release: its registry polls every
-// 3s, so only the release message can have woken it in time.
+// 3s, so only the turn message can have woken it in time.
 func toldAfter(t *testing.T, le *registry.Lease, ch <-chan *registry.Lease, what string) *registry.Lease {
 	t.Helper()
 	released := time.Now()
@@ -418,7 +416,7 @@ func headQueued(t *testing.T, b *backend, s, other *registry.Semaphore) (o, a *r
 	return o, a, first
 }
 
-// The next head's inherited wait counts the release messages from the
+// The next head's inherited wait counts the turn messages from the
 // last head's attempt on: one that came before the next head began to wait
 // (its turn) makes it try at once, not at the end of the wait.
 func TestSemaphoreInheritedWaitCountsEarlierMessages(t *testing.T) {
@@ -432,284 +430,4 @@ func TestSemaphoreInheritedWaitCountsEarlierMessages(t *testing.T) {
 		}
 		mustNil(t, le.Release(bg(t)))
 	})
-}
-
-// heardOn records the channels of every message published under the
-// registry key pfx (release and turn channels), from a subscription of its
-// own that is up when it returns.
-func heardOn(t *testing.T, b *backend, pfx string) func() []string {
-	t.Helper()
-	c, err := redis.Dial("tcp", b.addr) // not pooled: closing it ends the receiver
-	mustNil(t, err)
-	psc := redis.PubSubConn{Conn: c}
-	mustNil(t, psc.PSubscribe(pfx+"-*"))
-	if m, ok := psc.Receive().(redis.Subscription); !ok || m.Kind != "psubscribe" {
-		t.Fatalf("PSUBSCRIBE: %v", m)
-	}
-	var (
-		mu    sync.Mutex
-		heard []string
-		done  = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		for {
-			switch m := psc.Receive().(type) {
-			case error:
-				return
-			case redis.Message:
-				mu.Lock()
-				heard = append(heard, m.Channel)
-				mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(func() { c.Close(); <-done })
-	return func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(heard)
-	}
-}
-
-// A turn is told to the registry whose turn it is, on its own turn channel
-// (wire.Layout.TurnChannel): no release message, and nothing to the
-// registries behind it, which sleep on until their own turn.
-func TestSemaphoreTurnToldToItsRegistryAlone(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
-		w := wire.Layout{Registry: pfx}
-		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
-		var rs []*registry.Registry
-		var ss []*registry.Semaphore
-		for range 3 {
-			r := newRegPrefix(t, b.pool(t), pfx, opts...)
-			rs, ss = append(rs, r), append(ss, semaphore(t, r, "k", 1))
-		}
-		heard := heardOn(t, b, pfx)
-		a, err := ss[0].Acquire(bg(t), 0)
-		mustNil(t, err)
-		first := acquirePermit(bg(t), ss[1], 0)
-		waitFor(t, 5*time.Second, "the first waiter in line", func() bool { return queueLen(t, b, ss[1].Key(), false) == 1 })
-		second := acquirePermit(bg(t), ss[2], 0)
-		waitFor(t, 5*time.Second, "the second waiter in line", func() bool { return queueLen(t, b, ss[1].Key(), false) == 2 })
-		c := toldAfter(t, a, first, "the first in line")
-		want := []string{w.TurnChannel(rs[1].ID(), ss[1].Key())}
-		waitFor(t, time.Second, "the turn heard", func() bool { return len(heard()) >= len(want) })
-		if got := heard(); !slices.Equal(got, want) {
-			t.Fatalf("messages after the first release: %q, want %q (the turn, to its registry alone)", got, want)
-		}
-		d := toldAfter(t, c, second, "the second in line")
-		mustNil(t, d.Release(bg(t)))
-		want = append(want, w.TurnChannel(rs[2].ID(), ss[2].Key()))
-		waitFor(t, time.Second, "nothing more heard", func() bool { return len(heard()) >= len(want) })
-		if got := heard(); !slices.Equal(got, want) {
-			t.Fatalf("messages: %q, want %q", got, want)
-		}
-	})
-}
-
-// A waiter that leaves the line after it was told its turn (its context
-// ended) passes the turn on: leave.lua tells the next in line at once,
-// which would otherwise sleep until the told turn is over (2s here).
-func TestSemaphoreLeaveTellsNext(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
-		w := wire.Layout{Registry: pfx}
-		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second),
-			registry.WithTurns(2*time.Second, 0)}
-		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
-		next := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
-		a, err := holder.Acquire(bg(t), 0)
-		mustNil(t, err)
-		// A listener first in line that will not try: due and lapsing
-		// far ahead, as a process that is told and then gives up.
-		lk := holder.Key()
-		far := time.Now().Add(time.Hour).UnixMilli()
-		b.do(t, "ZADD", w.QueueKey(lk), 1, "gone/1")
-		b.do(t, "HSET", w.WaitersKey(lk), "gone/1", fmt.Sprintf("l %d %d", far, far))
-		got := acquirePermit(bg(t), next, 0)
-		waitFor(t, 5*time.Second, "the next waiter in line", func() bool { return queueLen(t, b, lk, false) == 2 })
-		mustNil(t, a.Release(bg(t))) // the turn goes to gone/1
-		notWithin(t, got, 300*time.Millisecond, "a permit for the waiter behind the one told")
-		left := time.Now()
-		mustNil(t, holder.LeaveAs(bg(t), "gone/1"))
-		le := recvWithin(t, got, 5*time.Second, "the next in line")
-		if d := time.Since(left); d > time.Second {
-			t.Fatalf("the next in line got the permit %v after the told waiter left (its turn 2s): not told", d)
-		}
-		mustNil(t, le.Release(bg(t)))
-	})
-}
-
-// A registry first in line that keeps a permit handed from lease to lease
-// leaves the line (no more of its leases wait); a permit that is free
-// besides (here one given back without a message: its entry removed, as
-// when a holder vanished) goes to the next in line at once: sempass.lua
-// tells it, where it would otherwise sleep until its poll.
-func TestSemaphorePassTellsNextOfOtherFreePermit(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
-		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
-		xr := newRegPrefix(t, b.pool(t), pfx, opts...)
-		x := semaphore(t, xr, "k", 2)
-		a := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 2)
-		other := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 2)
-		xl, err := x.Acquire(bg(t), 0)
-		mustNil(t, err)
-		a1, err := a.Acquire(bg(t), 0)
-		mustNil(t, err)
-		aNext := acquirePermit(bg(t), a, 0) // a's head queues: every permit is held
-		waitFor(t, 5*time.Second, "a's head in line", func() bool { return queueLen(t, b, a.Key(), false) == 1 })
-		otherNext := acquirePermit(bg(t), other, 0)
-		waitFor(t, 5*time.Second, "the other registry in line", func() bool { return queueLen(t, b, a.Key(), false) == 2 })
-		info, err := xr.Inspect(bg(t), "k")
-		mustNil(t, err)
-		for _, h := range info.Holders {
-			if h.Registry == xr.ID() {
-				b.do(t, "ZREM", a.Key(), h.Token) // x's permit is free, and nobody was told
-			}
-		}
-		passed := time.Now()
-		got := toldAfter(t, a1, aNext, "a's next lease") // sempass keeps the permit for it
-		le := recvWithin(t, otherNext, 5*time.Second, "the next in line")
-		if d := time.Since(passed); d > time.Second {
-			t.Fatalf("the next in line got the free permit %v after the pass (poll 3s): not told", d)
-		}
-		mustNil(t, le.Release(bg(t)))
-		mustNil(t, got.Release(bg(t)))
-		_ = xl.Release(bg(t)) // its permit is gone
-	})
-}
-
-// lostAcquireClient loses the reply of one semacquire.lua after it ran,
-// and ends the waiter's context meanwhile.
-type lostAcquireClient struct {
-	registry.Client
-	drop   atomic.Bool
-	cancel context.CancelFunc
-}
-
-func (c *lostAcquireClient) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
-	v, err := c.Client.Eval(ctx, s, keys, args)
-	if s.Name() == "semacquire" && c.drop.Swap(false) {
-		c.cancel()
-		return nil, context.Canceled
-	}
-	return v, err
-}
-
-// A waiter whose attempt's reply was lost (the script queued it) and whose
-// context then ended leaves the line: no entry is left for the next
-// waiter to wait behind until it lapses.
-func TestSemaphoreLostReplyLeavesLine(t *testing.T) {
-	b := realBackend()
-	pfx := prefix(t)
-	opts := []registry.Option{registry.WithIdleBetweenTries(10 * time.Second), registry.WithLogger(discardLogger)}
-	holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
-	ctx, cancel := context.WithCancel(bg(t))
-	defer cancel()
-	c := &lostAcquireClient{Client: registry.NewPoolClient(b.pool(t)), cancel: cancel}
-	waiter := semaphore(t, newRegClientPrefix(t, c, pfx, opts...), "k", 1)
-	a, err := holder.Acquire(bg(t), 0)
-	mustNil(t, err)
-	defer a.Release(bg(t))
-	c.drop.Store(true)
-	if le, err := waiter.Acquire(ctx, 0); err == nil {
-		t.Fatalf("Acquire with its context ended: %v", le)
-	}
-	waitFor(t, 2*time.Second, "the waiter's entry out of line", func() bool { return queueLen(t, b, holder.Key(), false) == 0 })
-}
-
-// A lease that ends with ReleaseAfter(d) leaves its permit taken for d;
-// once it has expired, the waiter in line is told (semnudge.lua), where it
-// would otherwise sleep until its poll: it was told of the permit's old
-// expiry.
-func TestSemaphoreReleaseAfterTellsWaiter(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		_, a, got := heldAndAwaited(t, b)
-		const d = 300 * time.Millisecond
-		ended := time.Now()
-		mustNil(t, a.ReleaseAfter(bg(t), d))
-		le := recvWithin(t, got, 5*time.Second, "the waiter")
-		if took := time.Since(ended); took < d-50*time.Millisecond || took > d+time.Second {
-			t.Fatalf("the waiter got the permit %v after ReleaseAfter(%v) (poll 3s)", took, d)
-		}
-		mustNil(t, le.Release(bg(t)))
-	})
-}
-
-// A waiter second in line whose attempt finds two permits free (both
-// expired, and not yet pruned) takes one; the other goes to the first in
-// line at once (semacquire.lua tells it), which would otherwise sleep until
-// its poll.
-func TestSemaphoreAttemptTellsFirstOfOtherFreePermit(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
-		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLogger(discardLogger)), "k", 2)
-		first := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock),
-			registry.WithIdleBetweenTries(3*time.Second)), "k", 2)
-		second := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.SpinLock),
-			registry.WithIdleBetweenTries(100*time.Millisecond)), "k", 2)
-		for range 2 {
-			_, err := holder.Acquire(bg(t), 0)
-			mustNil(t, err)
-		}
-		firstGot := acquirePermit(bg(t), first, 0)
-		waitFor(t, 5*time.Second, "the first in line", func() bool { return queueLen(t, b, first.Key(), false) == 1 })
-		secondGot := acquirePermit(bg(t), second, 0)
-		waitFor(t, 5*time.Second, "the second in line", func() bool { return queueLen(t, b, first.Key(), false) == 2 })
-		tokens, err := redis.Strings(b.do(t, "ZRANGE", first.Key(), 0, -1), nil)
-		mustNil(t, err)
-		expired := time.Now()
-		for _, tok := range tokens {
-			b.do(t, "ZADD", first.Key(), "XX", 1, tok) // expired long ago, and nobody told
-		}
-		le := recvWithin(t, secondGot, 5*time.Second, "the second in line, at its poll")
-		fe := recvWithin(t, firstGot, 5*time.Second, "the first in line")
-		if d := time.Since(expired); d > time.Second {
-			t.Fatalf("the first in line got the other free permit %v after they expired (poll 3s): not told", d)
-		}
-		mustNil(t, le.Release(bg(t)))
-		mustNil(t, fe.Release(bg(t)))
-	})
-}
-
-// A nudge that finds the permit still alive (its expiry moved later, as
-// when the clocks differ) tries again when it should have expired: the
-// waiter is told then, not at its poll.
-func TestSemaphoreReleaseAfterNudgeRetries(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		holder, a, got := heldAndAwaited(t, b)
-		ended := time.Now()
-		mustNil(t, a.ReleaseAfter(bg(t), 200*time.Millisecond))
-		tokens, err := redis.Strings(b.do(t, "ZRANGE", holder.Key(), 0, -1), nil)
-		mustNil(t, err)
-		now, err := redis.Strings(b.do(t, "TIME"), nil)
-		mustNil(t, err)
-		sec, _ := strconv.ParseInt(now[0], 10, 64)
-		usec, _ := strconv.ParseInt(now[1], 10, 64)
-		b.do(t, "ZADD", holder.Key(), "XX", sec*1000+usec/1000+700, tokens[0]) // it expires 700ms from now instead
-		le := recvWithin(t, got, 5*time.Second, "the waiter")
-		if took := time.Since(ended); took < 600*time.Millisecond || took > 1500*time.Millisecond {
-			t.Fatalf("the waiter got the permit %v after ReleaseAfter (expiry moved to 700ms; poll 3s)", took)
-		}
-		mustNil(t, le.Release(bg(t)))
-	})
-}
-
-// heldAndAwaited makes two PubSubLock registries (poll 3s) on a 1-permit
-// semaphore: a holds its permit (TTL 10s), and a lease of the other waits
-// in line for it (got).
-func heldAndAwaited(t *testing.T, b *backend) (holder *registry.Semaphore, a *registry.Lease, got <-chan *registry.Lease) {
-	t.Helper()
-	pfx := prefix(t)
-	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
-	holder = semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
-	waiter := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
-	a, err := holder.Acquire(bg(t), 10*time.Second)
-	mustNil(t, err)
-	got = acquirePermit(bg(t), waiter, 0)
-	waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, holder.Key(), false) == 1 })
-	return holder, a, got
 }

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -50,8 +49,8 @@ type subscriber struct {
 	// refused is set while the server refuses both pattern and wide: the
 	// waiters it would wake queue as pollers meanwhile (a listener that
 	// hears nothing would be given turns it misses).
-	refused atomic.Bool
-	widened bool // the switch to wide was logged (owned by loop)
+	refused    atomic.Bool
+	wideLogged bool // the switch to wide was logged (owned by loop)
 }
 
 // refusedRetry is how long a subscriber that the server refused (NOPERM)
@@ -59,9 +58,11 @@ type subscriber struct {
 // hand, if at all.
 const refusedRetry = time.Minute
 
-// newReleaseSubscriber returns r's subscriber to release messages.
+// newReleaseSubscriber returns r's subscriber to release messages, which
+// wake locks (a semaphore hears turn messages only).
 func newReleaseSubscriber(r *Registry) *subscriber {
-	return &subscriber{r: r, pattern: r.layout.ChannelPattern(), lockKey: r.layout.LockKeyOfChannel}
+	return &subscriber{r: r, pattern: r.layout.ChannelPattern(), lockKey: r.layout.LockKeyOfChannel,
+		wakes: func(e cached) bool { _, ok := e.(*Semaphore); return !ok }}
 }
 
 // newTurnSubscriber returns r's subscriber to its semaphore turns.
@@ -90,35 +91,45 @@ func (s *subscriber) loop() {
 		if r.core.BG.IsClosed() {
 			return
 		}
-		if !subscribed && s.wide != "" && err != nil && strings.Contains(err.Error(), "NOPERM") {
-			if pattern != s.wide {
-				if !s.widened {
-					s.widened = true
-					r.core.Log.Info("lockyard: the server refused the registry's own turn channels; subscribing to every registry's (see docs/SECURITY.md)",
-						"pattern", pattern, "err", err)
-				}
-				pattern = s.wide
-				continue
-			}
-			// Refused both: an ACL without the turn channels. Semaphore
-			// waiters poll; ask again now and then (the ACL may be fixed,
-			// or have been changed in two steps).
-			if !s.refused.Swap(true) {
-				r.core.Log.Error("lockyard: the server refused the semaphore turn channels; semaphore waiters poll (idleBetweenTries) until it allows them: &"+
-					r.layout.TurnPrefix()+"* (see docs/SECURITY.md)", "pattern", pattern, "err", err)
-			}
-			pattern = s.pattern
-			if r.core.BG.Sleep(r.core.BG.Ctx, r.cfg.refusedRetry, nil) != nil {
+		if !subscribed && s.wide != "" && core.IsNoPerm(err) {
+			var ok bool
+			if pattern, ok = s.refusedOn(pattern, err); !ok {
 				return
 			}
 			continue
 		}
-		pattern = s.pattern // each new subscription tries the registry's own first
 		r.core.Log.Warn("lockyard: pub/sub subscriber dropped, resubscribing; waiters poll meanwhile", "pattern", pattern, "err", err)
+		pattern = s.pattern // each new subscription tries the registry's own first
 		if r.core.BG.Sleep(r.core.BG.Ctx, bo.Delay(), nil) != nil {
 			return
 		}
 	}
+}
+
+// refusedOn deals with the server's refusal (NOPERM, err) of pattern, and
+// returns what to subscribe to next, at once: wide after the registry's own
+// pattern; after wide, the registry's own again, once refusedRetry has
+// passed, meanwhile marking the subscriber refused (its semaphore waiters
+// queue as pollers). ok is false when the registry was closed meanwhile.
+func (s *subscriber) refusedOn(pattern string, err error) (next string, ok bool) {
+	r := s.r
+	if pattern != s.wide {
+		if !s.wideLogged {
+			s.wideLogged = true
+			r.core.Log.Info("lockyard: the server refused the registry's own turn channels; subscribing to every registry's (see docs/SECURITY.md)",
+				"pattern", pattern, "err", err)
+		}
+		return s.wide, true
+	}
+	// Refused both: an ACL without the turn channels. Semaphore waiters
+	// poll; ask again now and then (the ACL may be fixed, or have been
+	// changed in two steps).
+	if !s.refused.Swap(true) {
+		r.core.Log.Error("lockyard: the server refused the semaphore turn channels; semaphore waiters poll (idleBetweenTries) until an ACL allows them (see docs/SECURITY.md)",
+			"pattern", pattern, "allow", "&"+s.wide, "err", err)
+		s.wakeAll() // those woken before refused was set queued as listeners
+	}
+	return s.pattern, r.core.BG.Sleep(r.core.BG.Ctx, r.cfg.refusedRetry, nil) == nil
 }
 
 // session subscribes to pattern and dispatches messages until the

@@ -125,6 +125,9 @@ func run(reps int, dur, ttl time.Duration, peerDir, only, base, who string) erro
 			strconv.FormatInt(ttl.Milliseconds(), 10), mode)
 	}}) // the peer last: the ratios are against it
 	contenders = slices.DeleteFunc(contenders, func(c contender) bool { return !strings.Contains(c.name, who) })
+	if len(contenders) == 0 {
+		return fmt.Errorf("no contender's name contains %q", who)
+	}
 	shapes := []shape{
 		{name: "uncontended: 1 process x 1, 1 permit, no hold", procs: 1, inflight: 1, permits: 1},
 		{name: "4 processes x 4 in flight on 2 permits, 2ms hold", procs: 4, inflight: 4, permits: 2, hold: 2 * time.Millisecond},

@@ -118,6 +118,16 @@ func IsNoScript(err error) bool {
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSCRIPT")
 }
 
+// IsNoPerm reports whether err is the server's NOPERM reply: the user's
+// ACL does not allow the command, key or channel.
+func IsNoPerm(err error) bool {
+	if err == nil {
+		return false
+	}
+	var re *ReplyError
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOPERM")
+}
+
 // IsSyntaxError reports whether err is the server's reply to a command it
 // does not accept in this form ("ERR syntax error": SET NX GET before Redis
 // 7.0).

@@ -7,9 +7,10 @@
 -- Runs after prelude.lua.
 --
 -- KEYS     as obtain.lua, without the fence counter: lock key, wait queue,
---          queue info, turn, pollers
+--          queue info, turn, pollers; for a semaphore, as semacquire.lua
+--          (the semaphore key, and the fence counter last)
 -- ARGV[1]  waiter id
--- ARGV[2]  release channel
+-- ARGV[2]  release channel (unused for a semaphore)
 -- ARGV[3]  a listening waiter's turn, in ms
 -- ARGV[4]  how soon (ms) a polling waiter must be due to get a turn
 -- ARGV[5]  ms added to a polling waiter's turn
@@ -40,8 +41,8 @@ end
 if ARGV[6] then
   -- A semaphore: any turn that it held passes on (admit gives the turns of
   -- the free permits to the first in line, skipping those already told).
-  local now, n = clock(), redis.pcall('ZCARD', KEYS[1])
-  if now and type(n) == 'number' then
+  local now, held = clock(), redis.pcall('ZCARD', KEYS[1])
+  if now and type(held) == 'number' then -- a sorted set (P.held raises on another type)
     local P = permitRules()
     local free = tonumber(ARGV[7]) - P.held(KEYS[1], now)
     if free > 0 then

@@ -30,9 +30,9 @@
 -- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
 --        fencing); the caller leaves the queue. {1, fence, sleep, after}
 --        the same, and the caller's instance is queued again (ARGV[14]):
---        sleep and after are for its next lease, as below. The same when the permit
---        is already ARGV[1]'s (a resend after a lost reply), with a new
---        fencing token.
+--        sleep and after are for its next lease, as below. The same when
+--        the permit is already ARGV[1]'s (a resend after a lost reply),
+--        with a new fencing token.
 --        {0, sleep, after} every permit is held; {2, sleep, after} one is
 --        free, but waiters ahead of the caller are in line for it. sleep:
 --        how long the caller sleeps before it tries by itself; after: 1, the
