@@ -45,10 +45,7 @@ if ARGV[6] then
   if now and type(held) == 'number' then -- a sorted set (P.held raises on another type)
     local P = permitRules()
     local free = tonumber(ARGV[7]) - P.held(KEYS[1], now)
-    if free > 0 then
-      local _, told = P.admit(R, q, now, free, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])})
-      P.tell(ARGV[8], KEYS[1], told)
-    end
+    P.offer(R, q, KEYS[1], now, free, ARGV[8], {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])})
   end
   return 1
 end

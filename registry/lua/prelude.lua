@@ -403,6 +403,15 @@ local function shared()
       end
     end
 
+    -- offer gives the turns of free permits of key to the waiters first in
+    -- line (admit, for a caller not in line) and tells the listeners among
+    -- them (tell, on prefix): what every script does with permits that it
+    -- freed, or found free, beside the one it deals with.
+    local function offer(R, q, key, now, free, prefix, r)
+      local _, told = admit(R, q, now, free, nil, r)
+      tell(prefix, key, told)
+    end
+
     -- toBack puts waiter id, in line or not, at the back of the queue q
     -- (the wait queue's rules R) as a waiter of kind that begins to wait
     -- now. It is enqueue for a waiter known to be last, with fewer calls:
@@ -424,7 +433,7 @@ local function shared()
       end
       return math.max(math.floor(tonumber(first[2]) - now), 0)
     end
-    return {held = held, hold = hold, admit = admit, tell = tell, toBack = toBack, soonest = soonest}
+    return {held = held, hold = hold, admit = admit, tell = tell, offer = offer, toBack = toBack, soonest = soonest}
   end
   return clock, nextFence, queueRules, permitRules
 end

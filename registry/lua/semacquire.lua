@@ -116,10 +116,7 @@ if ok then
     -- Permits are free besides the caller's: admit stopped at the caller
     -- (first in line, or ahead of those told) and told nobody behind it.
     -- Their turns go to the first in line now.
-    local _, more = P.admit(R, q, now, free - 1, nil, rules)
-    for _, x in ipairs(more) do
-      told[#told + 1] = x
-    end
+    P.offer(R, q, KEYS[1], now, free - 1, ARGV[8], rules)
   end
   return granted(told)
 end

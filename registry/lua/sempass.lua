@@ -52,8 +52,7 @@ if ARGV[9] == '1' then
     end
     return {3}
   end
-  local _, told = P.admit(queueRules(), q, now, tonumber(ARGV[8]) - P.held(KEYS[1], now), nil, rules)
-  P.tell(ARGV[3], KEYS[1], told)
+  P.offer(queueRules(), q, KEYS[1], now, tonumber(ARGV[8]) - P.held(KEYS[1], now), ARGV[3], rules)
   return {2}
 end
 local keep, R, free = true, nil, 0
@@ -75,8 +74,7 @@ if keep then
       -- Permits are free besides this one, and the holder's entry may have
       -- been first in line for them (admit stops at it), or told a turn
       -- that it no longer takes: their turns go to the first in line now.
-      local _, told = P.admit(R, q, now, free - 1, nil, rules)
-      P.tell(ARGV[3], KEYS[1], told)
+      P.offer(R, q, KEYS[1], now, free - 1, ARGV[3], rules)
     end
   end
   return {1, P.hold(KEYS[1], ARGV[1], now, tonumber(ARGV[2]), fenceKey, 1)}
