@@ -329,13 +329,21 @@ func (c *psubCounter) PSubscribe(ctx context.Context, pattern string) (registry.
 // listener, "p" a poller), or "" when not exactly one is.
 func waiterKind(t *testing.T, b *backend, pfx, lk string) string {
 	t.Helper()
+	v := entryOf(t, b, pfx, lk)
+	return v[:min(len(v), 1)]
+}
+
+// entryOf returns the queue entry ('KIND DUE LAPSE [END]') of the only
+// waiter in line for lk, or "" when not exactly one is.
+func entryOf(t *testing.T, b *backend, pfx, lk string) string {
+	t.Helper()
 	w := wire.Layout{Registry: pfx}
 	ids, _ := redis.Strings(b.do(t, "ZRANGE", w.QueueKey(lk), 0, -1), nil)
 	if len(ids) != 1 {
 		return ""
 	}
 	v, _ := redis.String(b.do(t, "HGET", w.WaitersKey(lk), ids[0]), nil)
-	return v[:min(len(v), 1)]
+	return v
 }
 
 // A user whose ACL lacks the native delete (DELEX, DELIFEQ) and the probe
@@ -407,6 +415,31 @@ func TestACLWithoutExists(t *testing.T) {
 	cyclesWithWaiter(t, b, l, w, 1)
 	if st := r.Stats(); st.ReleaseFailed != 0 || st.LostLocks != 0 {
 		t.Fatalf("failed releases %d, lost %d; want none", st.ReleaseFailed, st.LostLocks)
+	}
+}
+
+// A semaphore under an ACL without +exists: its first plain release has
+// its EXISTS refused (the ZREM went through, and the script gives the turns
+// in case waiters are queued); every later release is the script.
+func TestACLWithoutExistsSemaphore(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	rules := slices.DeleteFunc(aclFor(t, pfx), func(r any) bool { return r == "+exists" })
+	b.do(t, "ACL", append([]any{"SETUSER", pfx}, rules...)...)
+	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
+	cp := &redistest.CountingPool{Pool: userPool(t, pfx)}
+	s := semaphore(t, newRegPrefix(t, cp, pfx, registry.WithLogger(discardLogger)), "k", 1)
+	for i, want := range [][]string{{"ZREM", "EXISTS", "EVALSHA"}, {"EVALSHA"}} {
+		le, err := s.Acquire(bg(t), 0)
+		mustNil(t, err)
+		cp.Commands()
+		mustNil(t, le.Release(bg(t)))
+		if cmds := slices.DeleteFunc(cp.Commands(), func(c string) bool { return c == "EVAL" }); !slices.Equal(cmds, want) {
+			t.Fatalf("release %d sent %v, want %v", i+1, cmds, want)
+		}
+		if n := zcard(t, b, s.Key()); n != 0 {
+			t.Fatalf("release %d left %d permits", i+1, n)
+		}
 	}
 }
 

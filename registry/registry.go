@@ -78,7 +78,7 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 	r.labels = labeller{c: &r.core, key: r.layout.LabelKey(r.core.ClientID), label: cfg.label}
 	r.mutex = newMutexProto(r.core.Exec, newScripts(r.layout, cfg), cfg, r.core.Counters, r.core.Log)
 	if one, ok := r.core.Exec.(*core.ClientExec); ok {
-		r.sem = &semProto{one: one, s: newScripts(r.layout, cfg)}
+		r.sem = &semProto{one: one, s: newScripts(r.layout, cfg), scriptsOnly: cfg.scriptsOnly}
 	}
 	r.cache.capacity = cfg.capacity
 	r.core.Watchdog = core.NewWatchdog(&r.core, cfg.autoRenew)

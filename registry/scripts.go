@@ -69,6 +69,10 @@ type hint struct {
 	// rtt is the instance's last round trip to the server: a poller's next
 	// try reaches it that long after its sleep.
 	rtt time.Duration
+	// queued: the instance's entry is in the wait queue, as far as it
+	// knows (a semaphore's attempt then skips testing the queue for
+	// being empty).
+	queued bool
 }
 
 // scripts builds the KEYS and ARGV of each script for a registry: its key

@@ -69,7 +69,7 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 			}
 		}
 		mark := s.wake.Mark()
-		h := hint{waits: true, waiter: s.waiter, deaf: !s.pubsub || s.deaf(), spread: rand.N(r.cfg.idle/4 + 1), rtt: s.turn.rtt}
+		h := hint{waits: true, waiter: s.waiter, deaf: !s.pubsub || s.deaf(), spread: rand.N(r.cfg.idle/4 + 1), rtt: s.turn.rtt, queued: s.inLine()}
 		sent := r.core.Now()
 		p, g, err := s.attempt(ctx, ttl, h, true, mark)
 		line.waitUntil = 0
@@ -108,12 +108,24 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 }
 
 // setQueued records, for the head, whether its attempt left the
-// instance's entry in line.
+// instance's entry in line. An instance that queued expects waiters:
+// its releases give turns (crowded).
 func (s *Semaphore) setQueued(q bool) {
 	s.mu.Lock()
 	s.queued = q
 	s.queuedAt++
 	s.mu.Unlock()
+	if q {
+		s.crowded.Store(true)
+	}
+}
+
+// inLine reports whether the instance's entry is in the key's wait queue,
+// as far as it knows.
+func (s *Semaphore) inLine() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queued
 }
 
 // freedLocally reports whether a lease of this registry handed off its

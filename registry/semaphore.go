@@ -51,6 +51,10 @@ type Semaphore struct {
 	wake     *core.Waker     // wakes the head: turn messages, or a permit handed off
 	pubsub   bool
 	lastUsed atomic.Int64
+	// crowded: the instance expects waiters in line (it queued, or its
+	// last release found some), and gives its permits back by script,
+	// which gives their turns; else by plain commands (releasePlain).
+	crowded atomic.Bool
 
 	turn semTurn // owned by the head
 

@@ -72,12 +72,26 @@ func (s *Semaphore) waited() bool {
 }
 
 // release gives h's permit back in Redis, retried as a lock's release is
-// (deleteToken), with a context that ignores the caller's cancellation.
+// (deleteToken), with a context that ignores the caller's cancellation:
+// by plain commands while the instance expects no waiter (crowded), else
+// by semrelease.lua.
 func (s *Semaphore) release(ctx context.Context, h *core.Hold) error {
 	r := s.reg
 	h.Retire()
 	done, first, err := r.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
-		done, _, err := r.sem.release(ctx, s.key, h.Token, s.permits)
+		if !s.crowded.Load() && r.sem.plainOK() {
+			done, others, handled, err := r.sem.releasePlain(ctx, s.key, h.Token, s.permits)
+			if handled {
+				if err == nil {
+					s.crowded.Store(others)
+				}
+				return done, err
+			}
+		}
+		done, others, err := r.sem.release(ctx, s.key, h.Token, s.permits)
+		if err == nil {
+			s.crowded.Store(others)
+		}
 		return done, err
 	})
 	switch {

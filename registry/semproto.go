@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockyard/lockyard/internal/core"
@@ -40,6 +41,10 @@ var (
 type semProto struct {
 	one *core.ClientExec
 	s   scripts
+	// scriptsOnly: WithScriptsOnly; plainRefused: the server refused a
+	// plain release's command. Either makes every release a script.
+	scriptsOnly  bool
+	plainRefused atomic.Bool
 }
 
 var _ core.Renewer = (*semProto)(nil)
@@ -56,12 +61,15 @@ type semGrant struct {
 // out of permits; more: leases of the caller's registry wait behind it.
 func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, permits int, h hint, more bool) (semGrant, error) {
 	s := &p.s
-	m := 0
+	m, q := 0, 0
 	if more {
 		m = 1
 	}
+	if h.queued {
+		q = 1
+	}
 	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
-		s.fenceArg, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits, m}}
+		s.fenceArg, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits, m, q}}
 	v, err := p.one.One(ctx, semAcquireScript, c)
 	if err != nil {
 		return semGrant{grant: unknown}, err
@@ -104,9 +112,64 @@ func (p *semProto) pass(ctx context.Context, lk, token, waiter string, ttl time.
 // release gives token's permit back, and reports whether it held one,
 // and whether waiters are in line.
 func (p *semProto) release(ctx context.Context, lk, token string, permits int) (done, others bool, err error) {
+	return decodeRelease(p.one.One(ctx, semReleaseScript, p.releaseCall(lk, token, permits, false)))
+}
+
+// releaseCall is semrelease.lua's call; given: the permit was given back
+// already (releasePlain), and only the turns are left to give.
+func (p *semProto) releaseCall(lk, token string, permits int, given bool) Call {
 	s := &p.s
-	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, permits, s.fenceArg}}
-	return decodeRelease(p.one.One(ctx, semReleaseScript, c))
+	g := 0
+	if given {
+		g = 1
+	}
+	return Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, permits, s.fenceArg, g}}
+}
+
+// plainOK reports whether releases may be plain commands (releasePlain):
+// not with fencing (the last release deletes the fence counter, which
+// semrelease.lua does), nor WithScriptsOnly, nor once the server refused
+// one of them (an ACL).
+func (p *semProto) plainOK() bool {
+	return !p.s.fencing && !p.scriptsOnly && !p.plainRefused.Load()
+}
+
+// releasePlain gives token's permit back with a ZREM, pipelined with an
+// EXISTS of the wait queue: no script, for a permit whose semaphore
+// expects no waiter. A waiter queued before the ZREM is then seen by the
+// EXISTS, and semrelease.lua (given) gives the turns of the free permits,
+// one round trip more; one queued after it finds the permit free itself.
+// handled false: the server refused a command (WRONGTYPE, NOPERM), and the
+// caller runs release instead.
+func (p *semProto) releasePlain(ctx context.Context, lk, token string, permits int) (done, others, handled bool, err error) {
+	res := p.one.PipelineOn(ctx, lk, [][]any{{"ZREM", lk, token}, {"EXISTS", p.s.layout.QueueKey(lk)}})
+	switch {
+	case res[0].Err != nil && core.IsAmbiguous(res[0].Err):
+		return false, false, true, res[0].Err
+	case res[0].Err != nil:
+		p.refusedPlain(res[0].Err)
+		return false, false, false, nil
+	case res[0].Reply != int64(1):
+		return false, false, true, nil // gone: pruned after it expired
+	case res[1].Err == nil && res[1].Reply == int64(0):
+		return true, false, true, nil
+	case res[1].Err != nil && !core.IsAmbiguous(res[1].Err):
+		p.refusedPlain(res[1].Err)
+	}
+	// Waiters are queued, or may be: give the turns. If that fails, the
+	// permit is given back all the same, and only the turns' messages are
+	// lost: the waiters try when their sleeps end.
+	_, others, err = decodeRelease(p.one.One(ctx, semReleaseScript, p.releaseCall(lk, token, permits, true)))
+	return true, others || err != nil, true, nil
+}
+
+// refusedPlain stops plain releases once the server refused one of their
+// commands by ACL (the scripts' calls may be allowed where the commands are
+// not); a WRONGTYPE is the key's, and changes nothing.
+func (p *semProto) refusedPlain(err error) {
+	if core.IsNoPerm(err) {
+		p.plainRefused.Store(true)
+	}
 }
 
 // nudge gives token's permit back once it has expired (ReleaseAfter), and

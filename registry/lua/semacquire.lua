@@ -26,6 +26,9 @@
 --          own bound)
 -- ARGV[14] 1 when more leases of the caller's registry wait behind it:
 --          granted the last free permit, its instance queues again
+-- ARGV[15] 1 when the caller's entry is in line, as far as it knows: the
+--          queue is then not tested for being empty (admit finds the
+--          caller's rank, and an entry that is gone costs a call more)
 --
 -- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
 --        fencing); the caller leaves the queue. {1, fence, sleep, after}
@@ -40,7 +43,7 @@
 --
 -- The uncontended path runs ZCARD, TIME, EXISTS (the queue), ZADD and
 -- PEXPIRE: expired permits are pruned only when they would refuse the
--- caller.
+-- caller. A caller in line runs no EXISTS: ZRANK says where it stands.
 -- Error: WRONGTYPE when KEYS[1] is not a sorted set (a lock's key); an
 --        error when the script may not call TIME (see docs/SECURITY.md).
 local token, id = ARGV[1], ARGV[3]
@@ -100,7 +103,7 @@ local function granted(told)
   return {1, fence}
 end
 
-if free > 0 and queueEmpty(KEYS[2]) then -- free, nobody waiting
+if free > 0 and ARGV[15] ~= '1' and queueEmpty(KEYS[2]) then -- free, nobody waiting
   return granted(nil)
 end
 R = queueRules()

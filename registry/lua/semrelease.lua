@@ -15,6 +15,9 @@
 -- ARGV[7]  1 when the semaphore is fenced: the last permit given back,
 --          with nobody in line, deletes the fence counter too (the next
 --          acquisition seeds it from the clock again: see nextFence)
+-- ARGV[8]  1 when the permit was given back already, by a plain ZREM
+--          that found waiters queued (semProto.releasePlain): give the
+--          turns of the free permits only
 --
 -- Reply: 1 given back; 2 the same, and waiters are queued; 0 the permit
 --        was gone (pruned after it expired), or the key is not a sorted
@@ -22,7 +25,7 @@
 --        yet is given back as one that had not: the releasing client
 --        learns of the loss from its own deadline, which ends before the
 --        permit's expiry.
-if redis.pcall('ZREM', KEYS[1], ARGV[1]) ~= 1 then
+if ARGV[8] ~= '1' and redis.pcall('ZREM', KEYS[1], ARGV[1]) ~= 1 then
   return 0
 end
 -- forget deletes the fence counter of a fenced semaphore that nobody
