@@ -64,6 +64,24 @@ func (s *Semaphore) endLeaseAfter(ctx context.Context, le *Lease, d time.Duratio
 	return s.teardown(h, err)
 }
 
+// giveTurns gives the turns of the free permits to the waiters in line
+// after a plain release (releasePlain) found some, or may have left the
+// permit free unannounced. If it fails, they try at their polls.
+func (s *Semaphore) giveTurns(ctx context.Context) {
+	r := s.reg
+	others := true
+	_, _, err := r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
+		o, err := r.sem.giveTurns(ctx, s.key, s.permits)
+		others = o
+		return true, err
+	})
+	if err != nil {
+		others = true
+		r.core.Log.Debug("lockyard: giving the turns after a release failed; the waiters try at their polls", "key", s.key, "err", err)
+	}
+	s.crowded.Store(others)
+}
+
 // waited reports whether leases of this registry wait for a permit.
 func (s *Semaphore) waited() bool {
 	s.mu.Lock()
@@ -74,19 +92,22 @@ func (s *Semaphore) waited() bool {
 // release gives h's permit back in Redis, retried as a lock's release is
 // (deleteToken), with a context that ignores the caller's cancellation:
 // by plain commands while the instance expects no waiter (crowded), else
-// by semrelease.lua.
+// by semrelease.lua. After plain commands that found waiters, or whose
+// outcome is not known, the turns of the free permits are given
+// (giveTurns).
 func (s *Semaphore) release(ctx context.Context, h *core.Hold) error {
 	r := s.reg
 	h.Retire()
-	done, first, err := r.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
-		if !s.crowded.Load() && r.sem.plainOK() {
-			done, others, handled, err := r.sem.releasePlain(ctx, s.key, h.Token, s.permits)
+	ctx = context.WithoutCancel(ctx)
+	plain, turns := !s.crowded.Load() && r.sem.plainOK(), false
+	done, first, err := r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
+		if plain {
+			done, waiters, handled, err := r.sem.releasePlain(ctx, s.key, h.Token)
 			if handled {
-				if err == nil {
-					s.crowded.Store(others)
-				}
+				turns = waiters
 				return done, err
 			}
+			plain = false
 		}
 		done, others, err := r.sem.release(ctx, s.key, h.Token, s.permits)
 		if err == nil {
@@ -94,6 +115,9 @@ func (s *Semaphore) release(ctx context.Context, h *core.Hold) error {
 		}
 		return done, err
 	})
+	if turns {
+		s.giveTurns(ctx)
+	}
 	switch {
 	case err != nil:
 		return errors.Join(s.reg.releaseFailed(s.key, err), h.LostAtRelease())

@@ -1,7 +1,11 @@
 package registry_test
 
 import (
+	"cmp"
+	"context"
+	"io"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,6 +56,46 @@ func TestSemaphorePlainRelease(t *testing.T) {
 	})
 }
 
+// plainScene makes a permit of "k", held by a semaphore of holderReg
+// (whose registry key is pfx) that expects no waiter, and a waiter of
+// another registry in line for it, told by turn messages (poll 3s). First
+// the waiter's registry waits on another key, so that its turn
+// subscription is up (a new one makes its waiters try again, since they
+// may have missed a message): the permit can then reach it only by its
+// being told, or at its poll.
+func plainScene(t *testing.T, b *backend, pfx string, holderReg *registry.Registry) (held *registry.Lease, got <-chan *registry.Lease) {
+	t.Helper()
+	wreg := newRegPrefix(t, b.pool(t), pfx, plainOpts...)
+	warm := semaphore(t, newRegPrefix(t, b.pool(t), pfx, plainOpts...), "warm", 1)
+	w, err := warm.Acquire(bg(t), 0)
+	mustNil(t, err)
+	wgot := acquirePermit(bg(t), semaphore(t, wreg, "warm", 1), 0)
+	waitFor(t, 5*time.Second, "the waiter in line for warm", func() bool { return queueLen(t, b, warm.Key(), false) == 1 })
+	mustNil(t, w.Release(bg(t)))
+	mustNil(t, recvWithin(t, wgot, 5*time.Second, "the waiter, on warm").Release(bg(t)))
+
+	holder := semaphore(t, holderReg, "k", 1)
+	held, err = holder.Acquire(bg(t), 10*time.Second)
+	mustNil(t, err)
+	got = acquirePermit(bg(t), semaphore(t, wreg, "k", 1), 0)
+	waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, holder.Key(), false) == 1 })
+	return held, got
+}
+
+// plainOpts are plainScene's registries' options.
+var plainOpts = []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
+
+// toldWithin fails t unless the waiter of plainScene gets the permit within
+// a second of released, and gives it back.
+func toldWithin(t *testing.T, got <-chan *registry.Lease, released time.Time) {
+	t.Helper()
+	le := recvWithin(t, got, 5*time.Second, "the waiter")
+	if d := time.Since(released); d > time.Second {
+		t.Fatalf("the waiter got the permit %v after the release (poll 3s): not told", d)
+	}
+	mustNil(t, le.Release(bg(t)))
+}
+
 // A waiter that queued while a permit was held by a semaphore that
 // expected no waiter is told its turn at the plain release (its EXISTS
 // finds the queue, and semrelease.lua gives the turn), not left to sleep
@@ -59,39 +103,112 @@ func TestSemaphorePlainRelease(t *testing.T) {
 func TestSemaphorePlainReleaseTellsWaiter(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx := prefix(t)
-		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
 		cp := &redistest.CountingPool{Pool: b.pool(t)}
-		holder := semaphore(t, newRegPrefix(t, cp, pfx, opts...), "k", 1)
-		wreg := newRegPrefix(t, b.pool(t), pfx, opts...)
-		// First the waiter's registry waits on another key, so that its
-		// turn subscription is up (a new one makes its waiters try again,
-		// since they may have missed a message): the permit of "k" can
-		// then reach it only by its being told.
-		warm := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "warm", 1)
-		w, err := warm.Acquire(bg(t), 0)
-		mustNil(t, err)
-		wgot := acquirePermit(bg(t), semaphore(t, wreg, "warm", 1), 0)
-		waitFor(t, 5*time.Second, "the waiter in line for warm", func() bool { return queueLen(t, b, warm.Key(), false) == 1 })
-		mustNil(t, w.Release(bg(t)))
-		mustNil(t, recvWithin(t, wgot, 5*time.Second, "the waiter, on warm").Release(bg(t)))
-
-		waiter := semaphore(t, wreg, "k", 1)
-		a, err := holder.Acquire(bg(t), 10*time.Second)
-		mustNil(t, err)
-		got := acquirePermit(bg(t), waiter, 0)
-		waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, holder.Key(), false) == 1 })
+		a, got := plainScene(t, b, pfx, newRegPrefix(t, cp, pfx, plainOpts...))
 		cp.Commands()
 		released := time.Now()
 		mustNil(t, a.Release(bg(t)))
-		le := recvWithin(t, got, 5*time.Second, "the waiter")
-		if d := time.Since(released); d > time.Second {
-			t.Fatalf("the waiter got the permit %v after the release (poll 3s): not told", d)
-		}
+		toldWithin(t, got, released)
 		cmds := slices.DeleteFunc(cp.Commands(), func(c string) bool { return c == "EVAL" })
 		if want := []string{"ZREM", "EXISTS", "EVALSHA"}; !slices.Equal(cmds, want) {
 			t.Fatalf("the release sent %v, want %v", cmds, want)
 		}
-		mustNil(t, le.Release(bg(t)))
+	})
+}
+
+// lossyPipe runs a pipeline on the server but loses its replies, once
+// armed (a connection reset after the request went out); failGiven fails,
+// without running it, the first semrelease.lua that gives turns only
+// (ARGV[8] = 1), once armed (a stale pooled connection).
+type lossyPipe struct {
+	registry.Client
+	cmds                 registry.CommandClient
+	lossArmed, evalArmed atomic.Bool
+	loss                 error // what the lost replies are: io.ErrUnexpectedEOF if nil
+}
+
+func (c *lossyPipe) Pipeline(ctx context.Context, cmds [][]any) []registry.Result {
+	return c.cmds.Pipeline(ctx, cmds)
+}
+
+func (c *lossyPipe) PipelineOn(ctx context.Context, key string, cmds [][]any) []registry.Result {
+	out := c.cmds.PipelineOn(ctx, key, cmds)
+	if c.lossArmed.CompareAndSwap(true, false) {
+		for i := range out {
+			out[i] = registry.Result{Err: cmp.Or(c.loss, io.ErrUnexpectedEOF)}
+		}
+	}
+	return out
+}
+
+func (c *lossyPipe) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	if len(args) == 8 && args[7] == 1 && c.evalArmed.CompareAndSwap(true, false) {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return c.Client.Eval(ctx, s, keys, args)
+}
+
+// timeout is a network timeout: a release that meets it is not retried.
+type timeout struct{}
+
+func (timeout) Error() string   { return "i/o timeout" }
+func (timeout) Timeout() bool   { return true }
+func (timeout) Temporary() bool { return true }
+
+// A plain release whose replies are lost after the server ran it (a reset
+// connection, which is retried, or a timeout, which is not), or whose
+// turn-giving script fails on a stale connection: the waiter in line is
+// told all the same (a release whose outcome is unknown gives the turns,
+// and the failed script is retried).
+func TestSemaphorePlainReleaseFailuresTellWaiter(t *testing.T) {
+	for _, lost := range []string{"pipeline replies", "pipeline timeout", "turn script"} {
+		t.Run(lost, func(t *testing.T) {
+			b := realBackend()
+			pfx := prefix(t)
+			pc := registry.NewPoolClient(b.pool(t))
+			lc := &lossyPipe{Client: pc, cmds: pc.(registry.CommandClient)}
+			a, got := plainScene(t, b, pfx, newRegClientPrefix(t, lc, pfx, plainOpts...))
+			switch lost {
+			case "pipeline timeout":
+				lc.loss = timeout{}
+				lc.lossArmed.Store(true)
+			case "pipeline replies":
+				lc.lossArmed.Store(true)
+			}
+			lc.evalArmed.Store(true)
+			released := time.Now()
+			err := a.Release(bg(t))
+			switch lost {
+			case "turn script":
+				mustNil(t, err)
+			case "pipeline timeout":
+				mustIs(t, err, registry.ErrReleaseFailed)
+			default:
+				mustIs(t, err, registry.ErrLockLost) // gone at the retry: it may have been given back
+			}
+			toldWithin(t, got, released)
+			if n := zcard(t, b, a.Key()); n != 0 {
+				t.Fatalf("%d permits held after both releases", n)
+			}
+		})
+	}
+}
+
+// evalOnly is a Client without CommandClient: its semaphores release by
+// script.
+type evalOnly struct{ registry.Client }
+
+func TestSemaphoreReleaseWithoutCommandClient(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		s := semaphore(t, newRegClient(t, evalOnly{registry.NewPoolClient(b.pool(t))}), "k", 1)
+		for range 2 {
+			le, err := s.Acquire(bg(t), 0)
+			mustNil(t, err)
+			mustNil(t, le.Release(bg(t)))
+		}
+		if n := zcard(t, b, s.Key()); n != 0 {
+			t.Fatalf("%d permits held after the releases", n)
+		}
 	})
 }
 

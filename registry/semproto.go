@@ -127,45 +127,48 @@ func (p *semProto) releaseCall(lk, token string, permits int, given bool) Call {
 }
 
 // plainOK reports whether releases may be plain commands (releasePlain):
-// not with fencing (the last release deletes the fence counter, which
-// semrelease.lua does), nor WithScriptsOnly, nor once the server refused
-// one of them (an ACL).
+// not on a Client without CommandClient, nor with fencing (the last release
+// deletes the fence counter, which semrelease.lua does), nor WithScriptsOnly,
+// nor once the server refused one of them (an ACL).
 func (p *semProto) plainOK() bool {
-	return !p.s.fencing && !p.scriptsOnly && !p.plainRefused.Load()
+	return p.one.HasCommands() && !p.s.fencing && !p.scriptsOnly && !p.plainRefused.Load()
 }
 
 // releasePlain gives token's permit back with a ZREM, pipelined with an
 // EXISTS of the wait queue: no script, for a permit whose semaphore
-// expects no waiter. A waiter queued before the ZREM is then seen by the
-// EXISTS, and semrelease.lua (given) gives the turns of the free permits,
-// one round trip more; one queued after it finds the permit free itself.
-// handled false: the server refused a command (WRONGTYPE, NOPERM), and the
-// caller runs release instead.
-func (p *semProto) releasePlain(ctx context.Context, lk, token string, permits int) (done, others, handled bool, err error) {
+// expects no waiter. waiters: the queue was not empty, or may not be (its
+// EXISTS failed): the caller then gives the turns of the free permits
+// (giveTurns). A waiter queued before the ZREM is seen by the EXISTS; one
+// queued after it finds the permit free itself. handled false: the server
+// refused the ZREM (WRONGTYPE, NOPERM), and the caller runs release
+// instead.
+func (p *semProto) releasePlain(ctx context.Context, lk, token string) (done, waiters, handled bool, err error) {
 	res := p.one.PipelineOn(ctx, lk, [][]any{{"ZREM", lk, token}, {"EXISTS", p.s.layout.QueueKey(lk)}})
 	switch {
 	case res[0].Err != nil && core.IsAmbiguous(res[0].Err):
-		return false, false, true, res[0].Err
+		return false, true, true, res[0].Err
 	case res[0].Err != nil:
 		p.refusedPlain(res[0].Err)
 		return false, false, false, nil
-	case res[0].Reply != int64(1):
-		return false, false, true, nil // gone: pruned after it expired
-	case res[1].Err == nil && res[1].Reply == int64(0):
-		return true, false, true, nil
-	case res[1].Err != nil && !core.IsAmbiguous(res[1].Err):
+	case res[1].Err != nil:
 		p.refusedPlain(res[1].Err)
+		return res[0].Reply == int64(1), true, true, nil
 	}
-	// Waiters are queued, or may be: give the turns. If that fails, the
-	// permit is given back all the same, and only the turns' messages are
-	// lost: the waiters try when their sleeps end.
-	_, others, err = decodeRelease(p.one.One(ctx, semReleaseScript, p.releaseCall(lk, token, permits, true)))
-	return true, others || err != nil, true, nil
+	return res[0].Reply == int64(1), res[1].Reply != int64(0), true, nil
+}
+
+// giveTurns gives the turns of lk's free permits, out of permits, to the
+// waiters first in line (semrelease.lua for a permit given back already),
+// and reports whether waiters are in line.
+func (p *semProto) giveTurns(ctx context.Context, lk string, permits int) (others bool, err error) {
+	_, others, err = decodeRelease(p.one.One(ctx, semReleaseScript, p.releaseCall(lk, "", permits, true)))
+	return others, err
 }
 
 // refusedPlain stops plain releases once the server refused one of their
-// commands by ACL (the scripts' calls may be allowed where the commands are
-// not); a WRONGTYPE is the key's, and changes nothing.
+// commands by ACL (which applies to the scripts' calls too: they fall back
+// on other commands, as queueEmpty does); a WRONGTYPE is the key's, and
+// changes nothing.
 func (p *semProto) refusedPlain(err error) {
 	if core.IsNoPerm(err) {
 		p.plainRefused.Store(true)

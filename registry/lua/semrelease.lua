@@ -16,8 +16,8 @@
 --          with nobody in line, deletes the fence counter too (the next
 --          acquisition seeds it from the clock again: see nextFence)
 -- ARGV[8]  1 when the permit was given back already, by a plain ZREM
---          that found waiters queued (semProto.releasePlain): give the
---          turns of the free permits only
+--          that found waiters queued (semProto.releasePlain), or may have
+--          been: give the turns of the free permits only (ARGV[1] unused)
 --
 -- Reply: 1 given back; 2 the same, and waiters are queued; 0 the permit
 --        was gone (pruned after it expired), or the key is not a sorted
