@@ -166,7 +166,7 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 	next := r.cfg.expireAfter // the TTL most leases ask for; another is renewed to by its taker
 	bounded := now-p.since >= int64(r.cfg.chainSpan)
 	s.mu.Lock()
-	more, at := s.needers > 1, s.queuedAt
+	more, at, queued := s.needers > 1, s.queuedAt, s.queued
 	s.mu.Unlock()
 	if !r.cfg.fencing && !bounded && p.passes < maxFreePasses && now-p.lastCmd < int64(r.cfg.freePassSpan) &&
 		h.TTL() == next && h.Deadline.Load()-now >= int64(next*3/4) {
@@ -179,7 +179,7 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 	h.Renewing.Lock()
 	defer h.Renewing.Unlock()
 	sent := r.core.Now()
-	res, err := r.sem.pass(context.WithoutCancel(ctx), s.key, h.Token, s.waiter, next, s.permits, bounded, more)
+	res, err := r.sem.pass(context.WithoutCancel(ctx), s.key, h.Token, s.waiter, next, s.permits, bounded, more, queued)
 	switch {
 	case core.IsStaleConn(err), err != nil && !core.IsAmbiguous(err) && core.IsTransient(err):
 		return notHandedOver, nil // release instead

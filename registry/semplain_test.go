@@ -58,28 +58,33 @@ func TestSemaphorePlainRelease(t *testing.T) {
 
 // plainScene makes a permit of "k", held by a semaphore of holderReg
 // (whose registry key is pfx) that expects no waiter, and a waiter of
-// another registry in line for it, told by turn messages (poll 3s). First
-// the waiter's registry waits on another key, so that its turn
-// subscription is up (a new one makes its waiters try again, since they
-// may have missed a message): the permit can then reach it only by its
-// being told, or at its poll.
+// another registry (listening) in line for it.
 func plainScene(t *testing.T, b *backend, pfx string, holderReg *registry.Registry) (held *registry.Lease, got <-chan *registry.Lease) {
 	t.Helper()
-	wreg := newRegPrefix(t, b.pool(t), pfx, plainOpts...)
+	holder := semaphore(t, holderReg, "k", 1)
+	held, err := holder.Acquire(bg(t), 10*time.Second)
+	mustNil(t, err)
+	got = acquirePermit(bg(t), semaphore(t, listening(t, b, pfx), "k", 1), 0)
+	waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, holder.Key(), false) == 1 })
+	return held, got
+}
+
+// listening returns a registry (registry key pfx, plainOpts: told by turn
+// messages, poll 3s) whose turn subscription is up: it has waited on
+// another key first. A new subscription makes its waiters try again (they
+// may have missed a message), so a permit can reach a waiter of this one
+// only by its being told, or at its poll.
+func listening(t *testing.T, b *backend, pfx string) *registry.Registry {
+	t.Helper()
+	r := newRegPrefix(t, b.pool(t), pfx, plainOpts...)
 	warm := semaphore(t, newRegPrefix(t, b.pool(t), pfx, plainOpts...), "warm", 1)
 	w, err := warm.Acquire(bg(t), 0)
 	mustNil(t, err)
-	wgot := acquirePermit(bg(t), semaphore(t, wreg, "warm", 1), 0)
+	wgot := acquirePermit(bg(t), semaphore(t, r, "warm", 1), 0)
 	waitFor(t, 5*time.Second, "the waiter in line for warm", func() bool { return queueLen(t, b, warm.Key(), false) == 1 })
 	mustNil(t, w.Release(bg(t)))
 	mustNil(t, recvWithin(t, wgot, 5*time.Second, "the waiter, on warm").Release(bg(t)))
-
-	holder := semaphore(t, holderReg, "k", 1)
-	held, err = holder.Acquire(bg(t), 10*time.Second)
-	mustNil(t, err)
-	got = acquirePermit(bg(t), semaphore(t, wreg, "k", 1), 0)
-	waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, holder.Key(), false) == 1 })
-	return held, got
+	return r
 }
 
 // plainOpts are plainScene's registries' options.
@@ -260,4 +265,68 @@ func TestSemaphoreQueuedAttemptSkipsExists(t *testing.T) {
 		t.Fatalf("%d EXISTS calls by the attempts of a head in line, want 0", n)
 	}
 	mustNil(t, le.Release(bg(t)))
+}
+
+// A holder whose instance is in line (more of its leases wait) runs no
+// EXISTS when it passes its permit on with sempass.lua (INFO commandstats,
+// so the real server only).
+func TestSemaphoreQueuedPassSkipsExists(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	other := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 1)
+	s := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3*time.Second),
+		registry.WithRuns(time.Nanosecond, time.Minute)), "k", 1) // every pass is sempass.lua; no attempt of the second lease's for seconds
+	o, err := other.Acquire(bg(t), 0)
+	mustNil(t, err)
+	first := acquirePermit(bg(t), s, 0)
+	waitFor(t, 5*time.Second, "the first lease in line", func() bool { return queueLen(t, b, s.Key(), false) == 1 })
+	second := acquirePermit(bg(t), s, 0)
+	waitFor(t, 5*time.Second, "the second lease waiting", func() bool { return s.Waiting() == 2 })
+	mustNil(t, o.Release(bg(t)))
+	a := recvWithin(t, first, 5*time.Second, "the first lease")
+	waitFor(t, 5*time.Second, "the instance in line again for the second", func() bool { return queueLen(t, b, s.Key(), false) == 1 })
+	before, err := redistest.CommandStats(b.addr)
+	mustNil(t, err)
+	mustNil(t, a.Release(bg(t))) // passed to the second lease by sempass.lua
+	after, err := redistest.CommandStats(b.addr)
+	mustNil(t, err)
+	c := recvWithin(t, second, 5*time.Second, "the second lease")
+	if n := after["zscore"] - before["zscore"]; n != 1 { // sempass.lua's first call
+		t.Fatalf("sempass.lua ran %d times for the pass, want 1", n)
+	}
+	if n := after["exists"] - before["exists"]; n != 0 {
+		t.Fatalf("%d EXISTS calls by the pass of a holder in line, want 0", n)
+	}
+	mustNil(t, c.Release(bg(t)))
+}
+
+// A release counts a permit that expired and was not pruned yet (a crashed
+// holder's) as free: with two waiters in line, it gives both their turns.
+func TestSemaphoreReleaseCountsExpiredAsFree(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 2)
+		a, err := holder.Acquire(bg(t), 10*time.Second)
+		mustNil(t, err)
+		b.do(t, "ZADD", holder.Key(), time.Now().Add(time.Hour).UnixMilli(), "crashed") // a holder that will die
+		var got []<-chan *registry.Lease
+		for i := range 2 {
+			w := semaphore(t, listening(t, b, pfx), "k", 2)
+			got = append(got, acquirePermit(bg(t), w, 0))
+			waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, holder.Key(), false) == i+1 })
+		}
+		b.do(t, "ZADD", holder.Key(), "XX", 1, "crashed") // its permit expired long ago, and nobody pruned it
+		released := time.Now()
+		mustNil(t, a.Release(bg(t)))
+		var leases []*registry.Lease
+		for i, g := range got {
+			leases = append(leases, recvWithin(t, g, 5*time.Second, "a waiter"))
+			if d := time.Since(released); d > time.Second {
+				t.Fatalf("waiter %d got a permit %v after the release (poll 3s): not told", i+1, d)
+			}
+		}
+		for _, le := range leases {
+			mustNil(t, le.Release(bg(t)))
+		}
+	})
 }

@@ -61,15 +61,8 @@ type semGrant struct {
 // out of permits; more: leases of the caller's registry wait behind it.
 func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, permits int, h hint, more bool) (semGrant, error) {
 	s := &p.s
-	m, q := 0, 0
-	if more {
-		m = 1
-	}
-	if h.queued {
-		q = 1
-	}
 	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
-		s.fenceArg, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits, m, q}}
+		s.fenceArg, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits, flag(more), flag(h.queued)}}
 	v, err := p.one.One(ctx, semAcquireScript, c)
 	if err != nil {
 		return semGrant{grant: unknown}, err
@@ -91,17 +84,10 @@ func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Durat
 // (passReleased: waiters are in line; passFreed: nobody is). waiter is the
 // instance's entry in line, taken out with a kept permit unless more
 // leases of the instance wait.
-func (p *semProto) pass(ctx context.Context, lk, token, waiter string, ttl time.Duration, permits int, force, more bool) (passReply, error) {
+func (p *semProto) pass(ctx context.Context, lk, token, waiter string, ttl time.Duration, permits int, force, more, queued bool) (passReply, error) {
 	s := &p.s
-	f, m := 0, 0
-	if force {
-		f = 1
-	}
-	if more {
-		m = 1
-	}
 	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg,
-		s.fenceArg, permits, f, waiter, m}}
+		s.fenceArg, permits, flag(force), waiter, flag(more), flag(queued)}}
 	v, err := p.one.One(ctx, semPassScript, c)
 	if err != nil {
 		return passReply{}, err
@@ -119,11 +105,15 @@ func (p *semProto) release(ctx context.Context, lk, token string, permits int) (
 // already (releasePlain), and only the turns are left to give.
 func (p *semProto) releaseCall(lk, token string, permits int, given bool) Call {
 	s := &p.s
-	g := 0
-	if given {
-		g = 1
+	return Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, permits, s.fenceArg, flag(given)}}
+}
+
+// flag is a script's flag argument: 1 for true, 0 for false.
+func flag(b bool) int {
+	if b {
+		return 1
 	}
-	return Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, permits, s.fenceArg, g}}
+	return 0
 }
 
 // plainOK reports whether releases may be plain commands (releasePlain):

@@ -42,9 +42,9 @@ if ARGV[6] then
   -- A semaphore: any turn that it held passes on (admit gives the turns of
   -- the free permits to the first in line, skipping those already told).
   local now, held = clock(), redis.pcall('ZCARD', KEYS[1])
-  if now and type(held) == 'number' then -- a sorted set (P.held raises on another type)
+  if now and type(held) == 'number' then -- a sorted set (P.live raises on another type)
     local P = permitRules()
-    local free = tonumber(ARGV[7]) - P.held(KEYS[1], now)
+    local free = tonumber(ARGV[7]) - P.live(KEYS[1], now)
     P.offer(R, q, KEYS[1], now, free, ARGV[8], {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])})
   end
   return 1

@@ -312,6 +312,13 @@ local function shared()
       return redis.call('ZCARD', key)
     end
 
+    -- live returns how many permits of key have not expired, in one call:
+    -- the expired ones are left for held (semacquire.lua, when they would
+    -- refuse an attempt) and for the key's own expiry.
+    local function live(key, now)
+      return redis.call('ZCOUNT', key, '(' .. ms(now), '+inf')
+    end
+
     -- hold sets permit token of key to expire ttl ms after now, keeps key
     -- alive at least as long, and returns a new fencing token from the
     -- counter fence (nil: 0), which lives as long as key (it is seeded from
@@ -433,7 +440,7 @@ local function shared()
       end
       return math.max(math.floor(tonumber(first[2]) - now), 0)
     end
-    return {held = held, hold = hold, admit = admit, tell = tell, offer = offer, toBack = toBack, soonest = soonest}
+    return {held = held, live = live, hold = hold, admit = admit, tell = tell, offer = offer, toBack = toBack, soonest = soonest}
   end
   return clock, nextFence, queueRules, permitRules
 end

@@ -20,6 +20,9 @@
 -- ARGV[11] 1 when more leases of that instance wait than the one the
 --          permit passes to: a kept permit leaves the instance's entry in
 --          line for them; 0 takes it out
+-- ARGV[12] 1 when that entry is in line, as far as the holder knows: the
+--          queue is then not tested for being empty (as semacquire.lua's
+--          ARGV[15])
 --
 -- Reply: {1, fence} kept for the next holder (fence: its fencing token, 0
 --        without fencing); {2} given back, waiters are in line; {3} given
@@ -52,15 +55,15 @@ if ARGV[9] == '1' then
     end
     return {3}
   end
-  P.offer(queueRules(), q, KEYS[1], now, tonumber(ARGV[8]) - P.held(KEYS[1], now), ARGV[3], rules)
+  P.offer(queueRules(), q, KEYS[1], now, tonumber(ARGV[8]) - P.live(KEYS[1], now), ARGV[3], rules)
   return {2}
 end
 local keep, R, free = true, nil, 0
-if not queueEmpty(KEYS[2]) then
+if ARGV[12] == '1' or not queueEmpty(KEYS[2]) then
   R = queueRules()
   -- Would the waiters in line be admitted with this permit given back?
   -- Then the free permits cover them: keep it.
-  free = tonumber(ARGV[8]) - P.held(KEYS[1], now) + 1
+  free = tonumber(ARGV[8]) - P.live(KEYS[1], now) + 1
   local told
   keep, told = P.admit(R, q, now, free, ARGV[10], rules)
   P.tell(ARGV[3], KEYS[1], told)
