@@ -66,20 +66,35 @@ func (s *Semaphore) endLeaseAfter(ctx context.Context, le *Lease, d time.Duratio
 
 // giveTurns gives the turns of the free permits to the waiters in line
 // after a plain release (releasePlain) found some, or may have left the
-// permit free unannounced. If it fails, they try at their polls.
+// permit free unannounced. The script is safe to run again (a turn given is
+// not given twice): after a timeout, whose outcome is unknown, it runs once
+// more in the background. If that fails too, the waiters try at their polls.
 func (s *Semaphore) giveTurns(ctx context.Context) {
 	r := s.reg
-	others := true
-	_, _, err := r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
-		o, err := r.sem.giveTurns(ctx, s.key, s.permits)
-		others = o
-		return true, err
-	})
-	if err != nil {
-		others = true
+	s.crowded.Store(true)
+	give := func(ctx context.Context) error {
+		_, _, err := r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
+			others, err := r.sem.giveTurns(ctx, s.key, s.permits)
+			if err == nil {
+				s.crowded.Store(others)
+			}
+			return true, err
+		})
+		return err
+	}
+	failed := func(err error) {
 		r.core.Log.Debug("lockyard: giving the turns after a release failed; the waiters try at their polls", "key", s.key, "err", err)
 	}
-	s.crowded.Store(others)
+	switch err := give(ctx); {
+	case err != nil && core.IsAmbiguous(err):
+		r.soon(func(ctx context.Context) {
+			if err := give(ctx); err != nil {
+				failed(err)
+			}
+		})
+	case err != nil:
+		failed(err)
+	}
 }
 
 // waited reports whether leases of this registry wait for a permit.

@@ -3,13 +3,17 @@ package registry_test
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"io"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
+	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -129,7 +133,8 @@ type lossyPipe struct {
 	registry.Client
 	cmds                 registry.CommandClient
 	lossArmed, evalArmed atomic.Bool
-	loss                 error // what the lost replies are: io.ErrUnexpectedEOF if nil
+	loss, evalLoss       error // what the lost replies are: io.ErrUnexpectedEOF if nil
+	existsOnly           bool  // lose the EXISTS's reply alone
 }
 
 func (c *lossyPipe) Pipeline(ctx context.Context, cmds [][]any) []registry.Result {
@@ -140,7 +145,9 @@ func (c *lossyPipe) PipelineOn(ctx context.Context, key string, cmds [][]any) []
 	out := c.cmds.PipelineOn(ctx, key, cmds)
 	if c.lossArmed.CompareAndSwap(true, false) {
 		for i := range out {
-			out[i] = registry.Result{Err: cmp.Or(c.loss, io.ErrUnexpectedEOF)}
+			if !c.existsOnly || i == 1 {
+				out[i] = registry.Result{Err: cmp.Or(c.loss, io.ErrUnexpectedEOF)}
+			}
 		}
 	}
 	return out
@@ -148,7 +155,7 @@ func (c *lossyPipe) PipelineOn(ctx context.Context, key string, cmds [][]any) []
 
 func (c *lossyPipe) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
 	if len(args) == 8 && args[7] == 1 && c.evalArmed.CompareAndSwap(true, false) {
-		return nil, io.ErrUnexpectedEOF
+		return nil, cmp.Or(c.evalLoss, io.ErrUnexpectedEOF)
 	}
 	return c.Client.Eval(ctx, s, keys, args)
 }
@@ -161,12 +168,13 @@ func (timeout) Timeout() bool   { return true }
 func (timeout) Temporary() bool { return true }
 
 // A plain release whose replies are lost after the server ran it (a reset
-// connection, which is retried, or a timeout, which is not), or whose
-// turn-giving script fails on a stale connection: the waiter in line is
-// told all the same (a release whose outcome is unknown gives the turns,
-// and the failed script is retried).
+// connection, which is retried, or a timeout, which is not), whose EXISTS
+// alone fails, or whose turn-giving script fails (on a stale connection, or
+// by a timeout): the waiter in line is told all the same (a release whose
+// outcome is unknown gives the turns, and the failed script runs again, at
+// once or in the background).
 func TestSemaphorePlainReleaseFailuresTellWaiter(t *testing.T) {
-	for _, lost := range []string{"pipeline replies", "pipeline timeout", "turn script"} {
+	for _, lost := range []string{"pipeline replies", "pipeline timeout", "exists reply", "turn script", "turn script timeout"} {
 		t.Run(lost, func(t *testing.T) {
 			b := realBackend()
 			pfx := prefix(t)
@@ -179,12 +187,17 @@ func TestSemaphorePlainReleaseFailuresTellWaiter(t *testing.T) {
 				lc.lossArmed.Store(true)
 			case "pipeline replies":
 				lc.lossArmed.Store(true)
+			case "exists reply":
+				lc.existsOnly = true
+				lc.lossArmed.Store(true)
+			case "turn script timeout":
+				lc.evalLoss = timeout{}
 			}
 			lc.evalArmed.Store(true)
 			released := time.Now()
 			err := a.Release(bg(t))
 			switch lost {
-			case "turn script":
+			case "turn script", "turn script timeout", "exists reply":
 				mustNil(t, err)
 			case "pipeline timeout":
 				mustIs(t, err, registry.ErrReleaseFailed)
@@ -329,4 +342,77 @@ func TestSemaphoreReleaseCountsExpiredAsFree(t *testing.T) {
 			mustNil(t, le.Release(bg(t)))
 		}
 	})
+}
+
+// A waiter third in line, told its turn by a release that counted two
+// expired permits that nobody pruned as free, is not refused by its attempt
+// (which would count them as held, fewer than the permits being held): it
+// prunes them, and takes its permit.
+func TestSemaphoreToldOnExpiredPermitIsAdmitted(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 3)
+		a, err := holder.Acquire(bg(t), 10*time.Second)
+		mustNil(t, err)
+		lk := holder.Key()
+		far := time.Now().Add(time.Hour).UnixMilli()
+		b.do(t, "ZADD", lk, far, "c1", far, "c2") // two holders that will crash
+		// Two listeners of another process in line first (they are slow to try).
+		now := time.Now().UnixMilli()
+		for i, id := range []string{"ghost/1", "ghost/2"} {
+			b.do(t, "ZADD", wire.Layout{}.QueueKey(lk), now-int64(2-i)*1000, id)
+			b.do(t, "HSET", wire.Layout{}.WaitersKey(lk), id, fmt.Sprintf("l %d %d", far, far))
+		}
+		w := semaphore(t, listening(t, b, pfx), "k", 3)
+		got := acquirePermit(bg(t), w, 0)
+		waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, lk, false) == 3 })
+		b.do(t, "ZADD", lk, "XX", 1, "c1", 1, "c2") // both crashed long ago; nobody pruned them
+		released := time.Now()
+		mustNil(t, a.Release(bg(t))) // 3 permits free by ZCOUNT: all three told
+		toldWithin(t, got, released)
+	})
+}
+
+// resending runs each semacquire.lua twice, as a client that resends a
+// call whose reply it lost does, and deletes the key lost between the two
+// (data lost meanwhile).
+type resending struct {
+	registry.Client
+	lost string
+}
+
+func (c resending) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	if len(args) != 15 { // not semacquire.lua
+		return c.Client.Eval(ctx, s, keys, args)
+	}
+	if _, err := c.Client.Eval(ctx, s, keys, args); err != nil {
+		return nil, err
+	}
+	if _, err := redistest.Do(real.Addr, "DEL", c.lost); err != nil {
+		return nil, err
+	}
+	return c.Client.Eval(ctx, s, keys, args)
+}
+
+// A resent acquisition whose permit is held already gets a new fencing
+// token; a fence counter that it seeds again (lost meanwhile) gets a time
+// to live, as every counter has.
+func TestSemaphoreResendSeedsFenceWithTTL(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	lk := pfx + ":k"
+	c := resending{Client: registry.NewPoolClient(b.pool(t)), lost: wire.Layout{}.FenceKey(lk)}
+	s := semaphore(t, newRegClientPrefix(t, c, pfx, registry.WithFencing()), "k", 1)
+	if s.Key() != lk {
+		t.Fatalf("key %q, want %q", s.Key(), lk)
+	}
+	le, err := s.Acquire(bg(t), 0)
+	mustNil(t, err)
+	if le.Token() <= 0 {
+		t.Fatalf("fencing token %d", le.Token())
+	}
+	if ms, _ := redis.Int64(b.do(t, "PTTL", c.lost), nil); ms <= 0 {
+		t.Fatalf("the fence counter seeded by the resend has PTTL %d, want a time to live", ms)
+	}
+	mustNil(t, le.Release(bg(t)))
 }

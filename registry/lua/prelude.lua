@@ -319,6 +319,17 @@ local function shared()
       return redis.call('ZCOUNT', key, '(' .. ms(now), '+inf')
     end
 
+    -- fenced returns a new fencing token from the counter fence, and keeps
+    -- the counter alive at least ttl ms (nextFence may have just seeded it,
+    -- without a time to live).
+    local function fenced(fence, ttl)
+      local n = nextFence(fence)
+      if redis.call('PTTL', fence) < ttl then
+        redis.call('PEXPIRE', fence, ttl)
+      end
+      return n
+    end
+
     -- hold sets permit token of key to expire ttl ms after now, keeps key
     -- alive at least as long, and returns a new fencing token from the
     -- counter fence (nil: 0), which lives as long as key (it is seeded from
@@ -332,11 +343,7 @@ local function shared()
       if not fence then
         return 0
       end
-      local n = nextFence(fence)
-      if redis.call('PTTL', fence) < ttl then
-        redis.call('PEXPIRE', fence, ttl)
-      end
-      return n
+      return fenced(fence, ttl)
     end
 
     -- admit reports whether self (a waiter id, or nil for a caller not in
@@ -440,7 +447,7 @@ local function shared()
       end
       return math.max(math.floor(tonumber(first[2]) - now), 0)
     end
-    return {held = held, live = live, hold = hold, admit = admit, tell = tell, offer = offer, toBack = toBack, soonest = soonest}
+    return {ms = ms, held = held, live = live, fenced = fenced, hold = hold, admit = admit, tell = tell, offer = offer, toBack = toBack, soonest = soonest}
   end
   return clock, nextFence, queueRules, permitRules
 end

@@ -62,11 +62,12 @@ if ARGV[7] == '1' then
 end
 local P = permitRules()
 local permits, ttl = tonumber(ARGV[13]), tonumber(ARGV[2])
-if held >= permits then
+local pruned = held >= permits
+if pruned then
   -- Expired permits matter only when they would refuse the caller.
   held = P.held(KEYS[1], now)
   if redis.call('ZSCORE', KEYS[1], token) then -- a resend after a lost reply: held, with a new fencing token
-    return {1, fenceKey and nextFence(fenceKey) or 0}
+    return {1, fenceKey and P.fenced(fenceKey, ttl) or 0}
   end
 end
 local free = permits - held
@@ -110,6 +111,21 @@ R = queueRules()
 local ok, told = false, nil
 if free > 0 then
   ok, told = P.admit(R, q, now, free, id, rules)
+  if not ok and not pruned and held > 0 then
+    -- The scripts that give permits back count the expired ones that
+    -- nobody pruned yet as free (permitRules.live), and may have given the
+    -- caller its turn on one: count them so too before refusing it.
+    local expired = redis.call('ZCOUNT', KEYS[1], '-inf', P.ms(now))
+    if expired > 0 then
+      redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', P.ms(now))
+      held, free = held - expired, free + expired
+      local more
+      ok, more = P.admit(R, q, now, free, id, rules)
+      for _, x in ipairs(more) do
+        told[#told + 1] = x
+      end
+    end
+  end
 end
 if ok then
   if ARGV[14] ~= '1' or free > 1 then
