@@ -313,64 +313,59 @@ func TestSemaphoreQueuedPassSkipsExists(t *testing.T) {
 	mustNil(t, c.Release(bg(t)))
 }
 
-// A release counts a permit that expired and was not pruned yet (a crashed
-// holder's) as free: with two waiters in line, it gives both their turns.
-func TestSemaphoreReleaseCountsExpiredAsFree(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
-		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 2)
-		a, err := holder.Acquire(bg(t), 10*time.Second)
-		mustNil(t, err)
-		b.do(t, "ZADD", holder.Key(), time.Now().Add(time.Hour).UnixMilli(), "crashed") // a holder that will die
-		var got []<-chan *registry.Lease
-		for i := range 2 {
-			w := semaphore(t, listening(t, b, pfx), "k", 2)
-			got = append(got, acquirePermit(bg(t), w, 0))
-			waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, holder.Key(), false) == i+1 })
-		}
-		b.do(t, "ZADD", holder.Key(), "XX", 1, "crashed") // its permit expired long ago, and nobody pruned it
-		released := time.Now()
-		mustNil(t, a.Release(bg(t)))
-		var leases []*registry.Lease
-		for i, g := range got {
-			leases = append(leases, recvWithin(t, g, 5*time.Second, "a waiter"))
-			if d := time.Since(released); d > time.Second {
-				t.Fatalf("waiter %d got a permit %v after the release (poll 3s): not told", i+1, d)
-			}
-		}
-		for _, le := range leases {
-			mustNil(t, le.Release(bg(t)))
-		}
-	})
-}
-
-// A waiter third in line, told its turn by a release that counted two
-// expired permits that nobody pruned as free, is not refused by its attempt
-// (which would count them as held, fewer than the permits being held): it
-// prunes them, and takes its permit.
-func TestSemaphoreToldOnExpiredPermitIsAdmitted(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
-		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 3)
-		a, err := holder.Acquire(bg(t), 10*time.Second)
-		mustNil(t, err)
-		lk := holder.Key()
-		far := time.Now().Add(time.Hour).UnixMilli()
-		b.do(t, "ZADD", lk, far, "c1", far, "c2") // two holders that will crash
-		// Two listeners of another process in line first (they are slow to try).
-		now := time.Now().UnixMilli()
-		for i, id := range []string{"ghost/1", "ghost/2"} {
-			b.do(t, "ZADD", wire.Layout{}.QueueKey(lk), now-int64(2-i)*1000, id)
-			b.do(t, "HSET", wire.Layout{}.WaitersKey(lk), id, fmt.Sprintf("l %d %d", far, far))
-		}
-		w := semaphore(t, listening(t, b, pfx), "k", 3)
-		got := acquirePermit(bg(t), w, 0)
-		waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, lk, false) == 3 })
-		b.do(t, "ZADD", lk, "XX", 1, "c1", 1, "c2") // both crashed long ago; nobody pruned them
-		released := time.Now()
-		mustNil(t, a.Release(bg(t))) // 3 permits free by ZCOUNT: all three told
-		toldWithin(t, got, released)
-	})
+// Permits that expired and were not pruned yet (crashed holders') count as
+// free at a release: it gives their turns too, to every waiter they fit
+// (two real waiters on 2 permits); and a waiter told its turn on one is not
+// refused by its attempt, which would count them as held while fewer than
+// the permits are (a real waiter third in line, behind two listeners slow to
+// try, on 3 permits): it prunes them, and takes its permit.
+func TestSemaphoreExpiredPermitsAreFree(t *testing.T) {
+	for _, c := range []struct {
+		name                              string
+		permits, crashed, ghosts, waiters int
+	}{
+		{"both told", 2, 1, 0, 2},
+		{"third in line admitted", 3, 2, 2, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			forBackends(t, func(t *testing.T, b *backend) {
+				pfx := prefix(t)
+				holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", c.permits)
+				a, err := holder.Acquire(bg(t), 10*time.Second)
+				mustNil(t, err)
+				lk, far := holder.Key(), time.Now().Add(time.Hour).UnixMilli()
+				for i := range c.crashed { // holders that will crash
+					b.do(t, "ZADD", lk, far, fmt.Sprintf("crashed%d", i))
+				}
+				now := time.Now().UnixMilli()
+				for i := range c.ghosts { // listeners of another process, slow to try
+					id := fmt.Sprintf("ghost/%d", i)
+					b.do(t, "ZADD", wire.Layout{}.QueueKey(lk), now-int64(c.ghosts-i)*1000, id)
+					b.do(t, "HSET", wire.Layout{}.WaitersKey(lk), id, fmt.Sprintf("l %d %d", far, far))
+				}
+				var got []<-chan *registry.Lease
+				for i := range c.waiters {
+					got = append(got, acquirePermit(bg(t), semaphore(t, listening(t, b, pfx), "k", c.permits), 0))
+					waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, lk, false) == c.ghosts+i+1 })
+				}
+				for i := range c.crashed { // expired long ago, and nobody pruned them
+					b.do(t, "ZADD", lk, "XX", 1, fmt.Sprintf("crashed%d", i))
+				}
+				released := time.Now()
+				mustNil(t, a.Release(bg(t)))
+				var leases []*registry.Lease // held until all are in: a release would tell the next
+				for i, g := range got {
+					leases = append(leases, recvWithin(t, g, 5*time.Second, "a waiter"))
+					if d := time.Since(released); d > time.Second {
+						t.Fatalf("waiter %d got a permit %v after the release (poll 3s): not told", i+1, d)
+					}
+				}
+				for _, le := range leases {
+					mustNil(t, le.Release(bg(t)))
+				}
+			})
+		})
+	}
 }
 
 // resending runs each semacquire.lua twice, as a client that resends a
