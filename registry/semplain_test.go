@@ -98,11 +98,7 @@ var plainOpts = []registry.Option{registry.WithLockType(registry.PubSubLock), re
 // a second of released, and gives it back.
 func toldWithin(t *testing.T, got <-chan *registry.Lease, released time.Time) {
 	t.Helper()
-	le := recvWithin(t, got, 5*time.Second, "the waiter")
-	if d := time.Since(released); d > time.Second {
-		t.Fatalf("the waiter got the permit %v after the release (poll 3s): not told", d)
-	}
-	mustNil(t, le.Release(bg(t)))
+	mustNil(t, toldSince(t, got, released, "the waiter", "the release (poll 3s)").Release(bg(t)))
 }
 
 // A waiter that queued while a permit was held by a semaphore that
@@ -355,10 +351,7 @@ func TestSemaphoreExpiredPermitsAreFree(t *testing.T) {
 				mustNil(t, a.Release(bg(t)))
 				var leases []*registry.Lease // held until all are in: a release would tell the next
 				for i, g := range got {
-					leases = append(leases, recvWithin(t, g, 5*time.Second, "a waiter"))
-					if d := time.Since(released); d > time.Second {
-						t.Fatalf("waiter %d got a permit %v after the release (poll 3s): not told", i+1, d)
-					}
+					leases = append(leases, toldSince(t, g, released, fmt.Sprintf("waiter %d", i+1), "the release (poll 3s)"))
 				}
 				for _, le := range leases {
 					mustNil(t, le.Release(bg(t)))

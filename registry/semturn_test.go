@@ -20,6 +20,18 @@ import (
 // its turn channel, and passed on wherever a permit is free and nobody
 // would otherwise be told (leave, a local pass, an attempt, ReleaseAfter).
 
+// toldSince returns the lease that who gets on got, and fails t unless it
+// came within a second of since, when event happened: a waiter told its
+// turn, not one that tried at its poll (seconds later).
+func toldSince(t *testing.T, got <-chan *registry.Lease, since time.Time, who, event string) *registry.Lease {
+	t.Helper()
+	le := recvWithin(t, got, 5*time.Second, who)
+	if d := time.Since(since); d > time.Second {
+		t.Fatalf("%s got a permit %v after %s: not told", who, d, event)
+	}
+	return le
+}
+
 // heardOn records the channels of every message published under the
 // registry key pfx (release and turn channels), from a subscription of its
 // own that is up when it returns.
@@ -120,10 +132,7 @@ func TestSemaphoreLeaveTellsNext(t *testing.T) {
 		notWithin(t, got, 300*time.Millisecond, "a permit for the waiter behind the one told")
 		left := time.Now()
 		mustNil(t, holder.LeaveAs(bg(t), "gone/1"))
-		le := recvWithin(t, got, 5*time.Second, "the next in line")
-		if d := time.Since(left); d > time.Second {
-			t.Fatalf("the next in line got the permit %v after the told waiter left (its turn 2s): not told", d)
-		}
+		le := toldSince(t, got, left, "the next in line", "the told waiter left (its turn 2s)")
 		mustNil(t, le.Release(bg(t)))
 	})
 }
@@ -160,10 +169,7 @@ func TestSemaphorePassTellsNextOfOtherFreePermit(t *testing.T) {
 		}
 		passed := time.Now()
 		got := toldAfter(t, a1, aNext, "a's next lease") // sempass keeps the permit for it
-		le := recvWithin(t, otherNext, 5*time.Second, "the next in line")
-		if d := time.Since(passed); d > time.Second {
-			t.Fatalf("the next in line got the free permit %v after the pass (poll 3s): not told", d)
-		}
+		le := toldSince(t, otherNext, passed, "the next in line", "the pass (poll 3s)")
 		mustNil(t, le.Release(bg(t)))
 		mustNil(t, got.Release(bg(t)))
 		_ = xl.Release(bg(t)) // its permit is gone
@@ -254,10 +260,7 @@ func TestSemaphoreAttemptTellsFirstOfOtherFreePermit(t *testing.T) {
 			b.do(t, "ZADD", first.Key(), "XX", 1, tok) // expired long ago, and nobody told
 		}
 		le := recvWithin(t, secondGot, 5*time.Second, "the second in line, at its poll")
-		fe := recvWithin(t, firstGot, 5*time.Second, "the first in line")
-		if d := time.Since(expired); d > time.Second {
-			t.Fatalf("the first in line got the other free permit %v after they expired (poll 3s): not told", d)
-		}
+		fe := toldSince(t, firstGot, expired, "the first in line", "the permits expired (poll 3s)")
 		mustNil(t, le.Release(bg(t)))
 		mustNil(t, fe.Release(bg(t)))
 	})

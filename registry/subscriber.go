@@ -45,7 +45,7 @@ type subscriber struct {
 	// does not know. lockKey filters what it hears.
 	wide    string
 	lockKey func(ch string) (lk string, ok bool) // the lock key that channel ch names, if it is for this registry
-	wakes   func(e cached) bool                  // whose waiters it wakes when messages may have been lost (nil: all)
+	wakes   func(e cached) bool                  // whose waiters it wakes when messages may have been lost
 	// refused is set while the server refuses both pattern and wide: the
 	// waiters it would wake queue as pollers meanwhile (a listener that
 	// hears nothing would be given turns it misses).
@@ -195,7 +195,7 @@ func (s *subscriber) deliver(ch string) {
 // wakes try at once: messages may have been lost.
 func (s *subscriber) wakeAll() {
 	s.r.cache.each(func(e cached) {
-		if s.wakes == nil || s.wakes(e) {
+		if s.wakes(e) {
 			e.signal(core.EveryTurn)
 		}
 	})

@@ -306,9 +306,15 @@ local function shared()
       return string.format('%d', n)
     end
 
+    -- prune drops the expired permits of key, and returns how many it
+    -- dropped.
+    local function prune(key, now)
+      return redis.call('ZREMRANGEBYSCORE', key, '-inf', ms(now))
+    end
+
     -- held drops the expired permits of key, and returns how many are held.
     local function held(key, now)
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', ms(now))
+      prune(key, now)
       return redis.call('ZCARD', key)
     end
 
@@ -447,7 +453,7 @@ local function shared()
       end
       return math.max(math.floor(tonumber(first[2]) - now), 0)
     end
-    return {ms = ms, held = held, live = live, fenced = fenced, hold = hold, admit = admit, tell = tell, offer = offer, toBack = toBack, soonest = soonest}
+    return {prune = prune, held = held, live = live, fenced = fenced, hold = hold, admit = admit, tell = tell, offer = offer, toBack = toBack, soonest = soonest}
   end
   return clock, nextFence, queueRules, permitRules
 end

@@ -115,9 +115,8 @@ if free > 0 then
     -- The scripts that give permits back count the expired ones that
     -- nobody pruned yet as free (permitRules.live), and may have given the
     -- caller its turn on one: count them so too before refusing it.
-    local expired = redis.call('ZCOUNT', KEYS[1], '-inf', P.ms(now))
+    local expired = P.prune(KEYS[1], now)
     if expired > 0 then
-      redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', P.ms(now))
       held, free = held - expired, free + expired
       local more
       ok, more = P.admit(R, q, now, free, id, rules)
