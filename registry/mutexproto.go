@@ -220,7 +220,16 @@ func (p *mutexProto) release(ctx context.Context, lk, token string, quiet bool) 
 	}
 	c := p.s.release(lk, token)
 	if p.one != nil {
-		return decodeRelease(p.one.One(ctx, releaseScript, c))
+		done, others, err = decodeRelease(p.one.One(ctx, releaseScript, c))
+		if core.IsTryAgain(err) {
+			// A Cluster slot migration has split the wait queue's keys
+			// from the lock key: no script on all of them runs until it
+			// ends. The lock key alone can be released now (on the node
+			// that has it, by ASK), rather than held to its TTL.
+			c.Keys = c.Keys[:1]
+			done, others, err = decodeRelease(p.one.One(ctx, releaseScript, c))
+		}
+		return done, others, err
 	}
 	done, err = core.MajorityDone(p.x.Eval(ctx, 0, releaseScript, c))
 	p.count(err)

@@ -8,10 +8,11 @@ import (
 
 // The scenarios every adapter runs (internal/testkit/clienttest), on rueidis.
 
-func TestClusterMutualExclusion(t *testing.T) { clienttest.ClusterMutualExclusion(t, adapter) }
-func TestClusterWakeups(t *testing.T)         { clienttest.ClusterWakeups(t, adapter) }
-func TestClusterHashTagFencing(t *testing.T)  { clienttest.ClusterHashTagFencing(t, adapter) }
-func TestClusterSlotMigration(t *testing.T)   { clienttest.ClusterSlotMigration(t, adapter) }
-func TestClusterSemaphore(t *testing.T)       { clienttest.ClusterSemaphore(t, adapter) }
-func TestClusterInspect(t *testing.T)         { clienttest.ClusterInspect(t, adapter) }
-func TestSentinelFailover(t *testing.T)       { clienttest.SentinelFailover(t, adapter) }
+func TestClusterMutualExclusion(t *testing.T)     { clienttest.ClusterMutualExclusion(t, adapter) }
+func TestClusterWakeups(t *testing.T)             { clienttest.ClusterWakeups(t, adapter) }
+func TestClusterHashTagFencing(t *testing.T)      { clienttest.ClusterHashTagFencing(t, adapter) }
+func TestClusterSlotMigration(t *testing.T)       { clienttest.ClusterSlotMigration(t, adapter) }
+func TestClusterReleaseMidMigration(t *testing.T) { clienttest.ClusterReleaseMidMigration(t, adapter) }
+func TestClusterSemaphore(t *testing.T)           { clienttest.ClusterSemaphore(t, adapter) }
+func TestClusterInspect(t *testing.T)             { clienttest.ClusterInspect(t, adapter) }
+func TestSentinelFailover(t *testing.T)           { clienttest.SentinelFailover(t, adapter) }

@@ -118,6 +118,17 @@ func IsNoScript(err error) bool {
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSCRIPT")
 }
 
+// IsTryAgain reports whether err is a Cluster's TRYAGAIN reply: the keys
+// of a multi-key command are split between two nodes while their slot
+// migrates, and the command did not run. A command on one key would.
+func IsTryAgain(err error) bool {
+	if err == nil {
+		return false
+	}
+	var re *ReplyError
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "TRYAGAIN")
+}
+
 // IsNoPerm reports whether err is the server's NOPERM reply: the user's
 // ACL does not allow the command, key or channel.
 func IsNoPerm(err error) bool {

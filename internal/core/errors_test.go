@@ -29,3 +29,21 @@ func TestIsUnsupported(t *testing.T) {
 		t.Error("an error that is not the server's reply is not a refusal")
 	}
 }
+
+// IsTryAgain tells the Cluster's TRYAGAIN reply (a multi-key command on a
+// slot in migration) from other transient replies and from network errors.
+func TestIsTryAgain(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"TRYAGAIN Multiple keys request during rehashing of slot": true,
+		"ASK 3999 127.0.0.1:6381":                                 false,
+		"MOVED 3999 127.0.0.1:6381":                               false,
+		"LOADING Redis is loading the dataset in memory":          false,
+	} {
+		if got := IsTryAgain(&ReplyError{Err: errors.New(msg)}); got != want {
+			t.Errorf("IsTryAgain(%q) = %v, want %v", msg, got, want)
+		}
+	}
+	if IsTryAgain(errors.New("TRYAGAIN from a client, not the server")) || IsTryAgain(nil) {
+		t.Error("only the server's reply is TRYAGAIN")
+	}
+}

@@ -4,7 +4,11 @@
 -- after prelude.lua.
 --
 -- KEYS     as obtain.lua, without the fence counter: lock key, wait queue,
---          queue info, turn, pollers
+--          queue info, turn, pollers; or the lock key alone, while a
+--          Cluster slot migration splits them (TRYAGAIN): the key is
+--          deleted and the message published, and the waiters, told no
+--          turn, take the free key by its order when they next try
+--          (obtain.lua), as after a Spring client's release
 -- ARGV[1]  token of the hold being released
 -- ARGV[2]  release channel (registryKey-channel:lockKey)
 -- ARGV[3]  a listening waiter's turn, in ms
@@ -13,13 +17,18 @@
 --
 -- Reply: 1 when the key was ours and is deleted (a message carrying
 --        KEYS[1] was published on ARGV[2]); 2 the same, and waiters are
---        queued (the releasing instance's next acquisition then starts
---        with obtain.lua, which respects their turns); 0 when the key is
+--        queued, or may be (the lock key alone: the releasing instance's
+--        next acquisition then starts with obtain.lua, which respects
+--        their turns); 0 when the key is
 --        gone or held by another token, in which case nothing is changed.
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
+if #KEYS == 1 then
+  redis.call('PUBLISH', ARGV[2], KEYS[1])
+  return 2
+end
 if queueEmpty(KEYS[2]) then
   redis.call('PUBLISH', ARGV[2], KEYS[1])
   return 1

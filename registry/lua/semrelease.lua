@@ -5,7 +5,11 @@
 -- prelude.lua.
 --
 -- KEYS     as semacquire.lua: semaphore key, wait queue, queue info, turn
---          (unused), pollers, fence counter
+--          (unused), pollers, fence counter; or the semaphore key alone,
+--          while a Cluster slot migration splits them (TRYAGAIN): the
+--          permit is given back, and the waiters, told no turn, find it
+--          free when they next try (a fenced semaphore's counter is then
+--          left to its TTL)
 -- ARGV[1]  token of the permit
 -- ARGV[2]  turn prefix (as semacquire.lua's ARGV[8])
 -- ARGV[3]  a listening waiter's turn, in ms
@@ -27,6 +31,9 @@
 --        permit's expiry.
 if ARGV[8] ~= '1' and redis.pcall('ZREM', KEYS[1], ARGV[1]) ~= 1 then
   return 0
+end
+if #KEYS == 1 then
+  return 2
 end
 -- forget deletes the fence counter of a fenced semaphore that nobody
 -- holds or waits for.

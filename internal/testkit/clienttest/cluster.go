@@ -146,13 +146,7 @@ func ClusterSlotMigration(t *testing.T, a Adapter) {
 		registry.WithExpireAfter(600*time.Millisecond), registry.WithIdleBetweenTries(5*time.Millisecond))
 	slot := c.KeySlot(t, "mig")
 	src := c.MasterOf(t, slot)
-	var dst string
-	for _, ks := range c.KeysPerMaster(t, 1) {
-		if m := c.MasterOf(t, c.KeySlot(t, ks[0])); m != src {
-			dst = m
-			break
-		}
-	}
+	dst := otherMaster(t, c, src)
 	held := make([]*registry.RedisLock, 2)
 	for i, k := range []string{"mig}a", "mig}b"} { // hash tag "mig"
 		l, err := r.Obtain(k)
@@ -231,6 +225,127 @@ func ClusterSlotMigration(t *testing.T, a Adapter) {
 	if errs.Load() != 0 || iv.Overlaps() != 0 {
 		t.Fatalf("%d errors, %d overlaps", errs.Load(), iv.Overlaps())
 	}
+}
+
+// otherMaster returns a master of c other than src.
+func otherMaster(t *testing.T, c *redistest.Cluster, src string) string {
+	for _, ks := range c.KeysPerMaster(t, 1) {
+		if m := c.MasterOf(t, c.KeySlot(t, ks[0])); m != src {
+			return m
+		}
+	}
+	t.Fatalf("no master other than %s", src)
+	return ""
+}
+
+// ClusterReleaseMidMigration: a held lock, and a fenced semaphore's
+// permit, whose key has moved to the importing master while its fence
+// counter and wait queue have not (every script on all of its keys answers
+// TRYAGAIN until the migration ends) is released at once, by its key
+// alone, and its waiter in another registry takes it as soon as the
+// migration ends: the key is not kept to its TTL.
+func ClusterReleaseMidMigration(t *testing.T, a Adapter) {
+	c := redistest.SharedCluster(t)
+	rc := a.cluster(t, c.Addrs)
+	opts := []registry.Option{registry.WithHashTag(), registry.WithFencing(), registry.WithExpireAfter(time.Minute)}
+	// hold takes a lock or permit of key in r and returns its Redis key, its
+	// release, and the wait of another registry's acquirer (which releases
+	// what it gets).
+	type hold func(t *testing.T, r, other *registry.Registry, key string) (rk string, release func() error, wait func() error)
+	for _, tc := range []struct {
+		name, tag string
+		hold      hold
+	}{
+		{"lock", "half", func(t *testing.T, r, other *registry.Registry, key string) (string, func() error, func() error) {
+			l, err := r.Obtain(key)
+			redistest.MustNil(t, err)
+			redistest.MustNil(t, l.LockContext(redistest.CtxFor(t, 5*time.Second)))
+			ol, err := other.Obtain(key)
+			redistest.MustNil(t, err)
+			return l.Key(), func() error { return l.UnlockContext(redistest.CtxFor(t, 5*time.Second)) }, func() error {
+				if err := ol.LockContext(redistest.CtxFor(t, 10*time.Second)); err != nil {
+					return err
+				}
+				return ol.UnlockContext(redistest.CtxFor(t, 5*time.Second))
+			}
+		}},
+		{"semaphore", "halfsem", func(t *testing.T, r, other *registry.Registry, key string) (string, func() error, func() error) {
+			s, err := r.Semaphore(key, 1)
+			redistest.MustNil(t, err)
+			le, err := s.Acquire(redistest.CtxFor(t, 5*time.Second), 0)
+			redistest.MustNil(t, err)
+			os, err := other.Semaphore(key, 1)
+			redistest.MustNil(t, err)
+			return s.Key(), func() error { return le.Release(redistest.CtxFor(t, 5*time.Second)) }, func() error {
+				ole, err := os.Acquire(redistest.CtxFor(t, 10*time.Second), 0)
+				if err != nil {
+					return err
+				}
+				return ole.Release(redistest.CtxFor(t, 5*time.Second))
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pfx := prefix(t)
+			r := NewRegistry(t, rc, pfx, opts...)
+			other := NewRegistry(t, rc, pfx, append(opts, registry.WithLockType(registry.PubSubLock))...)
+			slot := c.KeySlot(t, tc.tag)
+			src := c.MasterOf(t, slot)
+			dst := otherMaster(t, c, src)
+			key, release, wait := tc.hold(t, r, other, tc.tag+"}x") // hash tag tc.tag
+			got := make(chan error, 1)
+			go func() { got <- wait() }()
+			queue := wire.Layout{HashTag: true}.QueueKey(key)
+			redistest.WaitFor(t, 5*time.Second, "the waiter in the queue", func() bool {
+				n, _ := redis.Int(c.DoKey(key, "EXISTS", queue))
+				return n == 1
+			})
+			host, port, _ := strings.Cut(dst, ":")
+			first, took := true, time.Duration(0)
+			c.Migrate(t, slot, src, dst, func() {
+				if !first {
+					return
+				}
+				first = false
+				// The key alone moves: its queue and fence counter stay.
+				// Errorf, not Fatalf: the migration goes on to its end.
+				if _, err := redistest.Do(src, "MIGRATE", host, port, key, 0, 5000); err != nil {
+					t.Errorf("MIGRATE %s: %v", key, err)
+					return
+				}
+				from := time.Now()
+				if err := release(); err != nil {
+					t.Errorf("release while the slot migrates: %v", err)
+				}
+				took = time.Since(from)
+				if n, err := askingExists(dst, key); n != 0 || err != nil {
+					t.Errorf("%s on %s after its release: %d, %v", key, dst, n, err)
+				}
+				select {
+				case err := <-got:
+					t.Errorf("the waiter got in while its queue was split: %v", err)
+				default:
+				}
+			})
+			moved := time.Now()
+			redistest.MustNil(t, redistest.Next(t, got, 15*time.Second, "the waiter's turn after the migration", func(error) bool { return true }))
+			t.Logf("FIGURE %s released in %v while its slot migrated; its waiter had it and let it go %v after the migration ended",
+				tc.name, took.Round(10*time.Microsecond), time.Since(moved).Round(10*time.Microsecond))
+		})
+	}
+}
+
+// askingExists returns EXISTS key on addr, a master importing its slot.
+func askingExists(addr, key string) (int, error) {
+	conn, err := redis.Dial("tcp", addr, redis.DialConnectTimeout(2*time.Second), redis.DialReadTimeout(5*time.Second))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if _, err := conn.Do("ASKING"); err != nil {
+		return 0, err
+	}
+	return redis.Int(conn.Do("EXISTS", key))
 }
 
 // ClusterSemaphore: a fenced semaphore on a key of every master, in both key

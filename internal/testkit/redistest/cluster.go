@@ -103,8 +103,12 @@ func (c *Cluster) MasterOf(tb testing.TB, slot int) string {
 }
 
 // master returns the address of the master serving slot.
-func (c *Cluster) master(slot int) (string, error) {
-	slots, err := redis.Values(Do(c.Addrs[0], "CLUSTER", "SLOTS"))
+func (c *Cluster) master(slot int) (string, error) { return masterSeenBy(c.Addrs[0], slot) }
+
+// masterSeenBy returns the address of the master serving slot in the view
+// of the node at addr.
+func masterSeenBy(addr string, slot int) (string, error) {
+	slots, err := redis.Values(Do(addr, "CLUSTER", "SLOTS"))
 	if err != nil {
 		return "", err
 	}
@@ -199,6 +203,25 @@ func (c *Cluster) Migrate(tb testing.TB, slot int, src, dst string, between func
 		if a != src && a != dst {
 			_, _ = Do(a, "CLUSTER", "SETSLOT", slot, "NODE", dstID) // replicas refuse: fine
 		}
+	}
+	// Every node, replicas included, sees dst serve the slot before the
+	// next migration: one that starts on a stale view can leave the slot
+	// to nobody.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var stale []string
+		for _, a := range c.Addrs {
+			if m, err := masterSeenBy(a, slot); err != nil || m != dst {
+				stale = append(stale, fmt.Sprintf("%s sees %q (%v)", a, m, err))
+			}
+		}
+		if len(stale) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("slot %d moved to %s, but after 10s: %v", slot, dst, stale)
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval of a deadline loop
 	}
 }
 
