@@ -222,10 +222,10 @@ func (p *mutexProto) release(ctx context.Context, lk, token string, quiet bool) 
 	if p.one != nil {
 		done, others, err = decodeRelease(p.one.One(ctx, releaseScript, c))
 		if core.IsTryAgain(err) {
-			// A Cluster slot migration has split the wait queue's keys
-			// from the lock key: no script on all of them runs until it
-			// ends. The lock key alone can be released now (on the node
-			// that has it, by ASK), rather than held to its TTL.
+			// The key's Cluster slot migrates: a script on all of its
+			// queue's keys, which seldom all exist, is refused until the
+			// migration ends. The lock key alone can be released now (on
+			// the node that has it, by ASK), rather than held to its TTL.
 			c.Keys = c.Keys[:1]
 			done, others, err = decodeRelease(p.one.One(ctx, releaseScript, c))
 		}

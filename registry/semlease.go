@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,14 +74,22 @@ func (s *Semaphore) giveTurns(ctx context.Context) {
 	r := s.reg
 	s.crowded.Store(true)
 	give := func(ctx context.Context) error {
+		var migrating error
 		_, _, err := r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
 			others, err := r.sem.giveTurns(ctx, s.key, s.permits)
+			if core.IsTryAgain(err) {
+				// A Cluster slot migrates: no script on all of the
+				// semaphore's keys runs until it ends. Not retried: the
+				// permit is back, and the waiters find it at their polls.
+				migrating = err
+				return true, nil
+			}
 			if err == nil {
 				s.crowded.Store(others)
 			}
 			return true, err
 		})
-		return err
+		return cmp.Or(err, migrating)
 	}
 	failed := func(err error) {
 		r.core.Log.Debug("lockyard: giving the turns after a release failed; the waiters try at their polls", "key", s.key, "err", err)

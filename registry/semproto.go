@@ -101,8 +101,8 @@ func (p *semProto) release(ctx context.Context, lk, token string, permits int) (
 	c := p.releaseCall(lk, token, permits, false)
 	done, others, err = decodeRelease(p.one.One(ctx, semReleaseScript, c))
 	if core.IsTryAgain(err) {
-		// A Cluster slot migration has split the semaphore's keys (as
-		// mutexProto.release): give the permit back alone.
+		// The key's Cluster slot migrates (as mutexProto.release): give
+		// the permit back alone.
 		c.Keys = c.Keys[:1]
 		done, others, err = decodeRelease(p.one.One(ctx, semReleaseScript, c))
 	}

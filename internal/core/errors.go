@@ -118,9 +118,9 @@ func IsNoScript(err error) bool {
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSCRIPT")
 }
 
-// IsTryAgain reports whether err is a Cluster's TRYAGAIN reply: the keys
-// of a multi-key command are split between two nodes while their slot
-// migrates, and the command did not run. A command on one key would.
+// IsTryAgain reports whether err is a Cluster's TRYAGAIN reply: a command
+// on several keys of a slot that migrates, not all of which the node has,
+// did not run. A command on one key would (by ASK on the node that has it).
 func IsTryAgain(err error) bool {
 	if err == nil {
 		return false

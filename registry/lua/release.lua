@@ -4,11 +4,12 @@
 -- after prelude.lua.
 --
 -- KEYS     as obtain.lua, without the fence counter: lock key, wait queue,
---          queue info, turn, pollers; or the lock key alone, while a
---          Cluster slot migration splits them (TRYAGAIN): the key is
---          deleted and the message published, and the waiters, told no
---          turn, take the free key by its order when they next try
---          (obtain.lua), as after a Spring client's release
+--          queue info, turn, pollers; or the lock key alone, while their
+--          Cluster slot migrates (a script on keys that one node does not
+--          all have is refused, TRYAGAIN, and the turn and pollers keys
+--          seldom exist): the key is deleted and the message published,
+--          and the waiters, told no turn, take the free key when they
+--          next try (obtain.lua), as after a Spring client's release
 -- ARGV[1]  token of the hold being released
 -- ARGV[2]  release channel (registryKey-channel:lockKey)
 -- ARGV[3]  a listening waiter's turn, in ms

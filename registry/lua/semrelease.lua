@@ -6,10 +6,10 @@
 --
 -- KEYS     as semacquire.lua: semaphore key, wait queue, queue info, turn
 --          (unused), pollers, fence counter; or the semaphore key alone,
---          while a Cluster slot migration splits them (TRYAGAIN): the
---          permit is given back, and the waiters, told no turn, find it
---          free when they next try (a fenced semaphore's counter is then
---          left to its TTL)
+--          while their Cluster slot migrates (as release.lua): the permit
+--          is given back, and the waiters, told no turn, find it free when
+--          they next try (a fenced semaphore's counter is then left to its
+--          TTL)
 -- ARGV[1]  token of the permit
 -- ARGV[2]  turn prefix (as semacquire.lua's ARGV[8])
 -- ARGV[3]  a listening waiter's turn, in ms
