@@ -400,9 +400,9 @@ func TestElectorLeader(t *testing.T) {
 // it leads without a break for many TTLs.
 func TestElectorWithoutAutoRenew(t *testing.T) {
 	srv := startServer(t)
-	el := electorOn(t, srv.Addr, "renew", 300*time.Millisecond)
+	el := electorOn(t, srv.Addr, "renew", 600*time.Millisecond)
 	redistest.WaitFor(t, 5*time.Second, "the elector to lead", func() bool { return el.IsLeader(context.Background()) == nil })
-	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); { // five TTLs
 		if err := el.IsLeader(context.Background()); err != nil {
 			t.Fatalf("the elector stopped leading: %v", err)
 		}

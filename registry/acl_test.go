@@ -61,7 +61,7 @@ func TestLeastPrivilegeACL(t *testing.T) {
 		b.do(t, "ACL", append([]any{"SETUSER", u}, aclFor(t, u)...)...)
 		t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", u) })
 	}
-	opts := []registry.Option{registry.WithFencing(), registry.WithAutoRenew(), registry.WithExpireAfter(300 * time.Millisecond),
+	opts := []registry.Option{registry.WithFencing(), registry.WithAutoRenew(), registry.WithExpireAfter(time.Second),
 		registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
 	r1 := newRegPrefix(t, userPool(t, pfx), pfx, opts...)
 	r2 := newRegPrefix(t, userPool(t, pfx), pfx, opts...)
@@ -74,7 +74,7 @@ func TestLeastPrivilegeACL(t *testing.T) {
 	waitQueued(t, b, l1, 1)
 	// Held past its TTL by renewals, then released; the waiter is woken
 	// by the release message (it polls every 10s).
-	until := time.Now().Add(400 * time.Millisecond) // more than the TTL: only the watchdog keeps the lock
+	until := time.Now().Add(1300 * time.Millisecond) // more than the TTL: only the watchdog keeps the lock
 	waitFor(t, 5*time.Second, "a TTL and more", func() bool {
 		select {
 		case <-l1.Lost():
@@ -224,7 +224,7 @@ func TestLeastPrivilegeACLSemaphore(t *testing.T) {
 	pfx := prefix(t)
 	b.do(t, "ACL", append([]any{"SETUSER", pfx}, aclFor(t, pfx)...)...)
 	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
-	opts := []registry.Option{registry.WithFencing(), registry.WithAutoRenew(), registry.WithExpireAfter(300 * time.Millisecond),
+	opts := []registry.Option{registry.WithFencing(), registry.WithAutoRenew(), registry.WithExpireAfter(time.Second),
 		registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
 	s1 := semaphore(t, newRegPrefix(t, userPool(t, pfx), pfx, opts...), "k", 1)
 	s2 := semaphore(t, newRegPrefix(t, userPool(t, pfx), pfx, opts...), "k", 1)
@@ -232,7 +232,7 @@ func TestLeastPrivilegeACLSemaphore(t *testing.T) {
 	mustNil(t, err)
 	theirs := acquirePermit(bg(t), s2, 0)
 	ours := acquirePermit(bg(t), s1, 0)
-	notWithin(t, a.Lost(), 400*time.Millisecond, "Lost under the ACL: renewals denied?")
+	notWithin(t, a.Lost(), 1300*time.Millisecond, "Lost under the ACL: renewals denied?")
 	mustNil(t, a.Release(bg(t)))
 	c := recvWithin(t, theirs, 3*time.Second, "the waiter woken by the release")
 	if c == nil || c.Token() <= a.Token() {

@@ -120,7 +120,7 @@ func TestNativeCommands(t *testing.T) {
 	// by the native release's message; the holder's watchdog renews
 	// natively meanwhile.
 	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second),
-		registry.WithAutoRenew(), registry.WithExpireAfter(300 * time.Millisecond)}
+		registry.WithAutoRenew(), registry.WithExpireAfter(time.Second)}
 	pfx := prefix(t)
 	r1, r2 := newRegPrefix(t, pool, pfx, opts...), newRegPrefix(t, pool, pfx, opts...)
 	l1, l2 := obtain(t, r1, "w"), obtain(t, r2, "w")

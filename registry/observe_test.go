@@ -225,7 +225,7 @@ func TestObserverCallsBack(t *testing.T) {
 		mu.Unlock()
 		released <- le.Release(context.Background())
 	}}
-	r := newReg(t, b.pool(t), registry.WithObserver(obs), registry.WithAutoRenew(), registry.WithExpireAfter(300*time.Millisecond), registry.WithLogger(discardLogger))
+	r := newReg(t, b.pool(t), registry.WithObserver(obs), registry.WithAutoRenew(), registry.WithExpireAfter(time.Second), registry.WithLogger(discardLogger))
 	le, err := r.Acquire(bg(t), "k", 0)
 	mustNil(t, err)
 	other, err := r.Acquire(bg(t), "other", 0)
@@ -237,8 +237,8 @@ func TestObserverCallsBack(t *testing.T) {
 	if err := recvWithin(t, released, 5*time.Second, "the Observer's Release"); !errors.Is(err, registry.ErrLockLost) {
 		t.Fatalf("Release from Lost: %v, want ErrLockLost", err)
 	}
-	until := time.Now().Add(700 * time.Millisecond) // past the TTL: only renewals keep the other lease
-	waitFor(t, 5*time.Second, "two TTLs", func() bool { return time.Now().After(until) })
+	until := time.Now().Add(1500 * time.Millisecond) // past the TTL: only renewals keep the other lease
+	waitFor(t, 5*time.Second, "one and a half TTLs", func() bool { return time.Now().After(until) })
 	select {
 	case <-other.Lost():
 		t.Fatal("the other lease was lost: the watchdog stopped")

@@ -232,7 +232,7 @@ func TestRedlockFenceAcrossMajorities(t *testing.T) {
 // says so.
 func TestRedlockRenewal(t *testing.T) {
 	servers, clients := redlockNodes(t, 5)
-	const ttl = 300 * time.Millisecond
+	const ttl = 600 * time.Millisecond
 	r := newRedlock(t, clients, prefix(t), registry.WithAutoRenew(), registry.WithExpireAfter(ttl), registry.WithLogger(discardLogger))
 	l := obtain(t, r, "k")
 	servers[0].Stop()

@@ -143,7 +143,7 @@ func ClusterSlotMigration(t *testing.T, a Adapter) {
 	pfx := prefix(t)
 	// Three keys of one slot: one hash tag, three lock keys.
 	r := NewRegistry(t, rc, pfx, registry.WithHashTag(), registry.WithFencing(), registry.WithAutoRenew(),
-		registry.WithExpireAfter(600*time.Millisecond), registry.WithIdleBetweenTries(5*time.Millisecond))
+		registry.WithExpireAfter(time.Second), registry.WithIdleBetweenTries(5*time.Millisecond))
 	slot := c.KeySlot(t, "mig")
 	src := c.MasterOf(t, slot)
 	dst := otherMaster(t, c, src)
@@ -197,7 +197,7 @@ func ClusterSlotMigration(t *testing.T, a Adapter) {
 			t.Fatalf("%s not on the new master", l.Key())
 		}
 	}
-	until := time.Now().Add(900 * time.Millisecond)
+	until := time.Now().Add(1500 * time.Millisecond)
 	redistest.WaitFor(t, 5*time.Second, "1.5 TTLs after the migration", func() bool {
 		for _, l := range held {
 			select {

@@ -60,7 +60,7 @@ func SingleNode(t *testing.T, a Adapter, addr string) {
 // RenewalAndScriptFlush: renewals are pipelined through EvalBatch, and survive a script cache
 // flush (NOSCRIPT, then EVAL).
 func RenewalAndScriptFlush(t *testing.T, a Adapter, addr string) {
-	r := NewRegistry(t, a.single(t, addr), prefix(t), registry.WithExpireAfter(300*time.Millisecond), registry.WithAutoRenew())
+	r := NewRegistry(t, a.single(t, addr), prefix(t), registry.WithExpireAfter(time.Second), registry.WithAutoRenew())
 	var locks []*registry.RedisLock
 	for _, k := range []string{"a", "b", "c"} {
 		l, err := r.Obtain(k)
@@ -70,8 +70,9 @@ func RenewalAndScriptFlush(t *testing.T, a Adapter, addr string) {
 	}
 	_, err := redistest.Do(addr, "SCRIPT", "FLUSH")
 	redistest.MustNil(t, err)
-	// Three TTLs: only renewals keep the keys.
-	deadline := time.Now().Add(900 * time.Millisecond)
+	// One and a half TTLs: only renewals keep the keys. (A TTL of 1s leaves
+	// 660ms for a renewal to come late on a loaded machine.)
+	deadline := time.Now().Add(1500 * time.Millisecond)
 	for time.Now().Before(deadline) {
 		for _, l := range locks {
 			select {
@@ -93,7 +94,7 @@ func ReplicaAckWithoutReplica(t *testing.T, a Adapter, addr string) {
 	r := NewRegistry(t, a.single(t, addr), prefix(t), registry.WithReplicaAck(1, 50*time.Millisecond))
 	l, err := r.Obtain("k")
 	redistest.MustNil(t, err)
-	err = l.LockContext(redistest.CtxFor(t, 300*time.Millisecond))
+	err = l.LockContext(redistest.CtxFor(t, time.Second)) // retried to the deadline; room for the first attempt
 	redistest.MustIs(t, err, registry.ErrReplicaAck)
 	// Undone at once, or, when the deadline cut the reply short, by the
 	// registry's background cleanup.
