@@ -220,16 +220,7 @@ func (p *mutexProto) release(ctx context.Context, lk, token string, quiet bool) 
 	}
 	c := p.s.release(lk, token)
 	if p.one != nil {
-		done, others, err = decodeRelease(p.one.One(ctx, releaseScript, c))
-		if core.IsTryAgain(err) {
-			// The key's Cluster slot migrates: a script on all of its
-			// queue's keys, which seldom all exist, is refused until the
-			// migration ends. The lock key alone can be released now (on
-			// the node that has it, by ASK), rather than held to its TTL.
-			c.Keys = c.Keys[:1]
-			done, others, err = decodeRelease(p.one.One(ctx, releaseScript, c))
-		}
-		return done, others, err
+		return releaseOn(ctx, p.one, releaseScript, c)
 	}
 	done, err = core.MajorityDone(p.x.Eval(ctx, 0, releaseScript, c))
 	p.count(err)

@@ -122,9 +122,9 @@ func TestSemaphorePlainReleaseTellsWaiter(t *testing.T) {
 }
 
 // lossyPipe runs a pipeline on the server but loses its replies, once
-// armed (a connection reset after the request went out); failGiven fails,
-// without running it, the first semrelease.lua that gives turns only
-// (ARGV[8] = 1), once armed (a stale pooled connection).
+// lossArmed (a connection reset after the request went out); once
+// evalArmed, it fails without running it the first semrelease.lua that
+// gives turns only (ARGV[8] = 1), as a stale pooled connection does.
 type lossyPipe struct {
 	registry.Client
 	cmds                 registry.CommandClient

@@ -98,15 +98,7 @@ func (p *semProto) pass(ctx context.Context, lk, token, waiter string, ttl time.
 // release gives token's permit back, and reports whether it held one,
 // and whether waiters are in line.
 func (p *semProto) release(ctx context.Context, lk, token string, permits int) (done, others bool, err error) {
-	c := p.releaseCall(lk, token, permits, false)
-	done, others, err = decodeRelease(p.one.One(ctx, semReleaseScript, c))
-	if core.IsTryAgain(err) {
-		// The key's Cluster slot migrates (as mutexProto.release): give
-		// the permit back alone.
-		c.Keys = c.Keys[:1]
-		done, others, err = decodeRelease(p.one.One(ctx, semReleaseScript, c))
-	}
-	return done, others, err
+	return releaseOn(ctx, p.one, semReleaseScript, p.releaseCall(lk, token, permits, false))
 }
 
 // releaseCall is semrelease.lua's call; given: the permit was given back
