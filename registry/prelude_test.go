@@ -185,3 +185,125 @@ func TestJoinRule(t *testing.T) {
 		}
 	})
 }
+
+// ruleKeysWithSem returns the keys of a semaphore rules test: the queue's
+// (ruleKeys), the semaphore key and its fence counter.
+func ruleKeysWithSem(name string) []string {
+	return append(ruleKeys(name), "{"+name+"}:sem", "{"+name+"}:fence")
+}
+
+// The semaphore's admission rule (lua/prelude.lua, permitRules.admit),
+// table-driven with a fixed clock, on both tiers, as the turn rule is: the
+// first waiters in line that are sure to try soon take the free permits,
+// each listener among them told once; a caller is admitted while fewer of
+// them are ahead than permits are free; a poller due later is passed over
+// and keeps its place; lapsed, unreadable and missed-turn entries are
+// dropped (at most 64); past 64 live entries the free permits are
+// anyone's, so that a listener behind many pollers not yet due is not
+// refused while a permit idles.
+func TestAdmitRule(t *testing.T) {
+	const now, window, ahead, slack = 1_000_000, 5, 20, 2
+	const listen, later, soon = "l 1000050 1000200", "p 1003000 1006000", "p 1000010 1006000"
+	many := func(n int, info string) []entry {
+		var es []entry
+		for i := range n {
+			es = append(es, entry{fmt.Sprintf("x%02d", i), i, info})
+		}
+		return es
+	}
+	ids := func(es []entry) []string {
+		var s []string
+		for _, e := range es {
+			s = append(s, e.id)
+		}
+		return s
+	}
+	cases := []struct {
+		name  string
+		queue []entry
+		free  int
+		self  string // "" for a caller not in line (offer)
+		ok    bool
+		told  []string
+		left  []string // the queue afterwards (nil: as set up)
+	}{
+		{name: "empty queue", free: 1, ok: true},
+		{name: "no permit free", queue: []entry{{"s", 1, listen}}, free: 0, self: "s"},
+		{name: "a listener ahead takes the one permit", queue: []entry{{"a", 1, listen}, {"s", 2, listen}}, free: 1, self: "s", told: []string{"a"}},
+		{name: "two free: the listener ahead and the caller", queue: []entry{{"a", 1, listen}, {"s", 2, listen}}, free: 2, self: "s", ok: true},
+		{name: "the caller first in line", queue: []entry{{"s", 1, listen}, {"a", 2, listen}}, free: 1, self: "s", ok: true},
+		{name: "a poller due later is passed over", queue: []entry{{"p", 1, later}, {"s", 2, listen}}, free: 1, self: "s", ok: true},
+		{name: "a poller due soon takes it, untold", queue: []entry{{"p", 1, soon}, {"s", 2, listen}}, free: 1, self: "s"},
+		{name: "offer tells the first listeners", queue: []entry{{"p", 1, later}, {"a", 2, listen}, {"b", 3, listen}, {"c", 4, listen}}, free: 2, ok: false, told: []string{"a", "b"}},
+		{name: "a listener told once", queue: []entry{{"a", 1, listen + " 999999"}, {"s", 2, listen}}, free: 1, self: "s"},
+		{name: "lapsed and unreadable dropped", queue: []entry{{"x", 1, "l 1 2"}, {"g", 2, "garbage"}, {"n", 3, ""}, {"s", 4, listen}}, free: 1, self: "s", ok: true, left: []string{"s"}},
+		{name: "missed turn dropped", queue: []entry{{"a", 1, listen + " 999990"}, {"s", 2, listen}}, free: 1, self: "s", ok: true, left: []string{"s"}},
+		{name: "a listener behind 20 pollers due later", queue: append(many(20, later), entry{"s", 99, listen}), free: 1, self: "s", ok: true},
+		{name: "offer reaches a listener behind 20 pollers", queue: append(many(20, later), entry{"a", 99, listen}), free: 1, told: []string{"a"}},
+		{name: "past 64 live entries the permit is anyone's", queue: append(many(70, later), entry{"s", 99, listen}), free: 1, self: "s", ok: true},
+		{name: "64 drops at most", queue: append(many(70, "l 1 2"), entry{"a", 99, listen}), free: 1, ok: true,
+			left: []string{"x64", "x65", "x66", "x67", "x68", "x69", "a"}},
+	}
+	forBackends(t, func(t *testing.T, b *backend) {
+		c := registry.NewPoolClient(b.pool(t))
+		for i, tc := range cases {
+			keys := ruleKeysWithSem(fmt.Sprint(prefix(t), i))
+			setQueue(t, b, keys, tc.queue)
+			v, err := registry.RunRule(bg(t), c, keys, "admit", now, tc.free, tc.self, window, ahead, slack)
+			mustNil(t, err)
+			r := v.([]any)
+			told, _ := redis.Strings(r[1], nil)
+			left, _ := redis.Strings(r[2], nil)
+			want := tc.left
+			if want == nil {
+				want = ids(tc.queue)
+			}
+			if ok := r[0].(int64) == 1; ok != tc.ok || !slices.Equal(told, tc.told) || !slices.Equal(left, want) {
+				t.Errorf("%s: admitted %v, told %v, queue %v; want %v, %v, %v", tc.name, ok, told, left, tc.ok, tc.told, want)
+			}
+			for _, id := range told {
+				if info, _ := redis.String(b.do(t, "HGET", keys[1], id), nil); !strings.HasSuffix(info, fmt.Sprint(" ", now+window)) {
+					t.Errorf("%s: %s was told, but its info %q does not say its turn ends at %d", tc.name, id, info, now+window)
+				}
+			}
+		}
+	})
+}
+
+// The semaphore's permit rules on the server clock (permitRules: hold,
+// live, soonest): a permit expires ttl after now, the key lives at least
+// as long, expired permits do not count as live (soonest reads the first,
+// unpruned: 0), and a fenced hold takes
+// a larger token each time from a counter that has a time to live.
+func TestPermitRules(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		c := registry.NewPoolClient(b.pool(t))
+		keys := ruleKeysWithSem(prefix(t))
+		run := func(args ...any) []any {
+			t.Helper()
+			v, err := registry.RunRule(bg(t), c, keys, args...)
+			mustNil(t, err)
+			return v.([]any)
+		}
+		if r := run("live", 1000); r[0].(int64) != 0 || r[1].(int64) != -2 {
+			t.Fatalf("no permits: live %d, soonest %d; want 0, -2", r[0], r[1])
+		}
+		r := run("hold", "a", 1000, 5000, 0)
+		if exp, _ := redis.Int64(r[2], nil); r[0].(int64) != 0 || exp != 6000 || r[1].(int64) < 4900 || r[1].(int64) > 5000 {
+			t.Fatalf("hold a: fence %d, PTTL %d, expiry %d; want 0, about 5000, 6000", r[0], r[1], exp)
+		}
+		first := run("hold", "b", 2000, 1000, 1)[0].(int64)
+		second := run("hold", "c", 2000, 1000, 1)[0].(int64)
+		if first <= 0 || second <= first {
+			t.Fatalf("fencing tokens %d then %d, want increasing", first, second)
+		}
+		if ms, _ := redis.Int64(b.do(t, "PTTL", keys[5]), nil); ms <= 0 {
+			t.Fatalf("fence counter PTTL %d, want a time to live", ms)
+		}
+		for _, tc := range []struct{ now, live, soonest int64 }{{1500, 3, 1500}, {2999, 3, 1}, {3000, 1, 0}, {6000, 0, 0}} {
+			if r := run("live", tc.now); r[0].(int64) != tc.live || r[1].(int64) != tc.soonest {
+				t.Errorf("at %d: live %d, soonest %d; want %d, %d", tc.now, r[0], r[1], tc.live, tc.soonest)
+			}
+		}
+	})
+}

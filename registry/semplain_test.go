@@ -367,6 +367,7 @@ func TestSemaphoreExpiredPermitsAreFree(t *testing.T) {
 type resending struct {
 	registry.Client
 	lost string
+	addr string // the server (real.Addr if empty)
 }
 
 func (c resending) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
@@ -376,7 +377,7 @@ func (c resending) Eval(ctx context.Context, s *registry.Script, keys []string, 
 	if _, err := c.Client.Eval(ctx, s, keys, args); err != nil {
 		return nil, err
 	}
-	if _, err := redistest.Do(real.Addr, "DEL", c.lost); err != nil {
+	if _, err := redistest.Do(cmp.Or(c.addr, real.Addr), "DEL", c.lost); err != nil {
 		return nil, err
 	}
 	return c.Client.Eval(ctx, s, keys, args)
@@ -403,4 +404,33 @@ func TestSemaphoreResendSeedsFenceWithTTL(t *testing.T) {
 		t.Fatalf("the fence counter seeded by the resend has PTTL %d, want a time to live", ms)
 	}
 	mustNil(t, le.Release(bg(t)))
+}
+
+// A resent acquisition never leaves a permit held by no one: with a
+// permit free and another waiter in line, the resend of a call whose
+// first run took a permit finds that permit its own, instead of refusing
+// the caller while the first run's permit stays taken until its TTL (as
+// go-redis's retries would do; goredis/client.go says they are safe).
+func TestSemaphoreResendWithWaiterInLine(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		lk := pfx + ":k"
+		w := wire.Layout{}
+		// A listener of another registry is first in line, told of no turn
+		// yet: it takes one of the two permits' turns.
+		far := time.Now().Add(time.Hour).UnixMilli()
+		b.do(t, "ZADD", w.QueueKey(lk), 1, "other/1")
+		b.do(t, "HSET", w.WaitersKey(lk), "other/1", fmt.Sprintf("l %d %d", far, far))
+		c := resending{Client: registry.NewPoolClient(b.pool(t)), lost: pfx + ":nothing", addr: b.addr}
+		s := semaphore(t, newRegClientPrefix(t, c, pfx), "k", 2)
+		le, err := s.TryAcquire(bg(t), time.Minute)
+		mustNil(t, err)
+		if n, _ := redis.Int(b.do(t, "ZCARD", lk), nil); n != 1 {
+			t.Fatalf("%d permits taken after one resent acquisition, want 1 (the other is held by no one)", n)
+		}
+		mustNil(t, le.Release(bg(t)))
+		if n, _ := redis.Int(b.do(t, "ZCARD", lk), nil); n != 0 {
+			t.Fatalf("%d permits taken after the release, want 0", n)
+		}
+	})
 }

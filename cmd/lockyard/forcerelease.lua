@@ -1,14 +1,39 @@
 -- force release (lockyard release --force): delete a lock key whatever
--- its value, and tell waiters, as a release does.
+-- its value, and tell waiters, as a release does; or take permits out of
+-- a semaphore key (a sorted set: token -> expiry), every one, or those of
+-- one holder.
 --
 -- KEYS[1]  lock key (registryKey:key)
 -- ARGV[1]  channel: registryKey-channel:registryKey:key
+-- ARGV[2]  a holder's registry id: only its permits are taken out of a
+--          semaphore ('' for every permit; a lock key ignores it)
 --
--- Reply: {value, pttl} of the key removed, or {false, -2} if there was none.
-local v = redis.call('GET', KEYS[1])
-if not v then
+-- Reply: {value, pttl} of the lock key removed; {false, -2} if there was
+-- none; {'semaphore', n, left}: n permits taken out of a semaphore, left
+-- held. Error: WRONGTYPE for a key of another type.
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'none' then
   return {false, -2}
 end
+if t == 'zset' then
+  local removed = 0
+  if ARGV[2] == '' then
+    removed = redis.call('ZCARD', KEYS[1])
+    redis.call('DEL', KEYS[1])
+  else
+    local prefix = ARGV[2] .. ':'
+    for _, token in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+      if string.sub(token, 1, #prefix) == prefix and not string.find(token, ':', #prefix + 1, true) then
+        removed = removed + redis.call('ZREM', KEYS[1], token)
+      end
+    end
+  end
+  return {'semaphore', removed, redis.call('ZCARD', KEYS[1])}
+end
+if t ~= 'string' then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lockyard lock or semaphore')
+end
+local v = redis.call('GET', KEYS[1])
 local pttl = redis.call('PTTL', KEYS[1])
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[1], KEYS[1])

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
+	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -511,5 +512,49 @@ func TestRunPermits(t *testing.T) {
 	}
 	if code, _ := exitCode(t, lockyard("run", "--permits", "-1", key, "--", "true")); code != 64 {
 		t.Fatalf("--permits -1: exit %d, want 64", code)
+	}
+}
+
+// `lockyard release --force` frees a semaphore's permits left by a holder
+// that died (a SIGKILLed `run --permits` whose TTL is an hour): --holder
+// takes out that registry's permits alone, without it every permit goes;
+// a run waiting for the permit gets it at its next try.
+func TestReleaseForcePermits(t *testing.T) {
+	key := newKey(t)
+	sk := "lockyard:" + key
+	exp := time.Now().Add(time.Hour).UnixMilli() // the server's clock is this one
+	for _, tok := range []string{"dead:0000000000000001", "alive:0000000000000002"} {
+		if _, err := server.Do("ZADD", sk, exp, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := server.Do("PEXPIRE", sk, 3_600_000); err != nil {
+		t.Fatal(err)
+	}
+	run := lockyard("run", "--permits", "2", "--wait", "20s", key, "--", "true")
+	done := make(chan int, 1)
+	go func() { code, _ := exitCode(t, run); done <- code }()
+	waitFor(t, 10*time.Second, "the run in line", func() bool {
+		n, _ := redis.Int(server.Do("EXISTS", wire.Layout{Registry: "lockyard"}.QueueKey(sk)))
+		return n == 1
+	})
+	code, out := exitCode(t, lockyard("release", "--force", "--holder", "dead", key))
+	if code != 0 || !strings.Contains(out, "took 1 permit(s)") || !strings.Contains(out, "1 left held") {
+		t.Fatalf("release --force --holder dead: exit %d: %s", code, out)
+	}
+	if n, _ := redis.Int(server.Do("ZSCORE", sk, "alive:0000000000000002")); n == 0 {
+		t.Fatal("the other holder's permit was taken out too")
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("the waiting run exited %d", code)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiting run did not get the freed permit")
+	}
+	code, out = exitCode(t, lockyard("release", "--force", key))
+	if code != 0 || !strings.Contains(out, "took 1 permit(s)") || exists(t, key) {
+		t.Fatalf("release --force of the semaphore: exit %d: %s (key left: %v)", code, out, exists(t, key))
 	}
 }

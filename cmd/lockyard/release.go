@@ -16,11 +16,13 @@ import (
 func cmdRelease(args []string) int {
 	var f common
 	var force bool
+	var holder string
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
 	f.register(fs)
-	fs.BoolVar(&force, "force", false, "required: remove the lock whoever holds it")
+	fs.BoolVar(&force, "force", false, "required: remove the lock whoever holds it (of a semaphore: every permit)")
+	fs.StringVar(&holder, "holder", "", "of a semaphore, take out only the permits of this holder (a registry id, as status shows it)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: lockyard release --force [flags] KEY")
+		fmt.Fprintln(fs.Output(), "usage: lockyard release --force [--holder ID] [flags] KEY")
 		fs.PrintDefaults()
 	}
 	if code, ok := parse(fs, args); !ok {
@@ -45,11 +47,17 @@ func cmdRelease(args []string) int {
 	defer c.Close()
 	w := f.layout()
 	lk := w.LockKey(fs.Arg(0))
-	v, err := redis.Values(forceRelease.Do(c, lk, w.Channel(lk)))
+	v, err := redis.Values(forceRelease.Do(c, lk, w.Channel(lk), holder))
 	if err != nil {
 		return fail("release", exitUnavailable, err)
 	}
 	token, _ := redis.String(v[0], nil)
+	if token == "semaphore" && len(v) == 3 {
+		n, _ := redis.Int64(v[1], nil)
+		left, _ := redis.Int64(v[2], nil)
+		fmt.Printf("took %d permit(s) out of %s, %d left held; its waiters find them at their next try\n", n, printable(lk), left)
+		return 0
+	}
 	if token == "" {
 		fmt.Printf("%s was not held: nothing removed\n", printable(lk))
 		return 0
@@ -60,7 +68,9 @@ func cmdRelease(args []string) int {
 }
 
 // forceRelease deletes a lock key whatever its value and publishes the
-// release, in one step; it returns the value and TTL it removed.
+// release, in one step, and returns the value and TTL it removed; or takes
+// permits out of a semaphore (every one, or one holder's), and returns how
+// many.
 var forceRelease = redis.NewScript(1, forceReleaseSrc)
 
 //go:embed forcerelease.lua

@@ -92,10 +92,10 @@ local function shared()
       return r
     end
 
-    -- waiter returns the kind, due, lapse and the end of the last turn (0:
-    -- none) of waiter id, or nil.
-    local function waiter(q, id)
-      local v = qcall('HGET', q.info, id)
+    -- parse returns the kind, due, lapse and the end of the last turn (0:
+    -- none) of a waiter's info v (a reply of HGET), or nil; waiter, those of
+    -- waiter id.
+    local function parse(v)
       if type(v) ~= 'string' then
         return nil
       end
@@ -104,6 +104,10 @@ local function shared()
         return nil
       end
       return kind, tonumber(due), tonumber(lapse), tonumber(ended) or 0
+    end
+
+    local function waiter(q, id)
+      return parse(qcall('HGET', q.info, id))
     end
 
     -- drop takes waiter id out of the queue, and reports whether it was in it.
@@ -289,7 +293,7 @@ local function shared()
       end
       return math.max(1, idle - spread)
     end
-    return {ms = ms, qcall = qcall, waiter = waiter, drop = drop, enqueue = enqueue, describe = describe, gone = gone, turnFor = turnFor, nextTurn = nextTurn, announce = announce, turnOf = turnOf, grant = grant, pause = pause}
+    return {ms = ms, qcall = qcall, parse = parse, waiter = waiter, drop = drop, enqueue = enqueue, describe = describe, gone = gone, turnFor = turnFor, nextTurn = nextTurn, announce = announce, turnOf = turnOf, grant = grant, pause = pause}
   end
 
   -- permitRules returns the rules of a semaphore (the sem*.lua scripts); its
@@ -360,8 +364,12 @@ local function shared()
     -- it); the second result lists the listeners among them, for the caller
     -- to tell (tell). Entries that lapsed, cannot be read, or were given a
     -- turn that ended more than r.window ago are dropped, at most 64. At most
-    -- 8 live entries beyond free are examined (as nextTurn looks at 4): past
-    -- them, self is not admitted.
+    -- 64 live entries are examined, read in batches (ZRANGE and HMGET: two
+    -- calls for up to 16 entries; the first batch is free + 1 long, which is
+    -- most often enough). Past them the free permits are anyone's, as a lock
+    -- key is when nextTurn finds nobody: self is admitted if fewer than free
+    -- were ahead, so that a listener behind many pollers not yet due is not
+    -- refused while a permit idles.
     local function admit(R, q, now, free, self, r)
       local told = {}
       if free <= 0 then
@@ -373,20 +381,25 @@ local function shared()
           return true, told
         end
       end
-      local ahead, dropped, seen, start = 0, 0, 0, 0
-      while dropped < 64 and seen < free + 8 do
-        local ids = R.qcall('ZRANGE', q.order, start, start + 15)
+      local ahead, dropped, seen, start, batch = 0, 0, 0, 0, math.min(free + 1, 16)
+      while dropped < 64 and seen < 64 do
+        local ids = R.qcall('ZRANGE', q.order, start, start + batch - 1)
         if not ids or #ids == 0 then
           return true, told
         end
-        for _, id in ipairs(ids) do
+        local infos = R.qcall('HMGET', q.info, unpack(ids)) or {}
+        batch = 16
+        for i, id in ipairs(ids) do
           if id == self then
             return true, told
           end
-          local kind, due, lapse, ended = R.waiter(q, id)
+          local kind, due, lapse, ended = R.parse(infos[i])
           if R.gone(kind, lapse, ended, now, r) then
             R.drop(q, id)
             dropped = dropped + 1
+            if dropped >= 64 then
+              break
+            end
           else
             start, seen = start + 1, seen + 1
             local n, marked = R.turnFor(q, id, kind, due, lapse, ended, now, r)
@@ -400,12 +413,9 @@ local function shared()
               end
             end
           end
-          if dropped >= 64 then
-            break
-          end
         end
       end
-      return false, told
+      return true, told
     end
 
     -- tell publishes the turn message of the semaphore whose key is key to

@@ -43,7 +43,10 @@
 --
 -- The uncontended path runs ZCARD, TIME, EXISTS (the queue), ZADD and
 -- PEXPIRE: expired permits are pruned only when they would refuse the
--- caller. A caller in line runs no EXISTS: ZRANK says where it stands.
+-- caller. A caller in line runs no EXISTS: ZRANK says where it stands. A
+-- caller about to be refused looks for its own token first (ZSCORE), so
+-- that a resend never leaves the first run's permit held by no one,
+-- whether or not a permit is free.
 -- Error: WRONGTYPE when KEYS[1] is not a sorted set (a lock's key); an
 --        error when the script may not call TIME (see docs/SECURITY.md).
 local token, id = ARGV[1], ARGV[3]
@@ -66,9 +69,6 @@ local pruned = held >= permits
 if pruned then
   -- Expired permits matter only when they would refuse the caller.
   held = P.held(KEYS[1], now)
-  if redis.call('ZSCORE', KEYS[1], token) then -- a resend after a lost reply: held, with a new fencing token
-    return {1, fenceKey and P.fenced(fenceKey, ttl) or 0}
-  end
 end
 local free = permits - held
 local mode, idle, spread = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -140,6 +140,12 @@ if ok then
 end
 if told then
   P.tell(ARGV[8], KEYS[1], told)
+end
+if held > 0 and redis.call('ZSCORE', KEYS[1], token) then
+  -- A resend after a lost reply, whose first run took a permit: it is the
+  -- caller's, with a new fencing token. (A resend that is granted anyway
+  -- sets the same permit again.)
+  return {1, fenceKey and P.fenced(fenceKey, ttl) or 0}
 end
 
 -- Not acquired: every permit is held (0), or the free ones are others'

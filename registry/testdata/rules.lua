@@ -9,7 +9,15 @@
 --   Reply: ms
 -- join: ARGV[2] id, [3] now, [4] kind, [5] due, [6] lapse
 --   Reply: {waiters ahead that count, the queue's PTTL}
-local _, _, queueRules = shared()
+-- The semaphore's rules (permitRules), KEYS[5] the semaphore key:
+-- admit: ARGV[2] now, [3] free, [4] self (or '': offer's caller, not in line), [5] window,
+--   [6] ahead, [7] slack
+--   Reply: {1 admitted or 0, the listeners told, the queue's ids in order}
+-- live: ARGV[2] now
+--   Reply: {permits not expired, ms until the first expires or -2}
+-- hold: ARGV[2] token, [3] now, [4] ttl, [5] 1 fenced (KEYS[6] the counter) or 0
+--   Reply: {fence, the semaphore key's PTTL, the permit's expiry}
+local _, _, queueRules, permitRules = shared()
 local R = queueRules()
 local q = {order = KEYS[1], info = KEYS[2], turn = KEYS[3], polls = KEYS[4]}
 local function ids()
@@ -33,5 +41,25 @@ elseif ARGV[1] == 'join' then
   local rank = R.enqueue(q, ARGV[2], ARGV[4], now)
   R.describe(q, ARGV[2], ARGV[4], now, tonumber(ARGV[5]), tonumber(ARGV[6]))
   return {rank, redis.call('PTTL', q.order)}
+end
+local P = permitRules()
+local rules = {window = tonumber(ARGV[5]), ahead = tonumber(ARGV[6]), slack = tonumber(ARGV[7])}
+if ARGV[1] == 'admit' then
+  local self = ARGV[4]
+  if self == '' then
+    self = nil
+  end
+  local ok, told = P.admit(R, q, tonumber(ARGV[2]), tonumber(ARGV[3]), self, rules)
+  return {ok and 1 or 0, told, ids()}
+elseif ARGV[1] == 'live' then
+  local now = tonumber(ARGV[2])
+  return {P.live(KEYS[5], now), P.soonest(KEYS[5], now)}
+elseif ARGV[1] == 'hold' then
+  local fence = nil
+  if ARGV[5] == '1' then
+    fence = KEYS[6]
+  end
+  local f = P.hold(KEYS[5], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), fence, redis.call('ZCARD', KEYS[5]))
+  return {f, redis.call('PTTL', KEYS[5]), redis.call('ZSCORE', KEYS[5], ARGV[2])}
 end
 return redis.error_reply('unknown rule ' .. tostring(ARGV[1]))
