@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -321,4 +322,83 @@ func TestPassKeptAcrossDeadline(t *testing.T) {
 	if n := r.Stats().LostLocks; n != 0 {
 		t.Fatalf("LostLocks = %d after a pass that kept the key, want 0", n)
 	}
+}
+
+// loseReply runs the script named name on the server, then loses its
+// reply once armed, as a connection reset after the request went out does.
+type loseReply struct {
+	registry.Client
+	name  string
+	armed atomic.Bool
+}
+
+func (c *loseReply) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	v, err := c.Client.Eval(ctx, s, keys, args)
+	if s.Name() == c.name && c.armed.CompareAndSwap(true, false) {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return v, err
+}
+
+// A pass whose reply is lost after it gave the key (or permit) to another
+// registry's waiter in line: the release that follows finds it gone, and
+// reports no loss, since the hold was valid all along (issue 37, fault 5:
+// it returned ErrLockLost, exit 76 in lockyard run). Both kinds, one rule.
+func TestPassReplyLostIsNoLoss(t *testing.T) {
+	for _, kind := range []string{"lock", "semaphore"} {
+		t.Run(kind, func(t *testing.T) {
+			b := realBackend()
+			pfx := prefix(t)
+			lc := &loseReply{Client: registry.NewPoolClient(b.pool(t)), name: "pass"}
+			if kind == "semaphore" {
+				lc.name = "sempass"
+			}
+			// Fencing: no free pass, every hand-off runs the pass script.
+			holderReg := newRegClientPrefix(t, lc, pfx, registry.WithLockType(registry.PubSubLock), registry.WithFencing())
+			other := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock))
+			var release func() error
+			var key string
+			var local, far <-chan error
+			if kind == "lock" {
+				l := obtain(t, holderReg, "k")
+				h := mustHold(t, l)
+				key, release = l.Key(), h.unlock
+				local = lockInBackground(t, l)
+				waitFor(t, 5*time.Second, "the local waiter", func() bool { return l.Waiters() == 1 })
+				far = lockInBackground(t, obtain(t, other, "k"))
+			} else {
+				s := semaphore(t, holderReg, "k", 1)
+				le, err := s.Acquire(bg(t), 0)
+				mustNil(t, err)
+				key = s.Key()
+				release = func() error { return le.Release(bg(t)) }
+				local = leaseErr(acquirePermit(bg(t), s, 0))
+				waitFor(t, 5*time.Second, "the local waiter", func() bool { return s.Waiting() == 1 })
+				far = leaseErr(acquirePermit(bg(t), semaphore(t, other, "k", 1), 0))
+			}
+			waitFor(t, 5*time.Second, "the other registry in line", func() bool { return queueLen(t, b, key, false) >= 1 })
+			lc.armed.Store(true)
+			mustNil(t, release())
+			if lc.armed.Load() {
+				t.Fatal("no pass was sent")
+			}
+			mustNil(t, recvWithin(t, far, 5*time.Second, "the other registry's waiter"))
+			mustNil(t, recvWithin(t, local, 10*time.Second, "the local waiter, after the other registry's turn"))
+		})
+	}
+}
+
+// leaseErr waits for the lease that got sends, releases it, and sends
+// the release's error (or one for no lease).
+func leaseErr(got <-chan *registry.Lease) <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		le := <-got
+		if le == nil {
+			out <- errors.New("no lease")
+			return
+		}
+		out <- le.Release(context.Background())
+	}()
+	return out
 }

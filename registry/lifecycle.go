@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/lockyard/lockyard/internal/core"
@@ -171,17 +170,14 @@ func (l *RedisLock) release(ctx context.Context, h *core.Hold, first error) erro
 	if first == nil {
 		first = firstHere // the script may have run
 	}
-	switch {
-	case err != nil:
-		// A hold whose validity had ended is reported lost too.
-		return errors.Join(l.reg.releaseFailed(l.key, err), h.LostAtRelease())
-	case !done && first != nil:
-		return fmt.Errorf("%w: %q was gone at a retried release (the first attempt failed with %w and may have deleted it)", ErrLockLost, l.key, first)
-	case !done:
-		return core.KeyGone(l.key)
-	}
-	return h.LostAtRelease()
+	return h.ReleaseErr(done, first, err, l.releaseFailed, l.gone)
 }
+
+// releaseFailed counts a release that failed in Redis, and returns its error.
+func (l *RedisLock) releaseFailed(err error) error { return l.reg.releaseFailed(l.key, err) }
+
+// gone is the loss of a hold whose key was not its own at its release.
+func (l *RedisLock) gone() error { return core.KeyGone(l.key) }
 
 // teardown ends the turn of who, which owns the local mutex, after its
 // hold h ended with err: h is retired and forgotten (a loss found at

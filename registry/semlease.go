@@ -25,6 +25,7 @@ func (s *Semaphore) holds(le *Lease) bool { return le.h.Kind.(*permit).h.Load() 
 func (s *Semaphore) endLease(ctx context.Context, le *Lease) error {
 	p := le.h.Kind.(*permit)
 	s.reg.obs.released(kindSemaphore, s.key, p.h.Load(), le.since)
+	var passed error
 	if s.waited() {
 		switch res, err := s.handOff(ctx, p); res {
 		case handedOver:
@@ -32,10 +33,14 @@ func (s *Semaphore) endLease(ctx context.Context, le *Lease) error {
 			return nil
 		case releasedForOthers, passFailed:
 			return s.teardown(p.h.Load(), err)
+		case releaseAfterPass:
+			if core.IsAmbiguous(err) {
+				passed = err // the pass may have run: it may have given the permit on
+			}
 		}
 	}
 	h := p.h.Load()
-	return s.teardown(h, s.release(ctx, h))
+	return s.teardown(h, s.release(ctx, h, passed))
 }
 
 // endLeaseAfter ends le but leaves its permit taken in Redis for d: one
@@ -118,8 +123,9 @@ func (s *Semaphore) waited() bool {
 // by plain commands while the instance expects no waiter (crowded), else
 // by semrelease.lua. After plain commands that found waiters, or whose
 // outcome is not known, the turns of the free permits are given
-// (giveTurns).
-func (s *Semaphore) release(ctx context.Context, h *core.Hold) error {
+// (giveTurns). passed is the network error of a pass that this release
+// replaces, after which the pass may have run, or nil.
+func (s *Semaphore) release(ctx context.Context, h *core.Hold, passed error) error {
 	r := s.reg
 	h.Retire()
 	ctx = context.WithoutCancel(ctx)
@@ -142,15 +148,15 @@ func (s *Semaphore) release(ctx context.Context, h *core.Hold) error {
 	if turns {
 		s.giveTurns(ctx)
 	}
-	switch {
-	case err != nil:
-		return errors.Join(s.reg.releaseFailed(s.key, err), h.LostAtRelease())
-	case !done && first != nil:
-		return fmt.Errorf("%w: a permit of %q was gone at a retried release (the first attempt failed with %w and may have given it back)", ErrLockLost, s.key, first)
-	case !done:
-		return fmt.Errorf("%w: a permit of %q expired or was pruned", ErrLockLost, s.key)
-	}
-	return h.LostAtRelease()
+	return h.ReleaseErr(done, cmp.Or(first, passed), err, s.releaseFailed, s.gone)
+}
+
+// releaseFailed counts a release that failed in Redis, and returns its error.
+func (s *Semaphore) releaseFailed(err error) error { return s.reg.releaseFailed(s.key, err) }
+
+// gone is the loss of a permit that was not its lease's at its release.
+func (s *Semaphore) gone() error {
+	return fmt.Errorf("%w: a permit of %q expired or was pruned", ErrLockLost, s.key)
 }
 
 // teardown ends a lease whose hold h ended with err: h is retired (a loss
@@ -206,7 +212,7 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 	res, err := r.sem.pass(context.WithoutCancel(ctx), s.key, h.Token, s.waiter, next, s.permits, bounded, more, queued)
 	switch {
 	case core.IsStaleConn(err), err != nil && !core.IsAmbiguous(err) && core.IsTransient(err):
-		return notHandedOver, nil // release instead
+		return releaseAfterPass, err // release instead
 	case err != nil:
 		s.releaseLater(h.Token)
 		return passFailed, s.reg.releaseFailed(s.key, err)
@@ -224,7 +230,7 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 		s.install(p, core.NewHold(&r.core, s.key, h.Token, res.fence, next, core.ValidUntil(sent, next), p, r.sem))
 		return s.give(p), nil
 	case passGone:
-		return passFailed, fmt.Errorf("%w: a permit of %q expired or was pruned", ErrLockLost, s.key)
+		return passFailed, s.gone()
 	}
 	return releasedForOthers, h.LostAtRelease()
 }

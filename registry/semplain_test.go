@@ -168,7 +168,9 @@ func (timeout) Temporary() bool { return true }
 // alone fails, or whose turn-giving script fails (on a stale connection, or
 // by a timeout): the waiter in line is told all the same (a release whose
 // outcome is unknown gives the turns, and the failed script runs again, at
-// once or in the background).
+// once or in the background). A permit found gone at the retry after a
+// reset connection was given back by the first attempt: Release reports
+// no loss.
 func TestSemaphorePlainReleaseFailuresTellWaiter(t *testing.T) {
 	for _, lost := range []string{"pipeline replies", "pipeline timeout", "exists reply", "turn script", "turn script timeout"} {
 		t.Run(lost, func(t *testing.T) {
@@ -198,7 +200,9 @@ func TestSemaphorePlainReleaseFailuresTellWaiter(t *testing.T) {
 			case "pipeline timeout":
 				mustIs(t, err, registry.ErrReleaseFailed)
 			default:
-				mustIs(t, err, registry.ErrLockLost) // gone at the retry: it may have been given back
+				// Gone at the retry while the permit was valid: the first
+				// attempt gave it back, which is no loss (issue 37, fault 5).
+				mustNil(t, err)
 			}
 			toldWithin(t, got, released)
 			if n := zcard(t, b, a.Key()); n != 0 {

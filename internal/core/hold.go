@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -263,4 +264,30 @@ func (h *Hold) LostAtRelease() error {
 		return fmt.Errorf("%w: validity of %q ended before release", ErrLockLost, h.key)
 	}
 	return nil
+}
+
+// ReleaseErr is the outcome of a release of h, the same rule for every
+// kind: done says that the key (or permit) was h's and is given back; first
+// is the network error of an earlier attempt after which the release may
+// have run (a retried release, or the pass it replaces), or nil; err is the
+// final error, which failed counts and wraps (ErrReleaseFailed); gone makes
+// the loss to report when the key was not h's.
+//
+// A key found gone at a retry while h is still valid was given back by that
+// earlier attempt (or passed on by the pass): its TTL had not run out, so
+// no other holder can have had it, and that is no loss. Once h's validity
+// has ended, a key found gone is reported lost, saying that the first
+// attempt may have given it back.
+func (h *Hold) ReleaseErr(done bool, first, err error, failed func(error) error, gone func() error) error {
+	switch {
+	case err != nil:
+		return errors.Join(failed(err), h.LostAtRelease())
+	case done:
+		return h.LostAtRelease()
+	case first == nil:
+		return gone()
+	case !h.Lost(h.r.Now()):
+		return nil
+	}
+	return fmt.Errorf("%w (at a retried release: the first attempt failed with %w and may have given it back)", gone(), first)
 }
