@@ -107,8 +107,9 @@ func (l *RedisLock) leaveQueue() {
 	}
 	l.turn.queued, l.turn.waitUntil = false, 0
 	r := l.reg
+	id := l.waiter.Renew(&r.core) // the next wait queues anew, out of this leave's reach
 	leave := func(ctx context.Context) {
-		if err := r.mutex.leave(ctx, l.key, l.waiter); err != nil {
+		if err := r.mutex.leave(ctx, l.key, id); err != nil {
 			r.core.Log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", l.key, "err", err)
 		}
 	}
@@ -176,5 +177,5 @@ func (l *RedisLock) hint(free, waits bool) hint {
 		e, ok := r.cache.lock(l.name)
 		deaf = !ok || e != l
 	}
-	return hint{free: free, waits: waits, waiter: l.waiter, deaf: deaf, spread: rand.N(r.cfg.idle/4 + 1), rtt: l.turn.rtt}
+	return hint{free: free, waits: waits, waiter: l.waiter.ID(), deaf: deaf, spread: rand.N(r.cfg.idle/4 + 1), rtt: l.turn.rtt}
 }

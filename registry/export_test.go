@@ -56,7 +56,7 @@ func WithRuns(freeSpan, chain time.Duration) Option {
 }
 
 // WaiterID returns l's id in its key's wait queue.
-func (l *RedisLock) WaiterID() string { return l.waiter }
+func (l *RedisLock) WaiterID() string { return l.waiter.ID() }
 
 //go:embed testdata/rules.lua
 var rulesSrc string

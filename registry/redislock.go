@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,10 +36,11 @@ type RedisLock struct {
 	since    atomic.Int64 // registry clock of the current outermost acquisition (observe.go)
 	wake     *core.Waker  // wakes the remote waiter (PubSubLock; nil otherwise)
 	// waiter is this instance's id in the key's wait queue: the registry
-	// id, "/", and a number unique to the instance, so that an instance
-	// evicted from the cache and kept by the caller, and the one Obtain
-	// returns next, wait for each other like two registries.
-	waiter string
+	// id, "/", and a number unique to the instance (and to its wait: see
+	// core.Waiter), so that an instance evicted from the cache and kept by
+	// the caller, and the one Obtain returns next, wait for each other like
+	// two registries.
+	waiter core.Waiter
 	// turn is the hand-off bookkeeping, owned by the goroutine that owns
 	// local (the mutex's hand-over orders the accesses).
 	turn turn
@@ -48,7 +48,8 @@ type RedisLock struct {
 
 func newRedisLock(r *Registry, name string) *RedisLock {
 	key := r.layout.LockKey(name)
-	l := &RedisLock{reg: r, key: key, waiter: r.core.ClientID + "/" + strconv.FormatUint(r.instances.Add(1), 10)}
+	l := &RedisLock{reg: r, key: key}
+	l.waiter.Renew(&r.core)
 	l.name, _ = r.layout.UserKey(key) // name, sharing key's memory
 	l.wake = core.NewWaker(r.cfg.lockType == PubSubLock)
 	l.touch()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,12 +23,11 @@ import (
 // background goroutines that Close stops), the cache of locks and the
 // subscribers.
 type Registry struct {
-	core      core.Core
-	layout    wire.Layout
-	cfg       config
-	instances atomic.Uint64 // lock instances made, numbering their wait queue ids
-	labels    labeller      // publishes the registry's label (label.go)
-	obs       observing     // Stats and the Observer (observe.go)
+	core   core.Core
+	layout wire.Layout
+	cfg    config
+	labels labeller  // publishes the registry's label (label.go)
+	obs    observing // Stats and the Observer (observe.go)
 
 	mutex      *mutexProto // the protocol of RedisLock and its Leases
 	sem        *semProto   // the protocol of Semaphore; nil under Redlock

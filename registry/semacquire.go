@@ -69,7 +69,7 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 			}
 		}
 		mark := s.wake.Mark()
-		h := hint{waits: true, waiter: s.waiter, deaf: !s.pubsub || s.deaf(), spread: rand.N(r.cfg.idle/4 + 1), rtt: s.turn.rtt, queued: s.inLine()}
+		h := hint{waits: true, waiter: s.waiter.ID(), deaf: !s.pubsub || s.deaf(), spread: rand.N(r.cfg.idle/4 + 1), rtt: s.turn.rtt, queued: s.inLine()}
 		sent := r.core.Now()
 		p, g, err := s.attempt(ctx, ttl, h, true, mark)
 		line.waitUntil = 0
@@ -215,12 +215,13 @@ func (s *Semaphore) install(p *permit, h *core.Hold) {
 	s.reg.core.Watchdog.Track(h)
 }
 
-// leaveQueue takes the instance out of the wait queue in the background,
-// so that no turn is given to it.
-func (s *Semaphore) leaveQueue() {
+// leaveQueue takes the instance's old waiter id out of the wait queue in
+// the background, so that no turn is given to it (done gave the instance a
+// new id first).
+func (s *Semaphore) leaveQueue(id string) {
 	r := s.reg
 	leave := func(ctx context.Context) {
-		if err := r.sem.leave(ctx, s.key, s.waiter, s.permits); err != nil {
+		if err := r.sem.leave(ctx, s.key, id, s.permits); err != nil {
 			r.core.Log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", s.key, "err", err)
 		}
 	}

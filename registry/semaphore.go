@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,7 +45,7 @@ type Semaphore struct {
 	permits   int
 	// waiter is the semaphore instance's id in the key's wait queue, as a
 	// RedisLock's (one entry per registry, kept by its successive heads).
-	waiter   string
+	waiter   core.Waiter
 	head     reentrant.Mutex // owned by the lease that talks to Redis; the others queue on it
 	wake     *core.Waker     // wakes the head: turn messages, or a permit handed off
 	pubsub   bool
@@ -133,8 +132,8 @@ func (r *Registry) Semaphore(key string, permits int) (*Semaphore, error) {
 
 func newSemaphore(r *Registry, name string, permits int) *Semaphore {
 	key := r.layout.LockKey(name)
-	s := &Semaphore{reg: r, key: key, permits: permits, pubsub: r.cfg.lockType == PubSubLock,
-		waiter: r.core.ClientID + "/" + strconv.FormatUint(r.instances.Add(1), 10), wake: core.NewWaker(true)}
+	s := &Semaphore{reg: r, key: key, permits: permits, pubsub: r.cfg.lockType == PubSubLock, wake: core.NewWaker(true)}
+	s.waiter.Renew(&r.core)
 	s.name, _ = r.layout.UserKey(key)
 	s.touch()
 	return s
@@ -247,7 +246,7 @@ func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Lease, error) 
 	}
 	// Not the instance's id: an attempt that is admitted takes its own
 	// entry out of line, and the instance's is the waiting leases'.
-	p, _, err := s.attempt(ctx, ttl, hint{waiter: s.waiter + "/try", spread: rand.N(r.cfg.idle/4 + 1)}, false, 0)
+	p, _, err := s.attempt(ctx, ttl, hint{waiter: s.waiter.ID() + "/try", spread: rand.N(r.cfg.idle/4 + 1)}, false, 0)
 	switch {
 	case err != nil:
 		return nil, core.WrapKey("acquiring", s.key, err)
@@ -281,13 +280,17 @@ func (s *Semaphore) done(who *reentrant.Owner) {
 	s.needers--
 	var spare []*permit
 	last := s.needers == 0
-	leave := last && s.queued
+	var leave string
+	if last && s.queued {
+		// Before the next lease can wait: it queues under the new id.
+		leave = s.waiter.Renew(&s.reg.core)
+	}
 	if last {
 		spare, s.spare, s.queued = s.spare, nil, false
 	}
 	s.mu.Unlock()
-	if leave {
-		s.leaveQueue()
+	if leave != "" {
+		s.leaveQueue(leave)
 	}
 	if who != nil {
 		_ = s.head.Unlock(*who)

@@ -209,7 +209,7 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 	h.Renewing.Lock()
 	defer h.Renewing.Unlock()
 	sent := r.core.Now()
-	res, err := r.sem.pass(context.WithoutCancel(ctx), s.key, h.Token, s.waiter, next, s.permits, bounded, more, queued)
+	res, err := r.sem.pass(context.WithoutCancel(ctx), s.key, h.Token, s.waiter.ID(), next, s.permits, bounded, more, queued)
 	switch {
 	case core.IsStaleConn(err), err != nil && !core.IsAmbiguous(err) && core.IsTransient(err):
 		return releaseAfterPass, err // release instead

@@ -307,3 +307,62 @@ func heldAndAwaited(t *testing.T, b *backend) (holder *registry.Semaphore, a *re
 	waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, holder.Key(), false) == 1 })
 	return holder, a, got
 }
+
+// heldLeave holds back every run of leave.lua until let is closed, and
+// counts the runs of leave.lua that wait and that ended, and of
+// semacquire.lua.
+type heldLeave struct {
+	registry.Client
+	let                    chan struct{}
+	waiting, left, acquire atomic.Int32
+}
+
+func (c *heldLeave) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	switch s.Name() {
+	case "leave":
+		c.waiting.Add(1)
+		<-c.let
+		defer c.left.Add(1)
+	case "semacquire":
+		defer c.acquire.Add(1)
+	}
+	return c.Client.Eval(ctx, s, keys, args)
+}
+
+// A waiter's entry is never removed by its own stale leave (issue 37,
+// fault 1): the last lease stops waiting while queued, its leave runs late,
+// after the next lease of the same instance queued again; that lease keeps
+// its entry, and is told its turn when the permit is given back, not left
+// to sleep until its poll (3s).
+func TestStaleLeaveKeepsTheNextWait(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, plainOpts...), "k", 1)
+		held, err := holder.Acquire(bg(t), 0)
+		mustNil(t, err)
+		hc := &heldLeave{Client: registry.NewPoolClient(b.pool(t)), let: make(chan struct{})}
+		var letOnce sync.Once
+		let := func() { letOnce.Do(func() { close(hc.let) }) }
+		s := semaphore(t, newRegClientPrefix(t, hc, pfx, plainOpts...), "k", 1)
+		t.Cleanup(let) // registered after the registry's Close: runs before it
+		ctx, cancel := context.WithCancel(bg(t))
+		first := acquirePermit(ctx, s, 0)
+		waitFor(t, 5*time.Second, "the first lease in line", func() bool { return queueLen(t, b, holder.Key(), false) == 1 })
+		cancel()
+		if le := recvWithin(t, first, 5*time.Second, "the first lease to give up"); le != nil {
+			t.Fatal("a lease whose ctx ended got a permit")
+		}
+		waitFor(t, 5*time.Second, "the first lease's leave", func() bool { return hc.waiting.Load() == 1 })
+		tries := hc.acquire.Load()
+		next := acquirePermit(bg(t), s, 0)
+		waitFor(t, 5*time.Second, "the next lease's attempt", func() bool { return s.Waiting() == 1 && hc.acquire.Load() > tries })
+		let() // the stale leave runs now
+		waitFor(t, 5*time.Second, "the stale leave", func() bool { return hc.left.Load() == 1 })
+		if n := queueLen(t, b, holder.Key(), false); n != 1 {
+			t.Errorf("%d entries in line after the stale leave, want the next lease's", n)
+		}
+		released := time.Now()
+		mustNil(t, held.Release(bg(t)))
+		toldWithin(t, next, released)
+	})
+}

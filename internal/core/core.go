@@ -18,11 +18,13 @@ type Core struct {
 	Epoch    time.Time     // origin of now, read on the monotonic clock
 	ClientID string        // random UUID, the first part of every token of this registry
 	seq      atomic.Uint64 // acquisitions, the second part of every token
-	Exec     Executor      // runs the calls of every lock kind
-	Watchdog watchdog
-	Counters *Counters
-	BG       *group
-	Log      *slog.Logger
+	// instances numbers the waiter ids of lock instances (waiter.go).
+	instances atomic.Uint64
+	Exec      Executor // runs the calls of every lock kind
+	Watchdog  watchdog
+	Counters  *Counters
+	BG        *group
+	Log       *slog.Logger
 	// OnRenewalFailed, if set, is told of each renewal that failed (the
 	// hold stays valid until its deadline), and OnLost of each hold lost,
 	// once, when Stats counts it: registry.Observer. Both may be called

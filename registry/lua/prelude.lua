@@ -92,10 +92,10 @@ local function shared()
       return r
     end
 
-    -- parse returns the kind, due, lapse and the end of the last turn (0:
-    -- none) of a waiter's info v (a reply of HGET), or nil; waiter, those of
-    -- waiter id.
-    local function parse(v)
+    -- waiter returns the kind, due, lapse and the end of the last turn (0:
+    -- none) of waiter id, or nil.
+    local function waiter(q, id)
+      local v = qcall('HGET', q.info, id)
       if type(v) ~= 'string' then
         return nil
       end
@@ -104,10 +104,6 @@ local function shared()
         return nil
       end
       return kind, tonumber(due), tonumber(lapse), tonumber(ended) or 0
-    end
-
-    local function waiter(q, id)
-      return parse(qcall('HGET', q.info, id))
     end
 
     -- drop takes waiter id out of the queue, and reports whether it was in it.
@@ -293,7 +289,7 @@ local function shared()
       end
       return math.max(1, idle - spread)
     end
-    return {ms = ms, qcall = qcall, parse = parse, waiter = waiter, drop = drop, enqueue = enqueue, describe = describe, gone = gone, turnFor = turnFor, nextTurn = nextTurn, announce = announce, turnOf = turnOf, grant = grant, pause = pause}
+    return {ms = ms, qcall = qcall, waiter = waiter, drop = drop, enqueue = enqueue, describe = describe, gone = gone, turnFor = turnFor, nextTurn = nextTurn, announce = announce, turnOf = turnOf, grant = grant, pause = pause}
   end
 
   -- permitRules returns the rules of a semaphore (the sem*.lua scripts); its
@@ -364,12 +360,12 @@ local function shared()
     -- it); the second result lists the listeners among them, for the caller
     -- to tell (tell). Entries that lapsed, cannot be read, or were given a
     -- turn that ended more than r.window ago are dropped, at most 64. At most
-    -- 64 live entries are examined, read in batches (ZRANGE and HMGET: two
-    -- calls for up to 16 entries; the first batch is free + 1 long, which is
-    -- most often enough). Past them the free permits are anyone's, as a lock
-    -- key is when nextTurn finds nobody: self is admitted if fewer than free
-    -- were ahead, so that a listener behind many pollers not yet due is not
-    -- refused while a permit idles.
+    -- 64 live entries are examined (the ids read in batches: free + 1 first,
+    -- which is most often enough, then 16; each entry's info by HGET, which
+    -- the least-privilege ACL allows). Past them the free permits are
+    -- anyone's, as a lock key is when nextTurn finds nobody: self is admitted
+    -- if fewer than free were ahead, so that a listener behind many pollers
+    -- not yet due is not refused while a permit idles.
     local function admit(R, q, now, free, self, r)
       local told = {}
       if free <= 0 then
@@ -387,13 +383,12 @@ local function shared()
         if not ids or #ids == 0 then
           return true, told
         end
-        local infos = R.qcall('HMGET', q.info, unpack(ids)) or {}
         batch = 16
-        for i, id in ipairs(ids) do
+        for _, id in ipairs(ids) do
           if id == self then
             return true, told
           end
-          local kind, due, lapse, ended = R.parse(infos[i])
+          local kind, due, lapse, ended = R.waiter(q, id)
           if R.gone(kind, lapse, ended, now, r) then
             R.drop(q, id)
             dropped = dropped + 1
