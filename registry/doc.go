@@ -44,9 +44,9 @@
 //     so a release makes one or two waiters try, not all of them. A TryLock
 //     never queues. A run of local holds ends 24ms after the key was
 //     obtained, whatever the queue says: the key is released and the release
-//     published, and the next local goroutine waits about two round trips,
-//     so that clients that write no queue entry (Spring's, an older
-//     lockyard) get the key too. A lease's ReleaseAfter tells the waiters
+//     published, and the next local goroutine waits about two round trips
+//     (and at least a tenth of the run), so that clients that write no
+//     queue entry (Spring's, an older lockyard) get the key too. A lease's ReleaseAfter tells the waiters
 //     once its key has expired (for d up to a minute, if the registry is
 //     still open; otherwise their next poll finds it free). A waiter whose
 //     context ends, or whose registry is closed, leaves the queue; one

@@ -402,3 +402,49 @@ func leaseErr(got <-chan *registry.Lease) <-chan error {
 	}()
 	return out
 }
+
+// After a run of local holds ends by its bound, the key stays free for at
+// least a tenth of the run (issue 37, fault 4), so that a client that polls
+// and writes no queue entry (Spring's SPIN) finds it free in that share of
+// its tries: with two round trips alone it was free for about half a
+// millisecond per run.
+func TestRunBoundLeavesKeyFreeATenth(t *testing.T) {
+	b := realBackend()
+	const chain = 200 * time.Millisecond
+	l := obtain(t, newReg(t, b.pool(t), registry.WithRuns(time.Hour, chain)), "k")
+	ctx, cancel := context.WithTimeout(bg(t), 3*chain)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 3 { // a section of 1ms each: the others always queue behind it
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if l.LockContext(ctx) == nil {
+					time.Sleep(time.Millisecond) // the critical section
+					l.Unlock()
+				}
+			}
+		}()
+	}
+	c := b.pool(t).Get()
+	defer c.Close()
+	var longest time.Duration
+	var freeSince time.Time
+	for ctx.Err() == nil {
+		n, err := redis.Int(c.Do("EXISTS", l.Key()))
+		mustNil(t, err)
+		switch now := time.Now(); {
+		case n == 0 && freeSince.IsZero():
+			freeSince = now
+		case n == 1 && !freeSince.IsZero():
+			longest = max(longest, now.Sub(freeSince))
+			freeSince = time.Time{}
+		}
+	}
+	wg.Wait()
+	t.Logf("the key was free for %v at most", longest)
+	if longest < chain/10-2*time.Millisecond {
+		t.Fatalf("the key was free for %v at most after runs of %v, want a tenth of a run", longest, chain)
+	}
+}

@@ -41,6 +41,8 @@ var scenarios = []scenario{
 		springCols, func(f *fairRun) (metrics, error) { return f.spring(false, registry.PubSubLock) }},
 	{"spring-spin-s", "Spring SPIN client (100ms retry) beside a SpinLock registry with 3 goroutines, 10s",
 		springCols, func(f *fairRun) (metrics, error) { return f.spring(false, registry.SpinLock) }},
+	{"spring-spin-1ms", "Spring SPIN client (100ms retry) beside a PubSubLock registry with 3 goroutines, 1ms sections, 10s",
+		springCols, func(f *fairRun) (metrics, error) { return f.springFor(false, registry.PubSubLock, time.Millisecond) }},
 	{"alone", "the same registry alone: 3 goroutines, 200us sections, 10s",
 		[]string{"registry acq/s"}, (*fairRun).alone},
 	{"evicted", "a fresh lock instance beside 3 goroutines on an evicted one (one PubSubLock registry), 10s",
@@ -274,6 +276,12 @@ func (h *holdLog) busy(from, to int64) (share, gap float64) {
 func perSecond(n float64, from, to int64) float64 { return n / (float64(to-from) / 1e9) }
 
 func (f *fairRun) spring(pubsub bool, t registry.LockType) (metrics, error) {
+	return f.springFor(pubsub, t, 200*time.Microsecond)
+}
+
+// springFor: a Spring client beside a registry of t whose 3 goroutines,
+// and the Spring client, hold the key for section at a time.
+func (f *fairRun) springFor(pubsub bool, t registry.LockType, section time.Duration) (metrics, error) {
 	r, err := f.registry(kind(t))
 	if err != nil {
 		return nil, err
@@ -290,11 +298,11 @@ func (f *fairRun) spring(pubsub bool, t registry.LockType) (metrics, error) {
 			}
 		}
 		for g := range 3 {
-			f.lockLoop(ctx, wg, g, 200*time.Microsecond, l)
+			f.lockLoop(ctx, wg, g, section, l)
 		}
 		// Spring comes second: the registry's goroutines hold the key.
 		waitFirstHold(&f.log)
-		f.loop(ctx, wg, 9, 200*time.Microsecond, sp.lock, sp.unlock)
+		f.loop(ctx, wg, 9, section, sp.lock, sp.unlock)
 		return nil
 	})
 	if err != nil {
