@@ -13,19 +13,15 @@ import (
 // is granted, sleeping as the protocol says between tries, and leaves the
 // wait queue if it gives up (lifecycle.go: the phases around it).
 
-// acquire runs the obtain script until it succeeds, sleeping between tries
-// as the script says (or with backoff after errors), and waking early when
-// release messages say its turn may have come. The caller owns local.
-// waited reports that the lock was not taken at the first attempt: another
-// holder had it, or this lock instance let others go first.
+// acquire runs the obtain script until it succeeds, in the engine's
+// waiting loop (core.Acquire): sleeping between tries as the script says
+// (or with backoff after errors), and waking early when release messages
+// say its turn may have come. The caller owns local. waited reports that
+// the lock was not taken at the first attempt: another holder had it, or
+// this lock instance let others go first.
 func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duration) (waited bool, err error) {
 	r := l.reg
-	var (
-		bo      core.Backoff
-		lastErr error
-		g       grant
-		race    time.Duration // after a release that let anyone take the key: a short poll, doubling
-	)
+	var race time.Duration // after a release that let anyone take the key: a short poll, longer each time
 	waited = l.turn.yield || l.turn.waitUntil > 0
 	if l.turn.yield {
 		race = 2 * l.turn.grace
@@ -45,49 +41,28 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 		}
 		first = false
 	}
-	for ; ; first = false {
-		mark := l.wake.Mark()
-		g, err = l.attempt(ctx, ttl, first, true)
-		if g.ok {
-			return waited, nil
+	w := core.Waiting{Key: l.key, Verb: "obtaining", Retrying: "lockyard: obtain failed, retrying", RetryAll: retryAll, Idle: r.cfg.idle, Wake: l.wake,
+		Listener: r.subscriber}
+	more, err := r.core.Acquire(ctx, &w, first, func(ctx context.Context, first bool, _ int64) (core.Turn, error) {
+		g, err := l.attempt(ctx, ttl, first, true)
+		if err != nil || g.ok || race == 0 {
+			return core.Turn{OK: g.ok, Sleep: g.sleep, After: g.after}, err
 		}
+		// Someone took the key this instance let go: most likely a client
+		// that is told of no turn (Spring's), which may not publish its
+		// release either, and may take the key again at once: poll often,
+		// less and less.
 		delay := g.sleep
 		if delay < 0 {
 			delay = core.PollDelay(r.cfg.idle, -1)
 		}
-		if err != nil {
-			// When ctx has ended, an attempt cut short by it says less
-			// than the error before it.
-			if lastErr == nil || core.CtxEnded(ctx) == nil {
-				lastErr = err
-			}
-			if end := core.CtxEnded(ctx); end != nil {
-				return waited, core.WaitErr(l.key, end, lastErr)
-			}
-			if !retryAll && !core.IsTransient(err) {
-				return waited, core.WrapKey("obtaining", l.key, err)
-			}
-			r.core.Log.Warn("lockyard: obtain failed, retrying", "key", l.key, "err", err)
-			delay, g.after = bo.Delay(), -1
-		} else {
-			waited = true // another holder has it, or another waiter's turn
-			bo.Reset()
-			r.subscriber.listen(l.wake)
-			if race > 0 {
-				// Someone took the key this instance let go: most likely a
-				// client that is told of no turn (Spring's), which may not
-				// publish its release either, and may take the key again
-				// at once: poll often, less and less.
-				delay, race = min(delay, race), race*5/4
-				if race >= r.cfg.idle {
-					race = 0
-				}
-			}
+		delay, race = min(delay, race), race*5/4
+		if race >= r.cfg.idle {
+			race = 0
 		}
-		if err := l.await(ctx, delay, mark, g.after); err != nil {
-			return waited, core.WaitErr(l.key, err, lastErr)
-		}
-	}
+		return core.Turn{Sleep: delay, After: g.after}, nil
+	})
+	return waited || more, err
 }
 
 // await sleeps for d, or until release messages say that the waiter's

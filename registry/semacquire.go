@@ -12,17 +12,13 @@ import (
 // from semacquire.lua, waiting its turn in the wait queue), installs it,
 // and leaves the queue when it gives up.
 
-// obtain gets the head a permit: one handed off by a lease of this
-// registry, or one from Redis, trying semacquire.lua until it grants one,
-// sleeping between tries as the script says, and waking early when the
-// registry is told that its turn has come or a permit is handed off. The
-// caller owns head.
+// obtain gets the head a permit, in the engine's waiting loop
+// (core.Acquire): one handed off by a lease of this registry, or one from
+// Redis, trying semacquire.lua until it grants one, sleeping between tries
+// as the script says, and waking early when the registry is told that its
+// turn has come or a permit is handed off. The caller owns head.
 func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, waited bool, err error) {
 	r := s.reg
-	var (
-		bo      core.Backoff
-		lastErr error
-	)
 	s.mu.Lock()
 	if !s.queued { // the last head's entry is gone: no turn to wait for
 		s.turn.waitUntil = 0
@@ -51,60 +47,47 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 			}
 		}
 	}
-	for {
-		if p := s.takeSpare(ctx, ttl); p != nil {
-			return p, waited, nil
-		}
-		if s.holdsAll() {
+	w := core.Waiting{Key: s.key, Verb: "acquiring", Retrying: "lockyard: semaphore acquire failed, retrying", Idle: r.cfg.idle, Wake: s.wake, Also: s.hasSpare,
+		Local: func(ctx context.Context) (bool, error) {
+			if p = s.takeSpare(ctx, ttl); p != nil || !s.holdsAll() {
+				return p != nil, nil
+			}
 			// Every permit is held by this registry's leases: no attempt
 			// can succeed, and the next release hands one over. Try Redis
 			// after a poll interval all the same (a lease that was lost
 			// and never released holds nothing there).
 			waited = true
 			if err := r.core.Await(ctx, s.wake, r.cfg.idle, s.wake.Mark(), core.EveryTurn, s.freedLocally); err != nil {
-				return nil, waited, core.WaitErr(s.key, err, lastErr)
+				return false, err
 			}
-			if p := s.takeSpare(ctx, ttl); p != nil {
-				return p, waited, nil
-			}
-		}
-		mark := s.wake.Mark()
+			p = s.takeSpare(ctx, ttl)
+			return p != nil, nil
+		}}
+	if s.pubsub {
+		w.Listener = r.turns
+	}
+	more, err := r.core.Acquire(ctx, &w, true, func(ctx context.Context, _ bool, mark int64) (core.Turn, error) {
 		h := hint{waits: true, waiter: s.waiter.ID(), deaf: !s.pubsub || s.deaf(), spread: rand.N(r.cfg.idle/4 + 1), rtt: s.turn.rtt, queued: s.inLine()}
 		sent := r.core.Now()
-		p, g, err := s.attempt(ctx, ttl, h, true, mark)
+		var (
+			g   grant
+			err error
+		)
+		p, g, err = s.attempt(ctx, ttl, h, true, mark)
 		line.waitUntil = 0
 		switch {
 		case err == nil && p != nil:
 			line = s.turn // set by attempt if it queued the instance again
-			return p, waited, nil
+			return core.Turn{OK: true}, nil
 		case err == nil:
-			waited = true
-			bo.Reset()
 			line = semTurn{waitUntil: sent + int64(max(g.sleep, 0)), mark: mark, after: g.after}
-			if s.pubsub {
-				r.turns.listen(s.wake)
-			}
-		default:
-			if lastErr == nil || core.CtxEnded(ctx) == nil {
-				lastErr = err
-			}
-			if end := core.CtxEnded(ctx); end != nil {
-				return nil, waited, core.WaitErr(s.key, end, lastErr)
-			}
-			if !core.IsTransient(err) {
-				return nil, waited, core.WrapKey("acquiring", s.key, err)
-			}
-			r.core.Log.Warn("lockyard: semaphore acquire failed, retrying", "key", s.key, "err", err)
-			g = grant{sleep: bo.Delay(), after: -1}
 		}
-		delay := g.sleep
-		if delay < 0 {
-			delay = core.PollDelay(r.cfg.idle, -1)
-		}
-		if err := r.core.Await(ctx, s.wake, delay, mark, g.after, s.hasSpare); err != nil {
-			return nil, waited, core.WaitErr(s.key, err, lastErr)
-		}
+		return core.Turn{Sleep: g.sleep, After: g.after}, err
+	})
+	if err != nil {
+		return nil, waited || more, err
 	}
+	return p, waited || more, nil
 }
 
 // setQueued records, for the head, whether its attempt left the
@@ -196,7 +179,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 	if waits && g.queued { // queued again for the leases behind (only a head asks): the next head waits for its turn
 		s.turn.waitUntil, s.turn.mark, s.turn.after = sent+int64(g.sleep), mark, g.after
 		if s.pubsub {
-			r.turns.listen(s.wake) // its turn is told on the registry's turn channel
+			r.turns.Listen(s.wake) // its turn is told on the registry's turn channel
 		}
 	}
 	deadline := core.ValidUntil(sent, ttl)

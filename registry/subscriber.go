@@ -201,9 +201,10 @@ func (s *subscriber) wakeAll() {
 	})
 }
 
-// listen starts the subscriber after a failed attempt of a lock or
-// semaphore whose waiter it wakes (a PubSubLock).
-func (s *subscriber) listen(w *core.Waker) {
+// Listen starts the subscriber after a failed attempt of a lock or
+// semaphore whose waiter it wakes (w: nil for a SpinLock's, which polls):
+// core.Listener.
+func (s *subscriber) Listen(w *core.Waker) {
 	if w != nil {
 		s.start()
 	}
