@@ -149,8 +149,8 @@ func (l *RedisLock) hint(free, waits bool) hint {
 	r := l.reg
 	deaf := false
 	if waits && l.wake != nil {
-		e, ok := r.cache.lock(l.name)
-		deaf = !ok || e != l
+		e, ok := r.cache.peek(l.name)
+		deaf = !ok || e != cached(l)
 	}
 	return hint{free: free, waits: waits, waiter: l.waiter.ID(), deaf: deaf, spread: rand.N(r.cfg.idle/4 + 1), rtt: l.turn.rtt}
 }

@@ -27,7 +27,20 @@ type cached interface {
 	used() int64
 	// signal counts k release messages of its key (the subscriber).
 	signal(k int64)
+	// kind names the entry's kind ("lock", "semaphore").
+	kind() string
+	// wokenBy says which messages wake its waiters.
+	wokenBy() wakeup
 }
+
+// wakeup names the messages that wake the waiters of a cached entry: each
+// of the registry's subscribers hears one of them.
+type wakeup int
+
+const (
+	byRelease wakeup = iota // the key's release messages (a lock's waiters)
+	byTurn                  // the registry's own turn messages (a semaphore's)
+)
 
 // cache holds a registry's locks and semaphores by key, at most capacity
 // of them. Hits are lock-free (sync.Map); insertions and evictions take mu.
@@ -47,16 +60,6 @@ func (c *cache) peek(key string) (cached, bool) {
 		return nil, false
 	}
 	return v.(cached), true
-}
-
-// lock returns the cached RedisLock for key, if key is one.
-func (c *cache) lock(key string) (*RedisLock, bool) {
-	e, ok := c.peek(key)
-	if !ok {
-		return nil, false
-	}
-	l, ok := e.(*RedisLock)
-	return l, ok
 }
 
 // getOrInsert returns the entry for key, adding one made by newEntry,

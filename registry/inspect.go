@@ -87,11 +87,9 @@ func (r *Registry) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 	case typ != "none":
 		return info, fmt.Errorf("%w: %q holds a %s", ErrForeignKey, lk, typ)
 	case len(info.Waiters) > 0: // waited for, free for a moment: the kind this registry knows it as
-		info.Kind = "lock"
+		info.Kind = kindLock
 		if e, ok := r.cache.peek(key); ok {
-			if _, sem := e.(*Semaphore); sem {
-				info.Kind = "semaphore"
-			}
+			info.Kind = e.kind()
 		}
 	}
 	r.readLabels(ctx, &info)

@@ -34,7 +34,7 @@ import (
 // All methods are safe for concurrent use; Release may run while another
 // goroutine calls Renew.
 type Lease struct {
-	of  leased          // the lock or semaphore it holds a part of
+	of  leased          // what it holds: a lock, or a semaphore's permit
 	who reentrant.Owner // the lease's owner in that kind's local mutex
 	h   *core.Hold      // the lease's hold: the same from Acquire to Release
 	// since is when a semaphore's lease was acquired, on the registry
@@ -45,8 +45,8 @@ type Lease struct {
 	done atomic.Bool
 }
 
-// leased is the lock kind that a Lease holds a part of: a RedisLock (its
-// key) or a Semaphore (one permit). The Lease's own rules (one Release,
+// leased is what a Lease holds: a RedisLock (its key) or a semaphore's
+// permit. The Lease's own rules (one Release,
 // Renew ordered with it) are kept by Lease; what the kind does locally and
 // in Redis is the kind's.
 type leased interface {

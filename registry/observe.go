@@ -14,17 +14,8 @@ const (
 	kindSemaphore = "semaphore"
 )
 
-// kindNamer is a core.Holder that names its kind (queueHook: a lock,
-// permit: a semaphore).
-type kindNamer interface{ kindName() string }
-
 // kindOf names the kind whose holds h is of.
-func kindOf(h *core.Hold) string {
-	if k, ok := h.Kind.(kindNamer); ok {
-		return k.kindName()
-	}
-	return kindLock
-}
+func kindOf(h *core.Hold) string { return h.Kind.KindName() }
 
 // observing counts in Stats and tells the Observer (nil: none) what a
 // registry's acquisitions do.

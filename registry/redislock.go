@@ -46,6 +46,77 @@ type RedisLock struct {
 	turn turn
 }
 
+// Obtain returns the lock for key, the same *RedisLock for the same key while
+// it stays cached. It does not contact Redis. It fails with ErrInvalidKey,
+// ErrClosed, or ErrCacheFull when a new key does not fit because every
+// cached lock is held or waited for.
+func (r *Registry) Obtain(key string) (*RedisLock, error) {
+	if r.core.BG.IsClosed() {
+		return nil, ErrClosed
+	}
+	if err := checkLockKey(r.layout, key); err != nil {
+		return nil, err
+	}
+	e, ok := r.cache.peek(key)
+	if !ok {
+		var err error
+		if e, err = r.cache.getOrInsert(key, func() cached { return newRedisLock(r, key) }); err != nil {
+			return nil, err
+		}
+	}
+	l, ok := e.(*RedisLock)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q is a %s in this registry", ErrInvalidKey, key, e.kind())
+	}
+	l.touch()
+	return l, nil
+}
+
+// cachedLock returns the cached RedisLock for key, if key is one.
+func (r *Registry) cachedLock(key string) (*RedisLock, bool) {
+	e, ok := r.cache.peek(key)
+	if !ok {
+		return nil, false
+	}
+	l, ok := e.(*RedisLock)
+	return l, ok
+}
+
+// RenewLock resets the time to live of the lock on key that this registry
+// holds, whichever goroutine holds it, or whichever Lease (a lease is a
+// hold of the registry, though not of the RedisLock: see RedisLock.Token). It returns ErrNotOwner if the registry
+// holds no lock on key, and ErrLockLost (marking the hold lost) if the Redis
+// key is gone or carries another token.
+func (r *Registry) RenewLock(ctx context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	l, ok := r.cachedLock(key)
+	if !ok {
+		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, key)
+	}
+	return l.renew(ctx, 0)
+}
+
+// RenewLockFor is RenewLock that sets the hold's TTL to ttl, from now on:
+// this renewal and the later ones, by hand or by the watchdog (Spring's
+// renewLock(key, ttl)). A ttl below MinExpireAfter or above MaxDuration
+// returns ErrInvalidConfig and sends nothing. A shorter ttl shortens the
+// hold's validity at once.
+func (r *Registry) RenewLockFor(ctx context.Context, key string, ttl time.Duration) error {
+	if err := checkDuration("ttl", ttl, MinExpireAfter); err != nil {
+		return err
+	}
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	l, ok := r.cachedLock(key)
+	if !ok {
+		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, key)
+	}
+	return l.renew(ctx, ttl)
+}
+
 func newRedisLock(r *Registry, name string) *RedisLock {
 	key := r.layout.LockKey(name)
 	l := &RedisLock{reg: r, key: key}
@@ -120,6 +191,8 @@ func (l *RedisLock) cacheKey() string { return l.name }
 func (l *RedisLock) busy() bool       { return l.local.Busy() }
 func (l *RedisLock) used() int64      { return l.lastUsed.Load() }
 func (l *RedisLock) signal(k int64)   { l.wake.Signal(k) }
+func (l *RedisLock) kind() string     { return kindLock }
+func (l *RedisLock) wokenBy() wakeup  { return byRelease }
 
 // Lock blocks until the calling goroutine holds the lock. Redis errors do not
 // make it fail: it logs them and retries with capped backoff (use

@@ -100,72 +100,11 @@ func isNil(v any) bool {
 	return false
 }
 
-// Obtain returns the lock for key, the same *RedisLock for the same key while
-// it stays cached. It does not contact Redis. It fails with ErrInvalidKey,
-// ErrClosed, or ErrCacheFull when a new key does not fit because every
-// cached lock is held or waited for.
-func (r *Registry) Obtain(key string) (*RedisLock, error) {
-	if r.core.BG.IsClosed() {
-		return nil, ErrClosed
-	}
-	if err := checkLockKey(r.layout, key); err != nil {
-		return nil, err
-	}
-	e, ok := r.cache.peek(key)
-	if !ok {
-		var err error
-		if e, err = r.cache.getOrInsert(key, func() cached { return newRedisLock(r, key) }); err != nil {
-			return nil, err
-		}
-	}
-	l, ok := e.(*RedisLock)
-	if !ok {
-		return nil, fmt.Errorf("%w: %q is a semaphore in this registry", ErrInvalidKey, key)
-	}
-	l.touch()
-	return l, nil
-}
-
 // ExpireUnusedOlderThan removes from the cache every lock that nobody holds
 // or waits for and that was last obtained, locked or unlocked at least age
 // ago; a negative age removes every such lock. It never touches Redis.
 func (r *Registry) ExpireUnusedOlderThan(age time.Duration) {
 	r.cache.expire(r.core.Now(), age)
-}
-
-// RenewLock resets the time to live of the lock on key that this registry
-// holds, whichever goroutine holds it, or whichever Lease (a lease is a
-// hold of the registry, though not of the RedisLock: see RedisLock.Token). It returns ErrNotOwner if the registry
-// holds no lock on key, and ErrLockLost (marking the hold lost) if the Redis
-// key is gone or carries another token.
-func (r *Registry) RenewLock(ctx context.Context, key string) error {
-	if err := checkKey(key); err != nil {
-		return err
-	}
-	l, ok := r.cache.lock(key)
-	if !ok {
-		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, key)
-	}
-	return l.renew(ctx, 0)
-}
-
-// RenewLockFor is RenewLock that sets the hold's TTL to ttl, from now on:
-// this renewal and the later ones, by hand or by the watchdog (Spring's
-// renewLock(key, ttl)). A ttl below MinExpireAfter or above MaxDuration
-// returns ErrInvalidConfig and sends nothing. A shorter ttl shortens the
-// hold's validity at once.
-func (r *Registry) RenewLockFor(ctx context.Context, key string, ttl time.Duration) error {
-	if err := checkDuration("ttl", ttl, MinExpireAfter); err != nil {
-		return err
-	}
-	if err := checkKey(key); err != nil {
-		return err
-	}
-	l, ok := r.cache.lock(key)
-	if !ok {
-		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, key)
-	}
-	return l.renew(ctx, ttl)
 }
 
 // ExecuteLocked runs fn while holding the lock on key, waiting for it as

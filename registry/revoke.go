@@ -28,7 +28,7 @@ type queueHook RedisLock
 
 var _ core.Holder = (*queueHook)(nil)
 
-func (q *queueHook) kindName() string { return kindLock }
+func (q *queueHook) KindName() string { return kindLock }
 
 // Queued loses a lost hold at once and guards a valid one. A hold that is
 // being passed on or released is left to that path, which reports its

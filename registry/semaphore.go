@@ -84,6 +84,7 @@ type semTurn struct {
 // set, and the hold the watchdog renews. It passes from lease to lease of
 // one registry (a hand-off); it is the holder of its holds.
 type permit struct {
+	s       *Semaphore // whose permit it is
 	h       atomic.Pointer[core.Hold]
 	since   int64 // registry clock: obtained in Redis (the run of local holds began)
 	lastCmd int64 // registry clock: the last command on it
@@ -122,7 +123,7 @@ func (r *Registry) Semaphore(key string, permits int) (*Semaphore, error) {
 	s, ok := e.(*Semaphore)
 	switch {
 	case !ok:
-		return nil, fmt.Errorf("%w: %q is a lock in this registry", ErrInvalidKey, key)
+		return nil, fmt.Errorf("%w: %q is a %s in this registry", ErrInvalidKey, key, e.kind())
 	case s.permits != permits:
 		return nil, fmt.Errorf("%w: semaphore %q has %d permits in this registry, not %d", ErrInvalidConfig, key, s.permits, permits)
 	}
@@ -151,6 +152,8 @@ func (s *Semaphore) touch() { s.lastUsed.Store(s.reg.core.Now()) }
 func (s *Semaphore) cacheKey() string { return s.name }
 func (s *Semaphore) used() int64      { return s.lastUsed.Load() }
 func (s *Semaphore) signal(k int64)   { s.wake.Signal(k) }
+func (s *Semaphore) kind() string     { return kindSemaphore }
+func (s *Semaphore) wokenBy() wakeup  { return byTurn }
 
 func (s *Semaphore) busy() bool {
 	s.mu.Lock()
@@ -231,7 +234,7 @@ func (s *Semaphore) acquireOnce(ctx context.Context, ttl time.Duration, waits bo
 	}
 	s.gotPermit(&who)
 	h := p.h.Load()
-	return &Lease{of: s, h: h, since: r.obs.acquired(kindSemaphore, s.key, h, waited || how == reentrant.Queued, time.Duration(r.core.Now()-start))}, nil
+	return &Lease{of: p, h: h, since: r.obs.acquired(kindSemaphore, s.key, h, waited || how == reentrant.Queued, time.Duration(r.core.Now()-start))}, nil
 }
 
 // try makes one attempt for TryAcquire: it fails at once while other
@@ -257,7 +260,7 @@ func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Lease, error) 
 	s.held++
 	s.mu.Unlock()
 	h := p.h.Load()
-	return &Lease{of: s, h: h, since: r.obs.acquired(kindSemaphore, s.key, h, false, -1)}, nil
+	return &Lease{of: p, h: h, since: r.obs.acquired(kindSemaphore, s.key, h, false, -1)}, nil
 }
 
 // gotPermit counts a new lease held, and ends its wait (done).

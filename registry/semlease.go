@@ -14,16 +14,20 @@ import (
 // lease of the same registry that waits for one (as a lock's hold is
 // handed off: handoff.go).
 
-// The Semaphore as the kind of its leases.
-func (s *Semaphore) leaseKey() string { return s.key }
+// A permit as the part of its semaphore that a Lease holds (leased).
+func (p *permit) leaseKey() string     { return p.s.key }
+func (p *permit) holds(le *Lease) bool { return p.h.Load() == le.h }
+func (p *permit) endLease(ctx context.Context, le *Lease) error {
+	return p.s.endLease(ctx, p, le)
+}
+func (p *permit) endLeaseAfter(ctx context.Context, le *Lease, d time.Duration) error {
+	return p.s.endLeaseAfter(ctx, p, le, d)
+}
 
-func (s *Semaphore) holds(le *Lease) bool { return le.h.Kind.(*permit).h.Load() == le.h }
-
-// endLease releases le's permit: it passes to the next lease of this
+// endLease releases le's permit p: it passes to the next lease of this
 // registry that waits, or is given back in Redis (semrelease.lua). Errors
 // are those of a lock's Lease.Release.
-func (s *Semaphore) endLease(ctx context.Context, le *Lease) error {
-	p := le.h.Kind.(*permit)
+func (s *Semaphore) endLease(ctx context.Context, p *permit, le *Lease) error {
 	s.reg.obs.released(kindSemaphore, s.key, p.h.Load(), le.since)
 	var passed error
 	if s.waited() {
@@ -48,9 +52,9 @@ func (s *Semaphore) endLease(ctx context.Context, le *Lease) error {
 // nudge (semnudge.lua) gives it back and tells the waiters in line, who
 // would otherwise sleep until their poll: the expiry they were told of
 // was the permit's old one.
-func (s *Semaphore) endLeaseAfter(ctx context.Context, le *Lease, d time.Duration) error {
+func (s *Semaphore) endLeaseAfter(ctx context.Context, p *permit, le *Lease, d time.Duration) error {
 	r := s.reg
-	h := le.h.Kind.(*permit).h.Load()
+	h := p.h.Load()
 	r.obs.released(kindSemaphore, s.key, h, le.since)
 	h.Retire()
 	h.Renewing.Lock()
@@ -288,7 +292,7 @@ func (s *Semaphore) takeSpare(ctx context.Context, ttl time.Duration) *permit {
 
 var _ core.Holder = (*permit)(nil)
 
-func (p *permit) kindName() string { return kindSemaphore }
+func (p *permit) KindName() string { return kindSemaphore }
 
 // HoldLost: a lost permit blocks no lease of its registry (each waits for
 // a permit in Redis, where the lost one has expired or is gone), so there

@@ -45,7 +45,7 @@ type subscriber struct {
 	// does not know. lockKey filters what it hears.
 	wide    string
 	lockKey func(ch string) (lk string, ok bool) // the lock key that channel ch names, if it is for this registry
-	wakes   func(e cached) bool                  // whose waiters it wakes when messages may have been lost
+	wakes   wakeup                               // the waiters it wakes: those woken by the messages it hears
 	// refused is set while the server refuses both pattern and wide: the
 	// waiters it would wake queue as pollers meanwhile (a listener that
 	// hears nothing would be given turns it misses).
@@ -61,8 +61,7 @@ const refusedRetry = time.Minute
 // newReleaseSubscriber returns r's subscriber to release messages, which
 // wake locks (a semaphore hears turn messages only).
 func newReleaseSubscriber(r *Registry) *subscriber {
-	return &subscriber{r: r, pattern: r.layout.ChannelPattern(), lockKey: r.layout.LockKeyOfChannel,
-		wakes: func(e cached) bool { _, ok := e.(*Semaphore); return !ok }}
+	return &subscriber{r: r, pattern: r.layout.ChannelPattern(), lockKey: r.layout.LockKeyOfChannel, wakes: byRelease}
 }
 
 // newTurnSubscriber returns r's subscriber to its semaphore turns.
@@ -70,7 +69,7 @@ func newTurnSubscriber(r *Registry) *subscriber {
 	id := r.core.ClientID
 	return &subscriber{r: r, pattern: r.layout.TurnPattern(id), wide: r.layout.AllTurnsPattern(),
 		lockKey: func(ch string) (string, bool) { return r.layout.LockKeyOfTurnChannel(id, ch) },
-		wakes:   func(e cached) bool { _, ok := e.(*Semaphore); return ok }}
+		wakes:   byTurn}
 }
 
 // start starts the subscriber once: a registry that never waits never
@@ -195,7 +194,7 @@ func (s *subscriber) deliver(ch string) {
 // wakes try at once: messages may have been lost.
 func (s *subscriber) wakeAll() {
 	s.r.cache.each(func(e cached) {
-		if s.wakes(e) {
+		if e.wokenBy() == s.wakes {
 			e.signal(core.EveryTurn)
 		}
 	})

@@ -51,6 +51,8 @@ type Hold struct {
 // locally (a RedisLock revokes its local mutex if goroutines queue).
 type Holder interface {
 	HoldLost(h *Hold)
+	// KindName names the kind ("lock", "semaphore"), for the Observer.
+	KindName() string
 }
 
 // drift is the safety margin subtracted from a hold's validity for clock

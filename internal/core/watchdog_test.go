@@ -35,6 +35,7 @@ func (f *fakeRenewer) RenewBatch(_ context.Context, calls []RenewCall) []RenewRe
 type nobody struct{}
 
 func (nobody) HoldLost(*Hold) {}
+func (nobody) KindName() string { return "nobody" }
 
 // The watchdog renews the holds of every kind, each through its own
 // renewer, in one batch per kind; a released hold is left out.
