@@ -20,7 +20,7 @@ import (
 // the lock was not taken at the first attempt: another holder had it, or
 // this lock instance let others go first.
 func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duration) (waited bool, err error) {
-	r := l.reg
+	r := l.eng
 	var race time.Duration // after a release that let anyone take the key: a short poll, longer each time
 	waited = l.turn.yield || l.turn.waitUntil > 0
 	if l.turn.yield {
@@ -68,7 +68,7 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 // await sleeps for d, or until release messages say that the waiter's
 // turn may have come (Core.Await).
 func (l *RedisLock) await(ctx context.Context, d time.Duration, mark int64, after int) error {
-	return l.reg.core.Await(ctx, l.wake, d, mark, after, nil)
+	return l.eng.core.Await(ctx, l.wake, d, mark, after, nil)
 }
 
 // leaveQueue takes this lock instance out of the key's wait queue, in the
@@ -81,7 +81,7 @@ func (l *RedisLock) leaveQueue() {
 		return
 	}
 	l.turn.queued, l.turn.waitUntil = false, 0
-	r := l.reg
+	r := l.eng
 	id := l.waiter.Renew(&r.core) // the next wait queues anew, out of this leave's reach
 	leave := func(ctx context.Context) {
 		if err := r.mutex.leave(ctx, l.key, id); err != nil {
@@ -99,7 +99,7 @@ func (l *RedisLock) leaveQueue() {
 // key is expected free unless the last acquisition found it taken. waits
 // says the caller waits if it fails (see hint).
 func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits bool) (grant, error) {
-	r := l.reg
+	r := l.eng
 	r.eviction.check(ctx, r.core.Exec, r.core.Log)
 	r.labels.publish(ctx) // once, before the registry's first attempt: it holds or waits from now on
 	token := r.core.NewToken()
@@ -146,7 +146,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 // queues as a poller, so that no turn is given to it that it would not
 // hear of.
 func (l *RedisLock) hint(free, waits bool) hint {
-	r := l.reg
+	r := l.eng
 	deaf := false
 	if waits && l.wake != nil {
 		e, ok := r.cache.peek(l.name)

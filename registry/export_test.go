@@ -73,7 +73,7 @@ func RunRule(ctx context.Context, c Client, keys []string, args ...any) (any, er
 // was found gone), on the registry's clock; it arms no timer.
 func (l *RedisLock) HoldLost() bool {
 	h := l.hold.Load()
-	return h != nil && h.Lost(l.reg.core.Now())
+	return h != nil && h.Lost(l.eng.core.Now())
 }
 
 // Renewing returns the number of holds the watchdog renews.
@@ -99,7 +99,7 @@ func (s *Semaphore) InheritToldWait(d time.Duration) {
 	s.mu.Lock()
 	s.queued = true
 	s.mu.Unlock()
-	s.turn.waitUntil, s.turn.mark, s.turn.after = s.reg.core.Now()+int64(d), s.wake.Mark(), 1
+	s.turn.waitUntil, s.turn.mark, s.turn.after = s.eng.core.Now()+int64(d), s.wake.Mark(), 1
 	s.wake.Signal(1)
 }
 
@@ -110,7 +110,7 @@ func (r *Registry) ID() string { return r.core.ClientID }
 // LeaveAs runs the wait queue's leave for waiter on s's key, as a head
 // that gives up does for its own entry.
 func (s *Semaphore) LeaveAs(ctx context.Context, waiter string) error {
-	return s.reg.sem.leave(ctx, s.key, waiter, s.permits)
+	return s.eng.sem.leave(ctx, s.key, waiter, s.permits)
 }
 
 // WithRefusedRetry sets how soon a turn subscriber that the server refused

@@ -119,7 +119,7 @@ const (
 // handOff passes the hold h of who, whose outermost unlock this is, to the
 // next local waiter. The error says why a pass failed.
 func (l *RedisLock) handOff(ctx context.Context, h *core.Hold, who reentrant.Owner) (handoffResult, error) {
-	r := l.reg
+	r := l.eng
 	now := r.core.Now()
 	if r.core.BG.IsClosed() || h.Lost(now) {
 		return notHandedOver, nil
@@ -146,8 +146,8 @@ func (l *RedisLock) handOff(ctx context.Context, h *core.Hold, who reentrant.Own
 	case err != nil:
 		// The key may or may not still be ours: free it in the
 		// background rather than wait for a second command now.
-		l.reg.releaseLater(l.key, h.Token)
-		return passFailed, l.reg.releaseFailed(l.key, err)
+		l.eng.releaseLater(l.key, h.Token)
+		return passFailed, l.eng.releaseFailed(l.key, err)
 	case res == handedOver:
 		return l.giveLocal(who), nil
 	default:
@@ -173,7 +173,7 @@ func (l *RedisLock) giveLocal(who reentrant.Owner) handoffResult {
 // When the key is kept it replaces h with a hold of ttl renewed from the
 // pass's send time (and, with fencing, a new token).
 func (l *RedisLock) pass(ctx context.Context, h *core.Hold, ttl time.Duration, force bool) (handoffResult, error) {
-	r := l.reg
+	r := l.eng
 	// h is retired here whatever the outcome: a renewal of h that lands
 	// after the pass (which may delete the key) is not a loss. One that is
 	// in flight is waited for, so that it cannot reset the TTL after the
@@ -227,10 +227,10 @@ func (l *RedisLock) inherit(ctx context.Context, ttl time.Duration) bool {
 	if h == nil {
 		return false
 	}
-	if h.TTL() != ttl && !h.Lost(l.reg.core.Now()) {
+	if h.TTL() != ttl && !h.Lost(l.eng.core.Now()) {
 		_ = l.renew(ctx, ttl) // a failure leaves h lost, or valid at its TTL
 	}
-	if !h.Lost(l.reg.core.Now()) {
+	if !h.Lost(l.eng.core.Now()) {
 		l.setPhase(held)
 		l.touch()
 		if l.local.Waiters() > 0 {
@@ -241,7 +241,7 @@ func (l *RedisLock) inherit(ctx context.Context, ttl time.Duration) bool {
 	h.Lose() // the caller owns the mutex, not yet held: nothing is revoked
 	h.Retire()
 	l.hold.Store(nil)
-	l.reg.releaseLater(l.key, h.Token)
+	l.eng.releaseLater(l.key, h.Token)
 	return false
 }
 
@@ -253,5 +253,5 @@ func (l *RedisLock) yieldFirst(ctx context.Context) error {
 		return nil
 	}
 	l.turn.yield = false
-	return l.reg.core.BG.Sleep(ctx, l.turn.grace, nil)
+	return l.eng.core.BG.Sleep(ctx, l.turn.grace, nil)
 }

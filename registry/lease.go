@@ -260,14 +260,14 @@ func (le *Lease) begin() bool {
 // obtains the key in Redis once it has expired.
 func (l *RedisLock) expireAfter(ctx context.Context, d time.Duration, who reentrant.Owner) error {
 	h := l.hold.Load()
-	l.reg.obs.released(kindLock, l.key, h, l.since.Load())
+	l.eng.obs.released(kindLock, l.key, h, l.since.Load())
 	l.setPhase(releasing)
 	// As for a pass: no renewal (the watchdog, RenewLock) may reach Redis
 	// after this command and give the key its full TTL again.
 	h.Retire()
 	h.Renewing.Lock()
 	defer h.Renewing.Unlock()
-	ok, _, err := l.reg.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
+	ok, _, err := l.eng.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
 		return h.Proto.Renew(ctx, l.key, h.Token, d)
 	})
 	if errors.Is(err, ErrReplicaAck) {
@@ -276,12 +276,12 @@ func (l *RedisLock) expireAfter(ctx context.Context, d time.Duration, who reentr
 	switch {
 	case err != nil:
 		// The key expires by its TTL, or by d if the command ran.
-		err = errors.Join(l.reg.releaseFailed(l.key, err), h.LostAtRelease())
+		err = errors.Join(l.eng.releaseFailed(l.key, err), h.LostAtRelease())
 	case !ok:
 		err = core.KeyGone(l.key)
 	default:
 		err = h.LostAtRelease()
-		l.reg.nudgeAfter(l.key, h.Token, d)
+		l.eng.nudgeAfter(l.key, h.Token, d)
 	}
 	return l.teardown(h, err, who)
 }
@@ -302,20 +302,20 @@ const maxNudge = time.Minute
 // the nudge runs in the registry's background group, so Close stops it,
 // and a timer that fires after Close does nothing. If the key still lives
 // (the clocks differ), it tries again when it should not, at most twice.
-func (r *Registry) nudgeAfter(lk, token string, d time.Duration) {
+func (r *engine) nudgeAfter(lk, token string, d time.Duration) {
 	r.nudgeWith(d, func(ctx context.Context) (time.Duration, error) { return r.mutex.nudge(ctx, lk, token) })
 }
 
 // nudgeWith runs nudge d from now (if d is at most maxNudge), and again
 // when it says how long what it waits for has left, at most three times in
 // all: nudgeAfter's timing, for any kind.
-func (r *Registry) nudgeWith(d time.Duration, nudge func(context.Context) (left time.Duration, err error)) {
+func (r *engine) nudgeWith(d time.Duration, nudge func(context.Context) (left time.Duration, err error)) {
 	if d <= maxNudge {
 		r.nudgeIn(d, 3, nudge)
 	}
 }
 
-func (r *Registry) nudgeIn(d time.Duration, tries int, nudge func(context.Context) (time.Duration, error)) {
+func (r *engine) nudgeIn(d time.Duration, tries int, nudge func(context.Context) (time.Duration, error)) {
 	time.AfterFunc(d+nudgeMargin, func() {
 		r.core.BG.Spawn(func() {
 			left, err := nudge(r.core.BG.Ctx)

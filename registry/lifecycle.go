@@ -48,7 +48,7 @@ func (l *RedisLock) setPhase(p phase) { l.phase.Store(int32(p)) }
 // lease), then the Redis key with a TTL of ttl. With retryAll every Redis
 // error is retried (Lock); otherwise only transient ones.
 func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration, who reentrant.Owner) error {
-	r := l.reg
+	r := l.eng
 	if r.core.BG.IsClosed() {
 		return ErrClosed
 	}
@@ -61,7 +61,7 @@ func (l *RedisLock) lock(ctx context.Context, retryAll bool, ttl time.Duration, 
 
 // lockAs is lock's wait, begun at start.
 func (l *RedisLock) lockAs(ctx context.Context, retryAll bool, ttl time.Duration, who reentrant.Owner, start int64) error {
-	r := l.reg
+	r := l.eng
 	how, err := l.local.Lock(ctx, r.core.BG.Closed, (*queueHook)(l), reentrant.Request{TTL: ttl}, who)
 	switch {
 	case errors.Is(err, reentrant.ErrAborted):
@@ -94,7 +94,7 @@ func (l *RedisLock) lockAs(ctx context.Context, retryAll bool, ttl time.Duration
 // begin makes h the lock's hold, held: the watchdog renews it from now on,
 // and local waiters are guarded against its loss.
 func (l *RedisLock) begin(h *core.Hold) {
-	l.since.Store(l.reg.core.Now()) // before a revocation can read it
+	l.since.Store(l.eng.core.Now()) // before a revocation can read it
 	l.hold.Store(h)
 	l.setPhase(held) // before the guard: a loss it finds at once is revocable
 	l.track(h)
@@ -112,7 +112,7 @@ func (l *RedisLock) install(h *core.Hold) {
 // track hands h, the lock's hold, to the watchdog, and guards it if
 // goroutines queue behind it.
 func (l *RedisLock) track(h *core.Hold) {
-	l.reg.core.Watchdog.Track(h)
+	l.eng.core.Watchdog.Track(h)
 	l.touch()
 	if l.local.Waiters() > 0 {
 		h.Guard()
@@ -123,7 +123,7 @@ func (l *RedisLock) track(h *core.Hold) {
 // hands the hold over to the next local owner, or releases the key.
 func (l *RedisLock) unlock(ctx context.Context, who reentrant.Owner) error {
 	h := l.hold.Load()
-	l.reg.obs.released(kindLock, l.key, h, l.since.Load())
+	l.eng.obs.released(kindLock, l.key, h, l.since.Load())
 	if l.local.Waiters() > 0 {
 		l.setPhase(handingOver)
 		switch res, err := l.handOff(ctx, h, who); res {
@@ -158,7 +158,7 @@ func (l *RedisLock) release(ctx context.Context, h *core.Hold, first error) erro
 	// expected: the acquisition found the key free (taken), and the last
 	// release found nobody queued (crowded); else release.lua gives the
 	// turn (mutexProto.release).
-	done, others, firstHere, err := l.reg.deleteToken(context.WithoutCancel(ctx), l.key, h.Token, !l.turn.taken && !l.turn.crowded)
+	done, others, firstHere, err := l.eng.deleteToken(context.WithoutCancel(ctx), l.key, h.Token, !l.turn.taken && !l.turn.crowded)
 	if others {
 		// Waiters are queued: the next acquisition starts with the obtain
 		// script, which respects their turns (a plain SET would not).
@@ -174,7 +174,7 @@ func (l *RedisLock) release(ctx context.Context, h *core.Hold, first error) erro
 }
 
 // releaseFailed counts a release that failed in Redis, and returns its error.
-func (l *RedisLock) releaseFailed(err error) error { return l.reg.releaseFailed(l.key, err) }
+func (l *RedisLock) releaseFailed(err error) error { return l.eng.releaseFailed(l.key, err) }
 
 // gone is the loss of a hold whose key was not its own at its release.
 func (l *RedisLock) gone() error { return core.KeyGone(l.key) }

@@ -95,6 +95,11 @@ const (
 	pollSlack = 2 * time.Millisecond
 )
 
+// refusedRetry is how long a subscriber that the server refused (NOPERM)
+// waits before it asks again (subscriber.go): an ACL is fixed by hand, if
+// at all.
+const refusedRetry = time.Minute
+
 // Runs of local holds (handoff.go): free passes go on for freePassSpan
 // after the last command on the key; chainSpan bounds a run, so the share
 // of time a busy instance leaves its key free for others is about

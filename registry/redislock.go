@@ -21,7 +21,7 @@ var _ sync.Locker = (*RedisLock)(nil)
 // Lock needs an Unlock by the same goroutine, and only the outermost one
 // releases the key in Redis.
 type RedisLock struct {
-	reg *Registry
+	eng *engine
 	// key is the full Redis key (wire.Layout.LockKey); name is the key the
 	// lock was obtained with, a substring of key. The wait marker, fence
 	// counter and channel are derived from key when needed, so that a
@@ -60,7 +60,7 @@ func (r *Registry) Obtain(key string) (*RedisLock, error) {
 	e, ok := r.cache.peek(key)
 	if !ok {
 		var err error
-		if e, err = r.cache.getOrInsert(key, func() cached { return newRedisLock(r, key) }); err != nil {
+		if e, err = r.cache.getOrInsert(key, func() cached { return newRedisLock(&r.engine, key) }); err != nil {
 			return nil, err
 		}
 	}
@@ -117,9 +117,9 @@ func (r *Registry) RenewLockFor(ctx context.Context, key string, ttl time.Durati
 	return l.renew(ctx, ttl)
 }
 
-func newRedisLock(r *Registry, name string) *RedisLock {
+func newRedisLock(r *engine, name string) *RedisLock {
 	key := r.layout.LockKey(name)
-	l := &RedisLock{reg: r, key: key}
+	l := &RedisLock{eng: r, key: key}
 	l.waiter.Renew(&r.core)
 	l.name, _ = r.layout.UserKey(key) // name, sharing key's memory
 	l.wake = core.NewWaker(r.cfg.lockType == PubSubLock)
@@ -184,7 +184,7 @@ func (l *RedisLock) Lost() <-chan struct{} {
 	return h.Watch().Done()
 }
 
-func (l *RedisLock) touch() { l.lastUsed.Store(l.reg.core.Now()) }
+func (l *RedisLock) touch() { l.lastUsed.Store(l.eng.core.Now()) }
 
 // The RedisLock as a cache entry.
 func (l *RedisLock) cacheKey() string { return l.name }
@@ -199,7 +199,7 @@ func (l *RedisLock) wokenBy() wakeup  { return byRelease }
 // LockContext to see them). It panics with an error wrapping ErrClosed if the
 // registry is or gets closed.
 func (l *RedisLock) Lock() {
-	if err := l.lock(context.Background(), true, l.reg.cfg.expireAfter, reentrant.Self()); err != nil {
+	if err := l.lock(context.Background(), true, l.eng.cfg.expireAfter, reentrant.Self()); err != nil {
 		panic(core.WrapKey("Lock", l.key, err))
 	}
 }
@@ -210,7 +210,7 @@ func (l *RedisLock) Lock() {
 // ctx.Err() that also wraps the last Redis error; other Redis errors (such as
 // WRONGTYPE) and ErrClosed return at once. On error nothing is held.
 func (l *RedisLock) LockContext(ctx context.Context) error {
-	return l.lock(ctx, false, l.reg.cfg.expireAfter, reentrant.Self())
+	return l.lock(ctx, false, l.eng.cfg.expireAfter, reentrant.Self())
 }
 
 // LockFor is LockContext for one acquisition whose key lives ttl in Redis
@@ -233,9 +233,9 @@ func (l *RedisLock) LockFor(ctx context.Context, ttl time.Duration) error {
 // A Redis error counts as not acquired and is logged. After Close it returns
 // false.
 func (l *RedisLock) TryLock() bool {
-	res, err := l.tryLock(context.Background(), l.reg.cfg.expireAfter, reentrant.Self())
+	res, err := l.tryLock(context.Background(), l.eng.cfg.expireAfter, reentrant.Self())
 	if err != nil && res != tryClosed {
-		l.reg.core.Log.Warn("lockyard: TryLock failed", "key", l.key, "err", err)
+		l.eng.core.Log.Warn("lockyard: TryLock failed", "key", l.key, "err", err)
 	}
 	return res == tryHeld
 }
@@ -246,10 +246,10 @@ func (l *RedisLock) TryLock() bool {
 // in Redis), or the Redis or ctx error (ErrClosed after Close). Nothing is
 // logged.
 func (l *RedisLock) TryLockContext(ctx context.Context) error {
-	if err := ctx.Err(); err != nil && !l.reg.core.BG.IsClosed() {
+	if err := ctx.Err(); err != nil && !l.eng.core.BG.IsClosed() {
 		return core.WrapKey("trying", l.key, err)
 	}
-	return l.tryErr(l.tryLock(ctx, l.reg.cfg.expireAfter, reentrant.Self()))
+	return l.tryErr(l.tryLock(ctx, l.eng.cfg.expireAfter, reentrant.Self()))
 }
 
 // Unlock releases one hold of the calling goroutine; the outermost one
@@ -266,9 +266,9 @@ func (l *RedisLock) Unlock() {
 	case errors.Is(err, ErrNotOwner):
 		panic(fmt.Errorf("%w: Unlock of %q by a goroutine that does not hold it", ErrNotOwner, l.key))
 	case errors.Is(err, ErrLockLost):
-		l.reg.core.Log.Error("lockyard: lock was lost before Unlock", "key", l.key, "token", token, "err", err)
+		l.eng.core.Log.Error("lockyard: lock was lost before Unlock", "key", l.key, "token", token, "err", err)
 	default:
-		l.reg.core.Log.Error("lockyard: release failed; the key expires by its TTL", "key", l.key, "token", token, "err", err)
+		l.eng.core.Log.Error("lockyard: release failed; the key expires by its TTL", "key", l.key, "token", token, "err", err)
 	}
 }
 

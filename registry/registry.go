@@ -23,18 +23,7 @@ import (
 // background goroutines that Close stops), the cache of locks and the
 // subscribers.
 type Registry struct {
-	core   core.Core
-	layout wire.Layout
-	cfg    config
-	labels labeller  // publishes the registry's label (label.go)
-	obs    observing // Stats and the Observer (observe.go)
-
-	mutex      *mutexProto // the protocol of RedisLock and its Leases
-	sem        *semProto   // the protocol of Semaphore; nil under Redlock
-	cache      cache
-	subscriber *subscriber // release messages
-	turns      *subscriber // semaphore turns, told to this registry alone
-	eviction   eviction
+	engine
 }
 
 // NewWithClient is New on any Client: the go-redis adapter (Sentinel,
@@ -60,7 +49,7 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{
+	r := &Registry{engine{
 		core: core.Core{
 			Log:      cfg.logger.With("registry", registryKey),
 			Epoch:    time.Now(),
@@ -70,7 +59,7 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 		},
 		layout: wire.Layout{Registry: registryKey, HashTag: cfg.hashTag},
 		cfg:    cfg,
-	}
+	}}
 	r.core.Exec = newExec(cfg, r.core.Counters)
 	r.obs = observing{c: &r.core, o: cfg.observer}
 	r.labels = labeller{c: &r.core, key: r.layout.LabelKey(r.core.ClientID), label: cfg.label}
@@ -83,7 +72,8 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 	if cfg.observer != nil {
 		r.core.OnRenewalFailed, r.core.OnLost = r.obs.renewalFailed, r.obs.lost
 	}
-	r.subscriber, r.turns = newReleaseSubscriber(r), newTurnSubscriber(r)
+	r.subscriber = newReleaseSubscriber(&r.core, &r.cache, r.layout, &r.cfg)
+	r.turns = newTurnSubscriber(&r.core, &r.cache, r.layout, &r.cfg)
 	return r, nil
 }
 

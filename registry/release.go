@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/lockyard/lockyard/internal/core"
 )
 
 // deleteToken runs the release script of lk for token until it gets an answer,
@@ -22,7 +20,7 @@ import (
 //
 // others reports that the release found other registries waiting for lk;
 // quiet, that the caller expects none (mutexProto.release).
-func (r *Registry) deleteToken(ctx context.Context, lk, token string, quiet bool) (done, others bool, first, err error) {
+func (r *engine) deleteToken(ctx context.Context, lk, token string, quiet bool) (done, others bool, first, err error) {
 	done, first, err = r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
 		var d bool
 		d, others, err = r.mutex.release(ctx, lk, token, quiet)
@@ -31,26 +29,10 @@ func (r *Registry) deleteToken(ctx context.Context, lk, token string, quiet bool
 	return done, others, first, err
 }
 
-// releaseOn runs c, a call of the release script s (release.lua,
-// semrelease.lua), on one node. While the key's Cluster slot migrates,
-// Redis refuses a script on several keys of the slot that the node does
-// not all have (TRYAGAIN), which a release's wait-queue keys seldom all
-// exist for, until the migration ends: s then runs again on the key alone,
-// which the node that has it serves (by ASK), and gives it back without
-// the queue, rather than leave it to its TTL.
-func releaseOn(ctx context.Context, one *core.ClientExec, s *Script, c Call) (done, others bool, err error) {
-	done, others, err = decodeRelease(one.One(ctx, s, c))
-	if core.IsTryAgain(err) {
-		c.Keys = c.Keys[:1]
-		done, others, err = decodeRelease(one.One(ctx, s, c))
-	}
-	return done, others, err
-}
-
 // releaseLater deletes, in the background and best effort, the lock key lk that
 // this registry may have set with token without knowing it, so that it does not block
 // others until its TTL runs out.
-func (r *Registry) releaseLater(lk, token string) {
+func (r *engine) releaseLater(lk, token string) {
 	r.core.BG.Spawn(func() {
 		// bg.ctx: Close does not wait for a server that is down; the key
 		// then expires by its TTL.
@@ -62,7 +44,7 @@ func (r *Registry) releaseLater(lk, token string) {
 // server that is down), or, once the registry is closed, at once within a
 // short bound: a waiter that Close woke leaves the wait queue on its way
 // out, and a permit is given back rather than left taken for its TTL.
-func (r *Registry) soon(fn func(ctx context.Context)) {
+func (r *engine) soon(fn func(ctx context.Context)) {
 	if !r.core.BG.Spawn(func() { fn(r.core.BG.Ctx) }) {
 		ctx, cancel := context.WithTimeout(context.Background(), min(r.cfg.commandTimeout, closeLeave))
 		defer cancel()
@@ -75,7 +57,7 @@ const closeLeave = 500 * time.Millisecond
 
 // releaseFailed counts a release of key that failed with err in Redis
 // (Stats.ReleaseFailed), and returns its error.
-func (r *Registry) releaseFailed(key string, err error) error {
+func (r *engine) releaseFailed(key string, err error) error {
 	r.core.Counters.ReleaseFailed.Add(1)
 	return fmt.Errorf("%w: %q: %w", ErrReleaseFailed, key, err)
 }

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -107,4 +108,20 @@ func decodeRelease(v any, err error) (done, others bool, _ error) {
 	}
 	n, err := core.ReplyInt(v)
 	return n >= 1, n == 2, err
+}
+
+// releaseOn runs c, a call of the release script s (release.lua,
+// semrelease.lua), on one node. While the key's Cluster slot migrates,
+// Redis refuses a script on several keys of the slot that the node does
+// not all have (TRYAGAIN), which a release's wait-queue keys seldom all
+// exist for, until the migration ends: s then runs again on the key alone,
+// which the node that has it serves (by ASK), and gives it back without
+// the queue, rather than leave it to its TTL.
+func releaseOn(ctx context.Context, one *core.ClientExec, s *Script, c Call) (done, others bool, err error) {
+	done, others, err = decodeRelease(one.One(ctx, s, c))
+	if core.IsTryAgain(err) {
+		c.Keys = c.Keys[:1]
+		done, others, err = decodeRelease(one.One(ctx, s, c))
+	}
+	return done, others, err
 }

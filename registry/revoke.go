@@ -38,7 +38,7 @@ func (q *queueHook) Queued() {
 	h := l.hold.Load()
 	switch {
 	case h == nil:
-	case !h.Lost(l.reg.core.Now()):
+	case !h.Lost(l.eng.core.Now()):
 		h.Guard() // does nothing once h is released
 	case !h.Released():
 		h.Lose()
@@ -58,7 +58,7 @@ func (q *queueHook) HoldLost(h *core.Hold) {
 // it did (TryLock then tries again).
 func (l *RedisLock) revokeLost() bool {
 	h := l.hold.Load()
-	if h == nil || !h.Lost(l.reg.core.Now()) || h.Released() {
+	if h == nil || !h.Lost(l.eng.core.Now()) || h.Released() {
 		return false
 	}
 	h.Lose()
@@ -70,7 +70,7 @@ func (l *RedisLock) revokeLost() bool {
 // retired, and its key deleted in the background if it still carries h's
 // token. The mutex goes to the next local waiter.
 func (l *RedisLock) revoke(h *core.Hold) bool {
-	r := l.reg
+	r := l.eng
 	var since int64
 	if !l.local.Revoke(func() bool {
 		since = l.since.Load() // the revoked owner's: the next owner sets its own once this returns true

@@ -18,7 +18,7 @@ import (
 // as the script says, and waking early when the registry is told that its
 // turn has come or a permit is handed off. The caller owns head.
 func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, waited bool, err error) {
-	r := s.reg
+	r := s.eng
 	s.mu.Lock()
 	if !s.queued { // the last head's entry is gone: no turn to wait for
 		s.turn.waitUntil = 0
@@ -131,10 +131,10 @@ func (s *Semaphore) holdsAll() bool {
 // the subscriber wakes the cached one), or the server refuses the turn
 // channels.
 func (s *Semaphore) deaf() bool {
-	if s.reg.turns.refused.Load() {
+	if s.eng.turns.refused.Load() {
 		return true
 	}
-	e, ok := s.reg.cache.peek(s.name)
+	e, ok := s.eng.cache.peek(s.name)
 	return !ok || e != cached(s)
 }
 
@@ -146,7 +146,7 @@ func (s *Semaphore) deaf() bool {
 //
 // mark is the waker's count before the attempt.
 func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, waits bool, mark int64) (*permit, grant, error) {
-	r := s.reg
+	r := s.eng
 	r.labels.publish(ctx) // once, before the registry's first attempt
 	token := r.core.NewToken()
 	more := false
@@ -195,14 +195,14 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 // install makes h the hold of p, tracked by the watchdog.
 func (s *Semaphore) install(p *permit, h *core.Hold) {
 	p.h.Store(h)
-	s.reg.core.Watchdog.Track(h)
+	s.eng.core.Watchdog.Track(h)
 }
 
 // leaveQueue takes the instance's old waiter id out of the wait queue in
 // the background, so that no turn is given to it (done gave the instance a
 // new id first).
 func (s *Semaphore) leaveQueue(id string) {
-	r := s.reg
+	r := s.eng
 	leave := func(ctx context.Context) {
 		if err := r.sem.leave(ctx, s.key, id, s.permits); err != nil {
 			r.core.Log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", s.key, "err", err)
@@ -216,7 +216,7 @@ func (s *Semaphore) leaveQueue(id string) {
 // at once, within a short bound (the permit would otherwise stay taken
 // for its TTL).
 func (s *Semaphore) releaseLater(token string) {
-	r := s.reg
+	r := s.eng
 	r.soon(func(ctx context.Context) {
 		_, _, _ = r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
 			done, _, err := r.sem.release(ctx, s.key, token, s.permits)

@@ -40,7 +40,7 @@ import (
 // its keys share one hash slot) and the TIME command; a Redlock registry or
 // one made WithReplicaAck refuses it with ErrInvalidConfig.
 type Semaphore struct {
-	reg       *Registry
+	eng       *engine
 	key, name string
 	permits   int
 	// waiter is the semaphore instance's id in the key's wait queue, as a
@@ -116,7 +116,7 @@ func (r *Registry) Semaphore(key string, permits int) (*Semaphore, error) {
 	e, ok := r.cache.peek(key)
 	if !ok {
 		var err error
-		if e, err = r.cache.getOrInsert(key, func() cached { return newSemaphore(r, key, permits) }); err != nil {
+		if e, err = r.cache.getOrInsert(key, func() cached { return newSemaphore(&r.engine, key, permits) }); err != nil {
 			return nil, err
 		}
 	}
@@ -131,9 +131,9 @@ func (r *Registry) Semaphore(key string, permits int) (*Semaphore, error) {
 	return s, nil
 }
 
-func newSemaphore(r *Registry, name string, permits int) *Semaphore {
+func newSemaphore(r *engine, name string, permits int) *Semaphore {
 	key := r.layout.LockKey(name)
-	s := &Semaphore{reg: r, key: key, permits: permits, pubsub: r.cfg.lockType == PubSubLock, wake: core.NewWaker(true)}
+	s := &Semaphore{eng: r, key: key, permits: permits, pubsub: r.cfg.lockType == PubSubLock, wake: core.NewWaker(true)}
 	s.waiter.Renew(&r.core)
 	s.name, _ = r.layout.UserKey(key)
 	s.touch()
@@ -146,7 +146,7 @@ func (s *Semaphore) Key() string { return s.key }
 // Permits returns how many leases of the semaphore may be held at once.
 func (s *Semaphore) Permits() int { return s.permits }
 
-func (s *Semaphore) touch() { s.lastUsed.Store(s.reg.core.Now()) }
+func (s *Semaphore) touch() { s.lastUsed.Store(s.eng.core.Now()) }
 
 // The Semaphore as a cache entry.
 func (s *Semaphore) cacheKey() string { return s.name }
@@ -181,7 +181,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Lease, 
 }
 
 func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, waits bool) (*Lease, error) {
-	r := s.reg
+	r := s.eng
 	if !waits {
 		le, err := s.acquireOnce(ctx, ttl, false)
 		r.obs.tried(err)
@@ -195,7 +195,7 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, waits bool) 
 
 // acquireOnce is acquire's attempt (TryAcquire), or its wait.
 func (s *Semaphore) acquireOnce(ctx context.Context, ttl time.Duration, waits bool) (*Lease, error) {
-	r := s.reg
+	r := s.eng
 	if ttl <= 0 {
 		ttl = r.cfg.expireAfter
 	} else if err := checkDuration("ttl", ttl, MinExpireAfter); err != nil {
@@ -240,7 +240,7 @@ func (s *Semaphore) acquireOnce(ctx context.Context, ttl time.Duration, waits bo
 // try makes one attempt for TryAcquire: it fails at once while other
 // leases of this registry wait, and never queues.
 func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Lease, error) {
-	r := s.reg
+	r := s.eng
 	s.mu.Lock()
 	waiting := s.needers > 0
 	s.mu.Unlock()
@@ -286,7 +286,7 @@ func (s *Semaphore) done(who *reentrant.Owner) {
 	var leave string
 	if last && s.queued {
 		// Before the next lease can wait: it queues under the new id.
-		leave = s.waiter.Renew(&s.reg.core)
+		leave = s.waiter.Renew(&s.eng.core)
 	}
 	if last {
 		spare, s.spare, s.queued = s.spare, nil, false

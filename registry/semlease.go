@@ -28,7 +28,7 @@ func (p *permit) endLeaseAfter(ctx context.Context, le *Lease, d time.Duration) 
 // registry that waits, or is given back in Redis (semrelease.lua). Errors
 // are those of a lock's Lease.Release.
 func (s *Semaphore) endLease(ctx context.Context, p *permit, le *Lease) error {
-	s.reg.obs.released(kindSemaphore, s.key, p.h.Load(), le.since)
+	s.eng.obs.released(kindSemaphore, s.key, p.h.Load(), le.since)
 	var passed error
 	if s.waited() {
 		switch res, err := s.handOff(ctx, p); res {
@@ -53,7 +53,7 @@ func (s *Semaphore) endLease(ctx context.Context, p *permit, le *Lease) error {
 // would otherwise sleep until their poll: the expiry they were told of
 // was the permit's old one.
 func (s *Semaphore) endLeaseAfter(ctx context.Context, p *permit, le *Lease, d time.Duration) error {
-	r := s.reg
+	r := s.eng
 	h := p.h.Load()
 	r.obs.released(kindSemaphore, s.key, h, le.since)
 	h.Retire()
@@ -64,7 +64,7 @@ func (s *Semaphore) endLeaseAfter(ctx context.Context, p *permit, le *Lease, d t
 	h.Renewing.Unlock()
 	switch {
 	case err != nil:
-		err = errors.Join(s.reg.releaseFailed(s.key, err), h.LostAtRelease())
+		err = errors.Join(s.eng.releaseFailed(s.key, err), h.LostAtRelease())
 	case !ok:
 		err = core.KeyGone(s.key)
 	default:
@@ -80,7 +80,7 @@ func (s *Semaphore) endLeaseAfter(ctx context.Context, p *permit, le *Lease, d t
 // not given twice): after a timeout, whose outcome is unknown, it runs once
 // more in the background. If that fails too, the waiters try at their polls.
 func (s *Semaphore) giveTurns(ctx context.Context) {
-	r := s.reg
+	r := s.eng
 	s.crowded.Store(true)
 	give := func(ctx context.Context) error {
 		var migrating error
@@ -130,7 +130,7 @@ func (s *Semaphore) waited() bool {
 // (giveTurns). passed is the network error of a pass that this release
 // replaces, after which the pass may have run, or nil.
 func (s *Semaphore) release(ctx context.Context, h *core.Hold, passed error) error {
-	r := s.reg
+	r := s.eng
 	h.Retire()
 	ctx = context.WithoutCancel(ctx)
 	plain, turns := !s.crowded.Load() && r.sem.plainOK(), false
@@ -156,7 +156,7 @@ func (s *Semaphore) release(ctx context.Context, h *core.Hold, passed error) err
 }
 
 // releaseFailed counts a release that failed in Redis, and returns its error.
-func (s *Semaphore) releaseFailed(err error) error { return s.reg.releaseFailed(s.key, err) }
+func (s *Semaphore) releaseFailed(err error) error { return s.eng.releaseFailed(s.key, err) }
 
 // gone is the loss of a permit that was not its lease's at its release.
 func (s *Semaphore) gone() error {
@@ -191,7 +191,7 @@ func (s *Semaphore) ended() {
 // which keeps the permit unless waiters of other registries are in line
 // for it, or the run of local holds reached its bound.
 func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, error) {
-	r := s.reg
+	r := s.eng
 	h := p.h.Load()
 	now := r.core.Now()
 	if r.core.BG.IsClosed() || h.Lost(now) {
@@ -219,7 +219,7 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 		return releaseAfterPass, err // release instead
 	case err != nil:
 		s.releaseLater(h.Token)
-		return passFailed, s.reg.releaseFailed(s.key, err)
+		return passFailed, s.eng.releaseFailed(s.key, err)
 	}
 	switch res.outcome {
 	case passKept:
@@ -265,7 +265,7 @@ func (s *Semaphore) hasSpare() bool {
 // is renewed to ttl first; one no longer valid is given back in the
 // background, and the next is tried.
 func (s *Semaphore) takeSpare(ctx context.Context, ttl time.Duration) *permit {
-	r := s.reg
+	r := s.eng
 	for {
 		s.mu.Lock()
 		if len(s.spare) == 0 {

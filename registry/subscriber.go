@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lockyard/lockyard/internal/core"
+	"github.com/lockyard/lockyard/internal/wire"
 )
 
 // The subscriber PINGs its connection every subscriberPing and reconnects
@@ -36,7 +37,10 @@ const (
 // down, messages can be lost: it wakes every waiter when it drops and again
 // when it is back, and in between waiters poll at idleBetweenTries.
 type subscriber struct {
-	r       *Registry
+	c       *core.Core
+	cache   *cache
+	layout  wire.Layout
+	retry   time.Duration // how soon it asks again after the server refused it (config.refusedRetry)
 	started atomic.Bool
 	pattern string // what it subscribes to
 	// wide, if set, is what it subscribes to instead when the server
@@ -53,22 +57,19 @@ type subscriber struct {
 	wideLogged bool // the switch to wide was logged (owned by loop)
 }
 
-// refusedRetry is how long a subscriber that the server refused (NOPERM)
-// waits before it asks again (config.refusedRetry): an ACL is fixed by
-// hand, if at all.
-const refusedRetry = time.Minute
-
 // newReleaseSubscriber returns r's subscriber to release messages, which
 // wake locks (a semaphore hears turn messages only).
-func newReleaseSubscriber(r *Registry) *subscriber {
-	return &subscriber{r: r, pattern: r.layout.ChannelPattern(), lockKey: r.layout.LockKeyOfChannel, wakes: byRelease}
+func newReleaseSubscriber(c *core.Core, cache *cache, layout wire.Layout, cfg *config) *subscriber {
+	return &subscriber{c: c, cache: cache, layout: layout, retry: cfg.refusedRetry,
+		pattern: layout.ChannelPattern(), lockKey: layout.LockKeyOfChannel, wakes: byRelease}
 }
 
 // newTurnSubscriber returns r's subscriber to its semaphore turns.
-func newTurnSubscriber(r *Registry) *subscriber {
-	id := r.core.ClientID
-	return &subscriber{r: r, pattern: r.layout.TurnPattern(id), wide: r.layout.AllTurnsPattern(),
-		lockKey: func(ch string) (string, bool) { return r.layout.LockKeyOfTurnChannel(id, ch) },
+func newTurnSubscriber(c *core.Core, cache *cache, layout wire.Layout, cfg *config) *subscriber {
+	id := c.ClientID
+	return &subscriber{c: c, cache: cache, layout: layout, retry: cfg.refusedRetry,
+		pattern: layout.TurnPattern(id), wide: layout.AllTurnsPattern(),
+		lockKey: func(ch string) (string, bool) { return layout.LockKeyOfTurnChannel(id, ch) },
 		wakes:   byTurn}
 }
 
@@ -76,18 +77,17 @@ func newTurnSubscriber(r *Registry) *subscriber {
 // subscribes (and so does not receive every release of its registry key).
 // A release between the failed attempt and the subscription is not
 // missed: once subscribed, the subscriber wakes every waiter.
-func (s *subscriber) start() { s.r.core.BG.StartOnce(&s.started, s.loop) }
+func (s *subscriber) start() { s.c.BG.StartOnce(&s.started, s.loop) }
 
 // loop keeps one subscription alive until Close, resubscribing with
 // backoff when it drops.
 func (s *subscriber) loop() {
-	r := s.r
 	var bo core.Backoff
 	pattern := s.pattern
 	for {
 		subscribed, err := s.session(&bo, pattern)
 		s.wakeAll() // messages may have been lost: everyone re-checks
-		if r.core.BG.IsClosed() {
+		if s.c.BG.IsClosed() {
 			return
 		}
 		if !subscribed && s.wide != "" && core.IsNoPerm(err) {
@@ -97,9 +97,9 @@ func (s *subscriber) loop() {
 			}
 			continue
 		}
-		r.core.Log.Warn("lockyard: pub/sub subscriber dropped, resubscribing; waiters poll meanwhile", "pattern", pattern, "err", err)
+		s.c.Log.Warn("lockyard: pub/sub subscriber dropped, resubscribing; waiters poll meanwhile", "pattern", pattern, "err", err)
 		pattern = s.pattern // each new subscription tries the registry's own first
-		if r.core.BG.Sleep(r.core.BG.Ctx, bo.Delay(), nil) != nil {
+		if s.c.BG.Sleep(s.c.BG.Ctx, bo.Delay(), nil) != nil {
 			return
 		}
 	}
@@ -111,11 +111,10 @@ func (s *subscriber) loop() {
 // passed, meanwhile marking the subscriber refused (its semaphore waiters
 // queue as pollers). ok is false when the registry was closed meanwhile.
 func (s *subscriber) refusedOn(pattern string, err error) (next string, ok bool) {
-	r := s.r
 	if pattern != s.wide {
 		if !s.wideLogged {
 			s.wideLogged = true
-			r.core.Log.Info("lockyard: the server refused the registry's own turn channels; subscribing to every registry's (see docs/SECURITY.md)",
+			s.c.Log.Info("lockyard: the server refused the registry's own turn channels; subscribing to every registry's (see docs/SECURITY.md)",
 				"pattern", pattern, "err", err)
 		}
 		return s.wide, true
@@ -124,11 +123,11 @@ func (s *subscriber) refusedOn(pattern string, err error) (next string, ok bool)
 	// poll; ask again now and then (the ACL may be fixed, or have been
 	// changed in two steps).
 	if !s.refused.Swap(true) {
-		r.core.Log.Error("lockyard: the server refused the semaphore turn channels; semaphore waiters poll (idleBetweenTries) until an ACL allows them (see docs/SECURITY.md)",
+		s.c.Log.Error("lockyard: the server refused the semaphore turn channels; semaphore waiters poll (idleBetweenTries) until an ACL allows them (see docs/SECURITY.md)",
 			"pattern", pattern, "allow", "&"+s.wide, "err", err)
 		s.wakeAll() // those woken before refused was set queued as listeners
 	}
-	return s.pattern, r.core.BG.Sleep(r.core.BG.Ctx, r.cfg.refusedRetry, nil) == nil
+	return s.pattern, s.c.BG.Sleep(s.c.BG.Ctx, s.retry, nil) == nil
 }
 
 // session subscribes to pattern and dispatches messages until the
@@ -136,8 +135,7 @@ func (s *subscriber) refusedOn(pattern string, err error) (next string, ok bool)
 // cancels bg.ctx and so the receive). subscribed reports whether the
 // server took the subscription.
 func (s *subscriber) session(bo *core.Backoff, pattern string) (subscribed bool, err error) {
-	r := s.r
-	sub, err := r.core.Exec.Subscribe(r.core.BG.Ctx, pattern)
+	sub, err := s.c.Exec.Subscribe(s.c.BG.Ctx, pattern)
 	if err != nil {
 		return false, err
 	}
@@ -157,7 +155,7 @@ func (s *subscriber) session(bo *core.Backoff, pattern string) (subscribed bool,
 			case <-stop:
 				return
 			case <-t.C:
-				if sub.Ping(r.core.BG.Ctx) != nil {
+				if sub.Ping(s.c.BG.Ctx) != nil {
 					return // the receive sees the broken connection
 				}
 			}
@@ -165,7 +163,7 @@ func (s *subscriber) session(bo *core.Backoff, pattern string) (subscribed bool,
 	}()
 	defer func() { close(stop); <-stopped }()
 	for {
-		ctx, cancel := context.WithTimeout(r.core.BG.Ctx, subscriberDead)
+		ctx, cancel := context.WithTimeout(s.c.BG.Ctx, subscriberDead)
 		ch, err := sub.Receive(ctx)
 		cancel()
 		if err != nil {
@@ -178,13 +176,12 @@ func (s *subscriber) session(bo *core.Backoff, pattern string) (subscribed bool,
 // deliver wakes the waiters of the lock or semaphore that channel ch
 // names, if cached: one message counted.
 func (s *subscriber) deliver(ch string) {
-	r := s.r
 	lk, ok := s.lockKey(ch)
 	if !ok {
 		return
 	}
-	if name, ok := r.layout.UserKey(lk); ok {
-		if e, ok := r.cache.peek(name); ok {
+	if name, ok := s.layout.UserKey(lk); ok {
+		if e, ok := s.cache.peek(name); ok {
 			e.signal(1)
 		}
 	}
@@ -193,7 +190,7 @@ func (s *subscriber) deliver(ch string) {
 // wakeAll makes the waiters of every cached lock and semaphore that s
 // wakes try at once: messages may have been lost.
 func (s *subscriber) wakeAll() {
-	s.r.cache.each(func(e cached) {
+	s.cache.each(func(e cached) {
 		if e.wokenBy() == s.wakes {
 			e.signal(core.EveryTurn)
 		}

@@ -26,14 +26,14 @@ const (
 func (l *RedisLock) tryLock(ctx context.Context, ttl time.Duration, who reentrant.Owner) (tryResult, error) {
 	res, err := l.tryOnce(ctx, ttl, who)
 	if res == tryLocalOwner || res == tryRedisOwner {
-		l.reg.obs.notObtained()
+		l.eng.obs.notObtained()
 	}
 	return res, err
 }
 
 // tryOnce is tryLock's attempt.
 func (l *RedisLock) tryOnce(ctx context.Context, ttl time.Duration, who reentrant.Owner) (tryResult, error) {
-	if l.reg.core.BG.IsClosed() {
+	if l.eng.core.BG.IsClosed() {
 		return tryClosed, ErrClosed
 	}
 	ok, reentered, _ := l.local.TryLock(reentrant.Request{}, who) // exclusive: never too heavy
@@ -56,7 +56,7 @@ func (l *RedisLock) tryOnce(ctx context.Context, ttl time.Duration, who reentran
 		l.unlockLocal(who)
 		return tryRedisOwner, nil
 	}
-	l.reg.obs.acquired(kindLock, l.key, l.hold.Load(), false, -1)
+	l.eng.obs.acquired(kindLock, l.key, l.hold.Load(), false, -1)
 	return tryHeld, nil
 }
 

@@ -1,0 +1,29 @@
+package registry
+
+import (
+	"github.com/lockyard/lockyard/internal/core"
+	"github.com/lockyard/lockyard/internal/wire"
+)
+
+// engine is what the lock kinds of a registry share, and all that they
+// know of it: a kind holds the engine, never the Registry, which assembles
+// the engine once (build) and serves the public API on it. Its parts are
+// the core that every acquisition shares (internal/core: the clock, the
+// executor, the watchdog, the counters, the waiting loop and the group of
+// background goroutines), where keys live (layout), the options, the
+// protocols that talk to Redis, the cache of lock instances and the
+// subscribers that wake their waiters.
+type engine struct {
+	core   core.Core
+	layout wire.Layout
+	cfg    config
+	labels labeller  // publishes the registry's label (label.go)
+	obs    observing // Stats and the Observer (observe.go)
+
+	mutex      *mutexProto // the protocol of RedisLock and its Leases
+	sem        *semProto   // the protocol of Semaphore; nil under Redlock
+	cache      cache
+	subscriber *subscriber // release messages
+	turns      *subscriber // semaphore turns, told to this registry alone
+	eviction   eviction
+}
