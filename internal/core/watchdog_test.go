@@ -34,7 +34,7 @@ func (f *fakeRenewer) RenewBatch(_ context.Context, calls []RenewCall) []RenewRe
 // nobody is a holder that is never told of a loss in this test.
 type nobody struct{}
 
-func (nobody) HoldLost(*Hold) {}
+func (nobody) HoldLost(*Hold)   {}
 func (nobody) KindName() string { return "nobody" }
 
 // The watchdog renews the holds of every kind, each through its own
