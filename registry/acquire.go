@@ -130,7 +130,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 		r.releaseLater(l.key, token)
 		return grant{sleep: 0, after: -1}, nil
 	}
-	l.turn.passes, l.turn.since, l.turn.lastCmd = 0, sent, sent
+	l.turn.run.Begin(sent)
 	l.turn.span = 0
 	if l.turn.freed > 0 { // the end of the last run of holds: how long did others keep the key?
 		l.turn.span = min(time.Duration(sent-l.turn.freed)-l.turn.grace, maxChainSpan)

@@ -17,7 +17,7 @@ import (
 //
 //   - Free pass: no command at all, while the next goroutine asked for the
 //     hold's TTL, the hold has at least three quarters of it left, fewer
-//     than maxFreePasses were made since the last command, and that
+//     than core.MaxFreePasses were made since the last command, and that
 //     command was sent less than freePassSpan ago. Without fencing only:
 //     the next goroutine inherits the hold, its token and its fencing
 //     token.
@@ -36,13 +36,14 @@ import (
 //     tries again: a client that writes no queue entry (Spring's, an older
 //     lockyard) is told or finds the key free, and gets turns too.
 //
-// So a waiter of another instance waits at most about maxFreePasses+1
+// So a waiter of another instance waits at most about MaxFreePasses+1
 // local holds or freePassSpan plus one hold, and the Redis key is touched
-// by about one command per maxFreePasses+1 local holds when nobody else
+// by about one command per MaxFreePasses+1 local holds when nobody else
 // waits.
+//
+// The free pass is the engine's rule for every kind (core.Run.FreePass,
+// core.MaxFreePasses); freePassSpan and chainSpan: see options.go.
 const (
-	maxFreePasses = 8
-	// freePassSpan and chainSpan: see options.go.
 	// maxChainSpan bounds a run that matches the run of a client that took
 	// the key at the end of the last one (see turn.span).
 	maxChainSpan = 250 * time.Millisecond
@@ -63,9 +64,7 @@ const (
 // turn is the hand-off bookkeeping of one lock instance, owned by the
 // goroutine that owns its local mutex.
 type turn struct {
-	passes  int   // free passes since the last command on the key
-	since   int64 // when (mono ns) the key was obtained: the run of local holds began
-	lastCmd int64 // when (mono ns) the last command on the hold was sent
+	run core.Run // the run of local holds: when it began, its last command, its free passes
 	// span bounds the current run of local holds: chainSpan, or as long
 	// as this instance waited, after its last run, for a client that took
 	// the key meanwhile and writes no queue entry (up to maxChainSpan):
@@ -128,10 +127,8 @@ func (l *RedisLock) handOff(ctx context.Context, h *core.Hold, who reentrant.Own
 	if req, ok := l.local.Next(); ok && req.TTL > 0 {
 		next = req.TTL
 	}
-	bounded := now-l.turn.since >= int64(max(l.turn.span, r.cfg.chainSpan))
-	if !r.cfg.fencing && !bounded && l.turn.passes < maxFreePasses && now-l.turn.lastCmd < int64(r.cfg.freePassSpan) &&
-		h.TTL() == next && h.Deadline.Load()-now >= int64(next*3/4) {
-		l.turn.passes++
+	bounded := l.turn.run.Bounded(now, max(l.turn.span, r.cfg.chainSpan))
+	if l.turn.run.FreePass(h, next, now, r.cfg.freePassSpan, r.cfg.fencing, bounded) {
 		return l.giveLocal(who), nil
 	}
 	switch res, err := l.pass(ctx, h, next, bounded); {
@@ -191,10 +188,10 @@ func (l *RedisLock) pass(ctx context.Context, h *core.Hold, ttl time.Duration, f
 		return notHandedOver, err
 	}
 	rtt := time.Duration(r.core.Now() - sent)
-	l.turn.lastCmd, l.turn.rtt = sent, rtt
+	l.turn.run.LastCmd, l.turn.rtt = sent, rtt
 	switch p.outcome {
 	case passKept:
-		l.turn.passes = 0
+		l.turn.run.Sent(sent)
 		l.install(core.NewHold(&r.core, l.key, h.Token, p.fence, ttl, core.ValidUntil(sent, ttl), (*queueHook)(l), r.mutex))
 		return handedOver, nil
 	case passReleased:
@@ -207,7 +204,7 @@ func (l *RedisLock) pass(ctx context.Context, h *core.Hold, ttl time.Duration, f
 		// the key (its wake-up and its obtain), and at least a tenth of
 		// the run that ends: a client that polls and writes no queue entry
 		// (Spring's SPIN) finds the key free in that share of its tries.
-		run := time.Duration(sent - l.turn.since)
+		run := time.Duration(sent - l.turn.run.Since)
 		l.turn.yield, l.turn.grace = true, min(max(2*rtt+graceSlack, run/graceShare), r.cfg.idle)
 		l.turn.taken, l.turn.freed = true, sent
 		return releasedForOthers, nil

@@ -183,10 +183,7 @@ func (l *RedisLock) gone() error { return core.KeyGone(l.key) }
 // hold h ended with err: h is retired and forgotten (a loss found at
 // release counted), and the local mutex is freed. It returns err.
 func (l *RedisLock) teardown(h *core.Hold, err error, who reentrant.Owner) error {
-	h.Retire()
-	if errors.Is(err, ErrLockLost) {
-		h.CountLost()
-	}
+	h.End(err)
 	l.hold.Store(nil)
 	l.unlockLocal(who)
 	return err

@@ -187,7 +187,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 		s.releaseLater(token)
 		return nil, grant{sleep: 0, after: -1}, nil
 	}
-	p := &permit{s: s, since: sent, lastCmd: sent}
+	p := &permit{s: s, run: core.Run{Since: sent, LastCmd: sent}}
 	s.install(p, core.NewHold(&r.core, s.key, token, g.fence, ttl, deadline, p, r.sem))
 	return p, g.grant, nil
 }

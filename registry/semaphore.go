@@ -84,11 +84,9 @@ type semTurn struct {
 // set, and the hold the watchdog renews. It passes from lease to lease of
 // one registry (a hand-off); it is the holder of its holds.
 type permit struct {
-	s       *Semaphore // whose permit it is
-	h       atomic.Pointer[core.Hold]
-	since   int64 // registry clock: obtained in Redis (the run of local holds began)
-	lastCmd int64 // registry clock: the last command on it
-	passes  int   // free passes since the last command
+	s   *Semaphore // whose permit it is
+	h   atomic.Pointer[core.Hold]
+	run core.Run // its run of local holds (owned by the lease that holds it)
 }
 
 // Semaphore returns the counting semaphore on key, cached like Obtain: at

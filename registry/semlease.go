@@ -166,10 +166,7 @@ func (s *Semaphore) gone() error {
 // teardown ends a lease whose hold h ended with err: h is retired (a loss
 // counted), and the lease no longer counts as held.
 func (s *Semaphore) teardown(h *core.Hold, err error) error {
-	h.Retire()
-	if errors.Is(err, ErrLockLost) {
-		h.CountLost()
-	}
+	h.End(err)
 	s.ended()
 	return err
 }
@@ -198,13 +195,11 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 		return notHandedOver, nil
 	}
 	next := r.cfg.expireAfter // the TTL most leases ask for; another is renewed to by its taker
-	bounded := now-p.since >= int64(r.cfg.chainSpan)
+	bounded := p.run.Bounded(now, r.cfg.chainSpan)
 	s.mu.Lock()
 	more, at, queued := s.needers > 1, s.queuedAt, s.queued
 	s.mu.Unlock()
-	if !r.cfg.fencing && !bounded && p.passes < maxFreePasses && now-p.lastCmd < int64(r.cfg.freePassSpan) &&
-		h.TTL() == next && h.Deadline.Load()-now >= int64(next*3/4) {
-		p.passes++
+	if p.run.FreePass(h, next, now, r.cfg.freePassSpan, r.cfg.fencing, bounded) {
 		return s.give(p), nil
 	}
 	// As for a lock's pass: h is retired whatever the outcome, and no
@@ -223,7 +218,7 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 	}
 	switch res.outcome {
 	case passKept:
-		p.passes, p.lastCmd = 0, sent
+		p.run.Sent(sent)
 		if !more {
 			s.mu.Lock()
 			if s.queuedAt == at { // sempass took the entry out of line, and no attempt queued it since

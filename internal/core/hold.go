@@ -268,6 +268,18 @@ func (h *Hold) LostAtRelease() error {
 	return nil
 }
 
+// End ends h for good after its holder's turn ended with err (a release, a
+// pass, a failure): h is retired, and a loss that err reports is counted
+// once (Stats, the Observer). It returns err. Every kind's teardown starts
+// here.
+func (h *Hold) End(err error) error {
+	h.Retire()
+	if errors.Is(err, ErrLockLost) {
+		h.CountLost()
+	}
+	return err
+}
+
 // ReleaseErr is the outcome of a release of h, the same rule for every
 // kind: done says that the key (or permit) was h's and is given back; first
 // is the network error of an earlier attempt after which the release may
