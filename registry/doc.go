@@ -130,7 +130,11 @@
 // renewal that fails on the network (not by a timeout) is retried at once on
 // another connection: after a restart or CLIENT KILL the pool holds
 // connections the server has closed, and compare-and-delete and
-// compare-and-renew are idempotent.
+// compare-and-renew are idempotent. A retried release that finds the key
+// (or permit) gone while the hold is still valid takes it as given back by
+// the first attempt, whose reply was lost, and reports no loss, unless the
+// server lost the registry's keys meanwhile (its label is gone: a restart
+// without persistence, a failover, FLUSHALL): then ErrLockLost.
 //
 // # Operations
 //

@@ -202,9 +202,11 @@ func (l *RedisLock) pass(ctx context.Context, h *core.Hold, ttl time.Duration, f
 	case passFreed:
 		// Long enough for a client told by the release message to take
 		// the key (its wake-up and its obtain), and at least a tenth of
-		// the run that ends: a client that polls and writes no queue entry
-		// (Spring's SPIN) finds the key free in that share of its tries.
-		run := time.Duration(sent - l.turn.run.Since)
+		// the run that ends (of at most maxChainSpan: a run of long holds
+		// does not idle the key longer): a client that polls and writes no
+		// queue entry (Spring's SPIN) finds the key free in that share of
+		// its tries.
+		run := min(time.Duration(sent-l.turn.run.Since), maxChainSpan)
 		l.turn.yield, l.turn.grace = true, min(max(2*rtt+graceSlack, run/graceShare), r.cfg.idle)
 		l.turn.taken, l.turn.freed = true, sent
 		return releasedForOthers, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
+	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -446,5 +447,58 @@ func TestRunBoundLeavesKeyFreeATenth(t *testing.T) {
 	t.Logf("the key was free for %v at most", longest)
 	if longest < chain/10-2*time.Millisecond {
 		t.Fatalf("the key was free for %v at most after runs of %v, want a tenth of a run", longest, chain)
+	}
+}
+
+// failFirstRelease fails the first run of the release script once armed,
+// without running it, as a pooled connection that the server closed does:
+// the release is retried on another connection.
+type failFirstRelease struct {
+	registry.Client
+	armed atomic.Bool
+}
+
+func (c *failFirstRelease) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	if (s.Name() == "release" || s.Name() == "semrelease") && c.armed.CompareAndSwap(true, false) {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return c.Client.Eval(ctx, s, keys, args)
+}
+
+// A key that the server lost while it was held (a restart without
+// persistence, a failover, FLUSHALL: the faults that leave pooled
+// connections stale), found gone by a release retried after a stale
+// connection, is reported lost, although the hold is still valid: the
+// registry's label is gone too (core.Core.ServerLost). Without the data
+// loss, the same retry reports nothing (TestPassReplyLostIsNoLoss).
+func TestRetriedReleaseAfterDataLossIsLoss(t *testing.T) {
+	b := realBackend()
+	for _, kind := range []string{"lock", "semaphore"} {
+		t.Run(kind, func(t *testing.T) {
+			c := &failFirstRelease{Client: registry.NewPoolClient(b.pool(t))}
+			pfx := prefix(t)
+			r := newRegClientPrefix(t, c, pfx, registry.WithScriptsOnly())
+			var release func() error
+			var key string
+			if kind == "lock" {
+				l := obtain(t, r, "k")
+				mustNil(t, l.LockContext(bg(t)))
+				key, release = l.Key(), func() error { return l.UnlockContext(bg(t)) }
+			} else {
+				s := semaphore(t, r, "k", 1)
+				le, err := s.Acquire(bg(t), 0)
+				mustNil(t, err)
+				key, release = s.Key(), func() error { return le.Release(bg(t)) }
+			}
+			// The server loses every key of the registry (as FLUSHALL
+			// would, without touching other tests' keys).
+			for _, k := range []string{key, wire.Layout{Registry: pfx}.LabelKey(r.ID())} {
+				if n, _ := redis.Int(b.do(t, "DEL", k), nil); n != 1 {
+					t.Fatalf("%s was not there to lose", k)
+				}
+			}
+			c.armed.Store(true)
+			mustIs(t, release(), registry.ErrLockLost)
+		})
 	}
 }

@@ -35,6 +35,7 @@ type labeller struct {
 	c          *core.Core
 	key, label string
 	started    atomic.Bool // the first publication was made
+	written    atomic.Bool // a publication succeeded: the label is in Redis
 }
 
 // publish publishes the label the first time it is called, and starts the
@@ -83,5 +84,26 @@ func (lb *labeller) write(ctx context.Context) bool {
 			lb.c.Log.Debug("lockyard: label not published", "err", res.Err)
 		}
 	}
+	if ok {
+		lb.written.Store(true)
+	}
 	return ok
+}
+
+// lost reports whether the server lost the label that a publication wrote
+// (core.Core.ServerLost): the label lives labelTTL and is renewed every
+// labelEvery, so it is gone only when the server lost its keys (a restart
+// without persistence, a failover to a replica without it, FLUSHALL), or
+// after the registry could not renew it for minutes. Unknown (never
+// written, or no answer) is false.
+func (lb *labeller) lost(ctx context.Context) bool {
+	if !lb.written.Load() {
+		return false
+	}
+	for _, res := range lb.c.Exec.Eval(ctx, 0, labelScript, core.Call{Keys: []string{lb.key}}) {
+		if res.Err == nil && res.Reply == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -170,7 +170,7 @@ func (l *RedisLock) release(ctx context.Context, h *core.Hold, first error) erro
 	if first == nil {
 		first = firstHere // the script may have run
 	}
-	return h.ReleaseErr(done, first, err, l.releaseFailed, l.gone)
+	return h.ReleaseErr(context.WithoutCancel(ctx), done, first, err, l.releaseFailed, l.gone)
 }
 
 // releaseFailed counts a release that failed in Redis, and returns its error.

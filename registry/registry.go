@@ -72,6 +72,7 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 	if cfg.observer != nil {
 		r.core.OnRenewalFailed, r.core.OnLost = r.obs.renewalFailed, r.obs.lost
 	}
+	r.core.ServerLost = r.labels.lost
 	r.subscriber = newReleaseSubscriber(&r.core, &r.cache, r.layout, &r.cfg)
 	r.turns = newTurnSubscriber(&r.core, &r.cache, r.layout, &r.cfg)
 	return r, nil

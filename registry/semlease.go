@@ -152,7 +152,7 @@ func (s *Semaphore) release(ctx context.Context, h *core.Hold, passed error) err
 	if turns {
 		s.giveTurns(ctx)
 	}
-	return h.ReleaseErr(done, cmp.Or(first, passed), err, s.releaseFailed, s.gone)
+	return h.ReleaseErr(ctx, done, cmp.Or(first, passed), err, s.releaseFailed, s.gone)
 }
 
 // releaseFailed counts a release that failed in Redis, and returns its error.

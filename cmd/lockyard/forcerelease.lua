@@ -6,10 +6,11 @@
 -- KEYS[1]  lock key (registryKey:key)
 -- ARGV[1]  channel: registryKey-channel:registryKey:key
 -- ARGV[2]  a holder's registry id: only its permits are taken out of a
---          semaphore ('' for every permit; a lock key ignores it)
+--          semaphore, and a lock key only if it holds it ('' for any)
 --
--- Reply: {value, pttl} of the lock key removed; {false, -2} if there was
--- none; {'semaphore', n, left}: n permits taken out of a semaphore, left
+-- Reply: {value, pttl} of the lock key removed; {value, pttl, 'kept'} when
+-- it is another holder's than ARGV[2] (nothing removed); {false, -2} if
+-- there was none; {'semaphore', n, left}: n permits taken out of a semaphore, left
 -- held. Error: WRONGTYPE for a key of another type.
 local t = redis.call('TYPE', KEYS[1]).ok
 if t == 'none' then
@@ -35,6 +36,12 @@ if t ~= 'string' then
 end
 local v = redis.call('GET', KEYS[1])
 local pttl = redis.call('PTTL', KEYS[1])
+if ARGV[2] ~= '' then
+  local prefix = ARGV[2] .. ':'
+  if string.sub(v, 1, #prefix) ~= prefix or string.find(v, ':', #prefix + 1, true) then
+    return {v, pttl, 'kept'} -- another holder's: nothing removed
+  end
+end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[1], KEYS[1])
 return {v, pttl}

@@ -518,7 +518,8 @@ func TestRunPermits(t *testing.T) {
 // `lockyard release --force` frees a semaphore's permits left by a holder
 // that died (a SIGKILLed `run --permits` whose TTL is an hour): --holder
 // takes out that registry's permits alone, without it every permit goes;
-// a run waiting for the permit gets it at its next try.
+// a run waiting for the permit gets it at its next try. On a lock key,
+// --holder removes the lock only if that holder holds it.
 func TestReleaseForcePermits(t *testing.T) {
 	key := newKey(t)
 	sk := "lockyard:" + key
@@ -556,5 +557,16 @@ func TestReleaseForcePermits(t *testing.T) {
 	code, out = exitCode(t, lockyard("release", "--force", key))
 	if code != 0 || !strings.Contains(out, "took 1 permit(s)") || exists(t, key) {
 		t.Fatalf("release --force of the semaphore: exit %d: %s (key left: %v)", code, out, exists(t, key))
+	}
+
+	// A lock key: --holder removes it only if that holder holds it.
+	if _, err := server.Do("SET", sk, "alive:0000000000000003", "PX", 60000); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := exitCode(t, lockyard("release", "--force", "--holder", "dead", key)); code != exitFree || !exists(t, key) {
+		t.Fatalf("release --force --holder dead of alive's lock: exit %d: %s (key left: %v)", code, out, exists(t, key))
+	}
+	if code, out := exitCode(t, lockyard("release", "--force", "--holder", "alive", key)); code != 0 || exists(t, key) {
+		t.Fatalf("release --force --holder alive of its lock: exit %d: %s (key left: %v)", code, out, exists(t, key))
 	}
 }

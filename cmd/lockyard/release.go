@@ -20,7 +20,7 @@ func cmdRelease(args []string) int {
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
 	f.register(fs)
 	fs.BoolVar(&force, "force", false, "required: remove the lock whoever holds it (of a semaphore: every permit)")
-	fs.StringVar(&holder, "holder", "", "of a semaphore, take out only the permits of this holder (a registry id, as status shows it)")
+	fs.StringVar(&holder, "holder", "", "only this holder's (a registry id, as status shows it): a semaphore's permits, or the lock if it holds it (else exit 1)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: lockyard release --force [--holder ID] [flags] KEY")
 		fs.PrintDefaults()
@@ -52,6 +52,10 @@ func cmdRelease(args []string) int {
 		return fail("release", exitUnavailable, err)
 	}
 	token, _ := redis.String(v[0], nil)
+	if kept, _ := redis.String(v[len(v)-1], nil); kept == "kept" && len(v) == 3 {
+		fmt.Printf("%s is held by %s, not %s: nothing removed\n", printable(lk), printable(wire.Holder(token)), printable(holder))
+		return exitFree
+	}
 	if token == "semaphore" && len(v) == 3 {
 		n, _ := redis.Int64(v[1], nil)
 		left, _ := redis.Int64(v[2], nil)

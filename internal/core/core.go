@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,11 @@ type Core struct {
 	// with a hold's Renewing held.
 	OnRenewalFailed func(h *Hold, err error)
 	OnLost          func(h *Hold)
+	// ServerLost, if set, reports whether the server lost this registry's
+	// keys since it last wrote them (its label is gone: a restart without
+	// persistence, a failover, FLUSHALL): a key found gone at a retried
+	// release may then have been lost, not given back (Hold.ReleaseErr).
+	ServerLost func(ctx context.Context) bool
 }
 
 // Now returns the registry clock: nanoseconds since New, on the monotonic clock.

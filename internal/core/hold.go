@@ -287,12 +287,18 @@ func (h *Hold) End(err error) error {
 // final error, which failed counts and wraps (ErrReleaseFailed); gone makes
 // the loss to report when the key was not h's.
 //
-// A key found gone at a retry while h is still valid was given back by that
-// earlier attempt (or passed on by the pass): its TTL had not run out, so
-// no other holder can have had it, and that is no loss. Once h's validity
-// has ended, a key found gone is reported lost, saying that the first
-// attempt may have given it back.
-func (h *Hold) ReleaseErr(done bool, first, err error, failed func(error) error, gone func() error) error {
+// A key found gone at a retry while h is still valid was given back by
+// that earlier attempt (or passed on by the pass): its TTL had not run out.
+// That is no loss, and Release then agrees with Lost, which does not close
+// either; unless the server lost the registry's keys meanwhile
+// (Core.ServerLost: a restart without persistence, a failover, FLUSHALL,
+// the very faults that leave pooled connections stale), when the key may
+// have been lost while h was valid. A key lost alone (an eviction,
+// lockyard release --force) and held by nobody at the retry still counts
+// as given back: renewals (WithAutoRenew) and fencing tokens cover that.
+// Once h's validity has ended, a key found gone is reported lost, saying
+// that the first attempt may have given it back.
+func (h *Hold) ReleaseErr(ctx context.Context, done bool, first, err error, failed func(error) error, gone func() error) error {
 	switch {
 	case err != nil:
 		return errors.Join(failed(err), h.LostAtRelease())
@@ -300,6 +306,8 @@ func (h *Hold) ReleaseErr(done bool, first, err error, failed func(error) error,
 		return h.LostAtRelease()
 	case first == nil:
 		return gone()
+	case h.r.ServerLost != nil && h.r.ServerLost(ctx):
+		return fmt.Errorf("%w (at a retried release, after the first attempt failed with %w: the server lost its keys meanwhile)", gone(), first)
 	case !h.Lost(h.r.Now()):
 		return nil
 	}
