@@ -134,11 +134,7 @@ func (l *RedisLock) handOff(ctx context.Context, h *core.Hold, who reentrant.Own
 	switch res, err := l.pass(ctx, h, next, bounded); {
 	case errors.Is(err, ErrLockLost):
 		return passFailed, err
-	case core.IsStaleConn(err), !core.IsAmbiguous(err) && core.IsTransient(err):
-		// Most likely a pooled connection that the server closed, or a
-		// Cluster slot in migration (TRYAGAIN: the pass's keys are split
-		// between two nodes): the caller releases instead (one key),
-		// retrying.
+	case core.ReleaseInstead(err):
 		return releaseAfterPass, err
 	case err != nil:
 		// The key may or may not still be ours: free it in the

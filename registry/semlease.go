@@ -210,8 +210,8 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 	sent := r.core.Now()
 	res, err := r.sem.pass(context.WithoutCancel(ctx), s.key, h.Token, s.waiter.ID(), next, s.permits, bounded, more, queued)
 	switch {
-	case core.IsStaleConn(err), err != nil && !core.IsAmbiguous(err) && core.IsTransient(err):
-		return releaseAfterPass, err // release instead
+	case core.ReleaseInstead(err):
+		return releaseAfterPass, err
 	case err != nil:
 		s.releaseLater(h.Token)
 		return passFailed, s.eng.releaseFailed(s.key, err)

@@ -28,6 +28,17 @@ func (r *Run) Sent(sent int64) { r.LastCmd, r.Passes = sent, 0 }
 // the key is released to anyone.
 func (r *Run) Bounded(now int64, span time.Duration) bool { return now-r.Since >= int64(span) }
 
+// ReleaseInstead reports whether a pass that failed with err is better
+// followed by a release, at once and retried, than left to a release in
+// the background: most likely a pooled connection that the server closed
+// (the pass may have run: the release says so, Hold.ReleaseErr), or an
+// error reply after which the pass did not run (TRYAGAIN while a Cluster
+// slot migrates splits the pass's keys between two nodes; the release
+// needs the key alone). The same rule for every kind.
+func ReleaseInstead(err error) bool {
+	return IsStaleConn(err) || err != nil && !IsAmbiguous(err) && IsTransient(err)
+}
+
 // FreePass reports whether h, valid at now, may pass to the next local
 // holder, which asked for a TTL of next, with no command at all, and
 // counts the pass if so: without fencing (each holder needs a new token),
