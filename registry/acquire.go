@@ -83,14 +83,7 @@ func (l *RedisLock) leaveQueue() {
 	l.turn.queued, l.turn.waitUntil = false, 0
 	r := l.eng
 	id := l.waiter.Renew(&r.core) // the next wait queues anew, out of this leave's reach
-	leave := func(ctx context.Context) {
-		if err := r.mutex.leave(ctx, l.key, id); err != nil {
-			r.core.Log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", l.key, "err", err)
-		}
-	}
-	// Closed: the waiter that Close woke leaves on its way out, so that
-	// no turn is given to it.
-	r.soon(leave)
+	r.leave(l.key, id, r.mutex.leave)
 }
 
 // attempt runs the mutex protocol's obtain once, for a key that lives ttl. On

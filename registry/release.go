@@ -52,6 +52,20 @@ func (r *engine) soon(fn func(ctx context.Context)) {
 	}
 }
 
+// leave takes waiter id out of the wait queue of lk in the background, by
+// the kind's leave script (run), so that no turn is given to it: the same
+// for every kind. The kind renewed its waiter id first (core.Waiter), so
+// that the leave cannot take out the entry of a later wait. Once the
+// registry is closed it runs at once: the waiter that Close woke leaves on
+// its way out. A failure is logged: the entry lapses.
+func (r *engine) leave(lk, id string, run func(ctx context.Context, lk, id string) error) {
+	r.soon(func(ctx context.Context) {
+		if err := run(ctx, lk, id); err != nil {
+			r.core.Log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", lk, "err", err)
+		}
+	})
+}
+
 // closeLeave bounds what soon does at once after Close.
 const closeLeave = 500 * time.Millisecond
 

@@ -203,12 +203,7 @@ func (s *Semaphore) install(p *permit, h *core.Hold) {
 // new id first).
 func (s *Semaphore) leaveQueue(id string) {
 	r := s.eng
-	leave := func(ctx context.Context) {
-		if err := r.sem.leave(ctx, s.key, id, s.permits); err != nil {
-			r.core.Log.Debug("lockyard: leaving the wait queue failed; the entry lapses", "key", s.key, "err", err)
-		}
-	}
-	r.soon(leave)
+	r.leave(s.key, id, func(ctx context.Context, lk, id string) error { return r.sem.leave(ctx, lk, id, s.permits) })
 }
 
 // releaseLater gives back, in the background and best effort, a permit
