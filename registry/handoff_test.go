@@ -48,7 +48,7 @@ func mustHold(t *testing.T, l *registry.RedisLock) *holder {
 
 // Goroutines of one registry queued on a held lock get it in FIFO order
 // without the key leaving Redis: free passes send nothing, one pass script
-// every maxFreePasses+1 hand-offs, then one release.
+// every core.MaxFreePasses+1 hand-offs, then one release.
 func TestLocalHandOffChain(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		cp := &redistest.CountingPool{Pool: b.pool(t)}
@@ -196,7 +196,7 @@ func TestHandOffKeyGone(t *testing.T) {
 }
 
 // While another registry waits, the holder's registry releases the key at
-// its next pass, after at most maxFreePasses+1 local holds, for that
+// its next pass, after at most core.MaxFreePasses+1 local holds, for that
 // registry's turn, and queues its own goroutines behind it: the two
 // alternate.
 func TestTurnsAlternate(t *testing.T) {
