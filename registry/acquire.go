@@ -83,7 +83,7 @@ func (l *RedisLock) leaveQueue() {
 	l.turn.queued, l.turn.waitUntil = false, 0
 	r := l.eng
 	id := l.waiter.Renew(&r.core) // the next wait queues anew, out of this leave's reach
-	r.leave(l.key, id, r.mutex.leave)
+	r.leave(l.key, id, l.proto.leave)
 }
 
 // attempt runs the mutex protocol's obtain once, for a key that lives ttl. On
@@ -97,7 +97,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 	r.labels.publish(ctx) // once, before the registry's first attempt: it holds or waits from now on
 	token := r.core.NewToken()
 	sent := r.core.Now()
-	g, err := r.mutex.obtain(ctx, l.key, token, ttl, l.hint(first && !l.turn.taken, waits))
+	g, err := l.proto.obtain(ctx, l.key, token, ttl, l.hint(first && !l.turn.taken, waits))
 	if err == nil {
 		r.eviction.answered()
 		if g.ok {
@@ -110,7 +110,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 	}
 	if err != nil {
 		if core.IsAmbiguous(err) && !errors.Is(err, ErrReplicaAck) {
-			r.releaseLater(l.key, token) // the script may have set the key before the reply was lost
+			l.releaseLater(token) // the script may have set the key before the reply was lost
 		}
 		return unknown, err
 	}
@@ -120,7 +120,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 	}
 	deadline := core.ValidUntil(sent, ttl)
 	if r.core.Now() >= deadline { // the reply came too late to be of use
-		r.releaseLater(l.key, token)
+		l.releaseLater(token)
 		return grant{sleep: 0, after: -1}, nil
 	}
 	l.turn.run.Begin(sent)
@@ -129,7 +129,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 		l.turn.span = min(time.Duration(sent-l.turn.freed)-l.turn.grace, maxChainSpan)
 		l.turn.freed = 0
 	}
-	l.begin(core.NewHold(&r.core, l.key, token, g.fence, ttl, deadline, (*queueHook)(l), r.mutex))
+	l.begin(core.NewHold(&r.core, l.key, token, g.fence, ttl, deadline, (*queueHook)(l), l.proto))
 	return g, nil
 }
 

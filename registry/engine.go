@@ -11,8 +11,9 @@ import (
 // the core that every acquisition shares (internal/core: the clock, the
 // executor, the watchdog, the counters, the waiting loop and the group of
 // background goroutines), where keys live (layout), the options, the
-// protocols that talk to Redis, the cache of lock instances and the
-// subscribers that wake their waiters.
+// cache of lock instances and the subscribers that wake their waiters. It
+// knows no kind: each kind's protocol (its scripts) is held by the kind's
+// instances, and the Registry makes it.
 type engine struct {
 	core   core.Core
 	layout wire.Layout
@@ -20,8 +21,6 @@ type engine struct {
 	labels labeller  // publishes the registry's label (label.go)
 	obs    observing // Stats and the Observer (observe.go)
 
-	mutex      *mutexProto // the protocol of RedisLock and its Leases
-	sem        *semProto   // the protocol of Semaphore; nil under Redlock
 	cache      cache
 	subscriber *subscriber // release messages
 	turns      *subscriber // semaphore turns, told to this registry alone

@@ -110,7 +110,7 @@ func (r *Registry) ID() string { return r.core.ClientID }
 // LeaveAs runs the wait queue's leave for waiter on s's key, as a head
 // that gives up does for its own entry.
 func (s *Semaphore) LeaveAs(ctx context.Context, waiter string) error {
-	return s.eng.sem.leave(ctx, s.key, waiter, s.permits)
+	return s.proto.leave(ctx, s.key, waiter, s.permits)
 }
 
 // WithRefusedRetry sets how soon a turn subscriber that the server refused

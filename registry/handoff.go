@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/lockyard/lockyard/internal/core"
-	"github.com/lockyard/lockyard/internal/reentrant"
 )
 
 // Local hand-off. When the outermost Unlock finds goroutines of the same
@@ -61,50 +60,6 @@ const (
 	graceShare = 10
 )
 
-// turn is the hand-off bookkeeping of one lock instance, owned by the
-// goroutine that owns its local mutex.
-type turn struct {
-	run core.Run // the run of local holds: when it began, its last command, its free passes
-	// span bounds the current run of local holds: chainSpan, or as long
-	// as this instance waited, after its last run, for a client that took
-	// the key meanwhile and writes no queue entry (up to maxChainSpan):
-	// against a client that takes the key again at once after each of its
-	// releases (a Spring client in a loop), and so wins most races for
-	// it, the two get about equal time.
-	span time.Duration
-	// freed: when (mono ns) the last run ended with a release to nobody
-	// in line (0: it did not).
-	freed int64
-	// rtt: the last round trip of an obtain or a pass that was not
-	// granted the key (a poller's next try reaches the server that long
-	// after its sleep).
-	rtt time.Duration
-	// yield: the key was released at the end of a run of local holds;
-	// the next acquisition waits grace before its first attempt.
-	yield bool
-	grace time.Duration
-	// waitUntil (mono ns; 0: none) and after: a pass released the key for
-	// another waiter's turn and queued this instance; the next acquisition
-	// waits until then, or for after release messages, before it tries.
-	waitUntil int64
-	mark      int64 // the waker's count of messages when the pass was sent
-	after     int
-	// taken: an obtain found the key held, and no acquisition has since
-	// got it at its first attempt. While it is set, a first attempt runs
-	// the obtain script at once instead of trying a plain SET first.
-	taken bool
-	// crowded: the last release found waiters queued. Unlike taken, an
-	// acquisition at the first attempt does not clear it (obtain.lua may
-	// give a free key to a caller while a poller not yet due waits): only
-	// a release that finds nobody queued does. While it is set, releases
-	// run release.lua, which gives the turn (mutexProto.release).
-	crowded bool
-	// queued: this instance's entry is in the key's wait queue (a waiting
-	// attempt failed, or a pass queued it, and no acquisition has
-	// succeeded since).
-	queued bool
-}
-
 type handoffResult int
 
 const (
@@ -115,23 +70,38 @@ const (
 	releaseAfterPass                       // the pass failed on the network or transiently: release instead
 )
 
-// handOff passes the hold h of who, whose outermost unlock this is, to the
-// next local waiter. The error says why a pass failed.
-func (l *RedisLock) handOff(ctx context.Context, h *core.Hold, who reentrant.Owner) (handoffResult, error) {
-	r := l.eng
+// passer is what a kind brings to the local hand-off (engine.handOff).
+type passer interface {
+	// give hands the hold on to the next local waiter; notHandedOver if
+	// none waits any more (they gave up meanwhile).
+	give() handoffResult
+	// pass runs the kind's pass script for h, retired and its renewals
+	// held off, sent at sent: it sets the TTL ttl and, with fencing, gives a
+	// new token (handedOver, the next hold installed), or releases for
+	// others (force: the run of local holds is over), or finds the key
+	// gone (a loss: ErrLockLost).
+	pass(ctx context.Context, h *core.Hold, ttl time.Duration, force bool, sent int64) (handoffResult, error)
+	// releaseLater frees, in the background, what h may still hold.
+	releaseLater(token string)
+}
+
+// handOff passes the hold h on key to the next local waiter of the kind
+// (k), whose run of local holds is run, with the TTL next that it asked
+// for: a free pass when the run allows one, else the kind's pass script
+// (the run is bounded by span or chainSpan, whichever is longer). The
+// error says why a pass failed: releaseAfterPass (release instead: the
+// pass did not run, or may have), passFailed (a loss, or a failure after
+// which the key is freed in the background).
+func (r *engine) handOff(ctx context.Context, key string, h *core.Hold, run *core.Run, next, span time.Duration, k passer) (handoffResult, error) {
 	now := r.core.Now()
 	if r.core.BG.IsClosed() || h.Lost(now) {
 		return notHandedOver, nil
 	}
-	next := r.cfg.expireAfter // the TTL the next goroutine asked for
-	if req, ok := l.local.Next(); ok && req.TTL > 0 {
-		next = req.TTL
+	bounded := run.Bounded(now, max(span, r.cfg.chainSpan))
+	if run.FreePass(h, next, now, r.cfg.freePassSpan, r.cfg.fencing, bounded) {
+		return k.give(), nil
 	}
-	bounded := l.turn.run.Bounded(now, max(l.turn.span, r.cfg.chainSpan))
-	if l.turn.run.FreePass(h, next, now, r.cfg.freePassSpan, r.cfg.fencing, bounded) {
-		return l.giveLocal(who), nil
-	}
-	switch res, err := l.pass(ctx, h, next, bounded); {
+	switch res, err := r.pass(ctx, h, run, next, bounded, k); {
 	case errors.Is(err, ErrLockLost):
 		return passFailed, err
 	case core.ReleaseInstead(err):
@@ -139,114 +109,29 @@ func (l *RedisLock) handOff(ctx context.Context, h *core.Hold, who reentrant.Own
 	case err != nil:
 		// The key may or may not still be ours: free it in the
 		// background rather than wait for a second command now.
-		l.eng.releaseLater(l.key, h.Token)
-		return passFailed, l.eng.releaseFailed(l.key, err)
+		k.releaseLater(h.Token)
+		return passFailed, r.releaseFailed(key, err)
 	case res == handedOver:
-		return l.giveLocal(who), nil
+		return k.give(), nil
 	default:
 		return res, nil
 	}
 }
 
-// giveLocal hands the local mutex, with the current hold, to the head of
-// the queue. If the waiters left meanwhile who still owns both.
-func (l *RedisLock) giveLocal(who reentrant.Owner) handoffResult {
-	ok, err := l.local.HandOff(who)
-	if err != nil {
-		panic("lockyard: internal error: local mutex not held: " + err.Error())
-	}
-	if !ok {
-		return notHandedOver
-	}
-	return handedOver
-}
-
-// pass runs the protocol's pass for h, setting the key's TTL to ttl; force
-// releases it even with nobody in line (the run of local holds is over).
-// When the key is kept it replaces h with a hold of ttl renewed from the
-// pass's send time (and, with fencing, a new token).
-func (l *RedisLock) pass(ctx context.Context, h *core.Hold, ttl time.Duration, force bool) (handoffResult, error) {
-	r := l.eng
-	// h is retired here whatever the outcome: a renewal of h that lands
-	// after the pass (which may delete the key) is not a loss. One that is
-	// in flight is waited for, so that it cannot reset the TTL after the
-	// pass set another.
-	// renewing stays held until the next hold is installed: a renewal
-	// waiting for it then finds h released and renews the new hold, or
-	// nothing, but never sends h's TTL after the pass sent another.
+// pass runs k's pass script for h. h is retired here whatever the
+// outcome: a renewal of h that lands after the pass (which may give the
+// key away) is not a loss. One that is in flight is waited for, so that it
+// cannot reset the TTL after the pass set another; and renewing stays held
+// until the next hold is installed: a renewal waiting for it then finds h
+// retired, and never sends h's TTL after the pass sent another.
+func (r *engine) pass(ctx context.Context, h *core.Hold, run *core.Run, next time.Duration, bounded bool, k passer) (handoffResult, error) {
 	h.Retire()
 	h.Renewing.Lock()
 	defer h.Renewing.Unlock()
-	l.turn.mark = l.wake.Mark() // release messages from now on count for the next holder's wait
 	sent := r.core.Now()
-	p, err := r.mutex.pass(context.WithoutCancel(ctx), l.key, h.Token, ttl, l.hint(false, true), force)
-	if err != nil {
-		return notHandedOver, err
+	res, err := k.pass(context.WithoutCancel(ctx), h, next, bounded, sent)
+	if err == nil && res == handedOver {
+		run.Sent(sent)
 	}
-	rtt := time.Duration(r.core.Now() - sent)
-	l.turn.run.LastCmd, l.turn.rtt = sent, rtt
-	switch p.outcome {
-	case passKept:
-		l.turn.run.Sent(sent)
-		l.install(core.NewHold(&r.core, l.key, h.Token, p.fence, ttl, core.ValidUntil(sent, ttl), (*queueHook)(l), r.mutex))
-		return handedOver, nil
-	case passReleased:
-		l.turn.waitUntil, l.turn.after = sent+int64(p.sleep), p.after
-		l.turn.queued, l.turn.taken = true, true
-		r.subscriber.Listen(l.wake) // its turn is announced by a release message
-		return releasedForOthers, nil
-	case passFreed:
-		// Long enough for a client told by the release message to take
-		// the key (its wake-up and its obtain), and at least a tenth of
-		// the run that ends (of at most maxChainSpan: a run of long holds
-		// does not idle the key longer): a client that polls and writes no
-		// queue entry (Spring's SPIN) finds the key free in that share of
-		// its tries.
-		run := min(time.Duration(sent-l.turn.run.Since), maxChainSpan)
-		l.turn.yield, l.turn.grace = true, min(max(2*rtt+graceSlack, run/graceShare), r.cfg.idle)
-		l.turn.taken, l.turn.freed = true, sent
-		return releasedForOthers, nil
-	case passGone:
-		return notHandedOver, core.KeyGone(l.key)
-	}
-	return notHandedOver, nil // declined
-}
-
-// inherit takes over a hold handed over by the previous local holder, if
-// any, and reports whether the calling goroutine, which asked for a TTL of
-// ttl, now holds the lock. A hold of another TTL (the goroutine it was
-// meant for gave up, and this one was next) is renewed to ttl first. A hold
-// that is no longer valid is dropped and its key freed in the background.
-func (l *RedisLock) inherit(ctx context.Context, ttl time.Duration) bool {
-	h := l.hold.Load()
-	if h == nil {
-		return false
-	}
-	if h.TTL() != ttl && !h.Lost(l.eng.core.Now()) {
-		_ = l.renew(ctx, ttl) // a failure leaves h lost, or valid at its TTL
-	}
-	if !h.Lost(l.eng.core.Now()) {
-		l.setPhase(held)
-		l.touch()
-		if l.local.Waiters() > 0 {
-			h.Guard()
-		}
-		return true
-	}
-	h.Lose() // the caller owns the mutex, not yet held: nothing is revoked
-	h.Retire()
-	l.hold.Store(nil)
-	l.eng.releaseLater(l.key, h.Token)
-	return false
-}
-
-// yieldFirst makes the first acquisition after the end of a run of local
-// holds wait grace, so that another client, told by the release message or
-// polling, can take the key.
-func (l *RedisLock) yieldFirst(ctx context.Context) error {
-	if !l.turn.yield {
-		return nil
-	}
-	l.turn.yield = false
-	return l.eng.core.BG.Sleep(ctx, l.turn.grace, nil)
+	return res, err
 }

@@ -33,7 +33,7 @@ func FuzzHashTagKeys(f *testing.F) {
 		if err != nil {
 			return
 		}
-		l := newRedisLock(&r.engine, key)
+		l := newRedisLock(&r.engine, r.mutex, key)
 		if l.Key() != lk || l.name != key {
 			t.Fatalf("lock key %q name %q; want %q, %q", l.Key(), l.name, lk, key)
 		}

@@ -281,47 +281,7 @@ func (l *RedisLock) expireAfter(ctx context.Context, d time.Duration, who reentr
 		err = core.KeyGone(l.key)
 	default:
 		err = h.LostAtRelease()
-		l.eng.nudgeAfter(l.key, h.Token, d)
+		l.eng.nudgeAfter(d, func(ctx context.Context) (time.Duration, error) { return l.proto.nudge(ctx, l.key, h.Token) })
 	}
 	return l.teardown(h, err, who)
-}
-
-// nudgeMargin is how long after its time to live a nudge checks that the
-// key expired: the key's clock started about half a round trip before the
-// registry's, and Redis counts whole milliseconds.
-const nudgeMargin = 300 * time.Microsecond
-
-// maxNudge bounds the ReleaseAfter whose expiry is announced: a waiter
-// polls at least every idleBetweenTries anyway, which costs it little
-// against a longer d, and a registry keeps no timer for long.
-const maxNudge = time.Minute
-
-// nudgeAfter tells the waiters of lk, once the key that token left to
-// expire in d has expired (nudge.lua): nothing else would, and they would
-// sleep until their next poll. No goroutine waits meanwhile (a timer does);
-// the nudge runs in the registry's background group, so Close stops it,
-// and a timer that fires after Close does nothing. If the key still lives
-// (the clocks differ), it tries again when it should not, at most twice.
-func (r *engine) nudgeAfter(lk, token string, d time.Duration) {
-	r.nudgeWith(d, func(ctx context.Context) (time.Duration, error) { return r.mutex.nudge(ctx, lk, token) })
-}
-
-// nudgeWith runs nudge d from now (if d is at most maxNudge), and again
-// when it says how long what it waits for has left, at most three times in
-// all: nudgeAfter's timing, for any kind.
-func (r *engine) nudgeWith(d time.Duration, nudge func(context.Context) (left time.Duration, err error)) {
-	if d <= maxNudge {
-		r.nudgeIn(d, 3, nudge)
-	}
-}
-
-func (r *engine) nudgeIn(d time.Duration, tries int, nudge func(context.Context) (time.Duration, error)) {
-	time.AfterFunc(d+nudgeMargin, func() {
-		r.core.BG.Spawn(func() {
-			left, err := nudge(r.core.BG.Ctx)
-			if err == nil && left >= 0 && tries > 1 {
-				r.nudgeIn(left, tries-1, nudge)
-			}
-		})
-	})
 }

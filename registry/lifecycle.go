@@ -147,34 +147,36 @@ func (l *RedisLock) unlock(ctx context.Context, who reentrant.Owner) error {
 	return l.teardown(h, l.release(ctx, h, nil), who)
 }
 
-// release deletes h's key (see deleteToken) with a context that ignores the
-// caller's cancellation but keeps the command timeout. h is retired first:
-// a renewal that lands after the delete is not a loss. first is the network
-// error of a pass that this release replaces, or nil.
-func (l *RedisLock) release(ctx context.Context, h *core.Hold, first error) error {
+// release deletes h's key (engine.release): by the server's native delete
+// only if no waiter is expected (the acquisition found the key free:
+// taken; the last release found nobody queued: crowded), else by
+// release.lua, which gives the turn (mutexProto.release). passed is the
+// network error of a pass that this release replaces, or nil.
+func (l *RedisLock) release(ctx context.Context, h *core.Hold, passed error) error {
 	l.setPhase(releasing)
-	h.Retire()
-	// The release may be the server's native delete only if no waiter is
-	// expected: the acquisition found the key free (taken), and the last
-	// release found nobody queued (crowded); else release.lua gives the
-	// turn (mutexProto.release).
-	done, others, firstHere, err := l.eng.deleteToken(context.WithoutCancel(ctx), l.key, h.Token, !l.turn.taken && !l.turn.crowded)
-	if others {
-		// Waiters are queued: the next acquisition starts with the obtain
-		// script, which respects their turns (a plain SET would not).
-		l.turn.taken = true
-	}
-	if err == nil {
-		l.turn.crowded = others
-	}
-	if first == nil {
-		first = firstHere // the script may have run
-	}
-	return h.ReleaseErr(context.WithoutCancel(ctx), done, first, err, l.releaseFailed, l.gone)
+	quiet := !l.turn.taken && !l.turn.crowded
+	return l.eng.release(ctx, l.key, h, passed, func(ctx context.Context) (bool, error) {
+		done, others, err := l.proto.release(ctx, l.key, h.Token, quiet)
+		if err == nil {
+			// With waiters queued, the next acquisition starts with the
+			// obtain script, which respects their turns (a plain SET
+			// would not).
+			l.turn.taken = l.turn.taken || others
+			l.turn.crowded = others
+		}
+		return done, err
+	}, l.gone)
 }
 
-// releaseFailed counts a release that failed in Redis, and returns its error.
-func (l *RedisLock) releaseFailed(err error) error { return l.eng.releaseFailed(l.key, err) }
+// releaseLater frees, in the background, the key that this registry may
+// hold with token without knowing it (engine.releaseLater), by release.lua,
+// which gives the turn.
+func (l *RedisLock) releaseLater(token string) {
+	l.eng.releaseLater(func(ctx context.Context) (bool, error) {
+		done, _, err := l.proto.release(ctx, l.key, token, false)
+		return done, err
+	})
+}
 
 // gone is the loss of a hold whose key was not its own at its release.
 func (l *RedisLock) gone() error { return core.KeyGone(l.key) }

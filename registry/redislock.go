@@ -21,7 +21,8 @@ var _ sync.Locker = (*RedisLock)(nil)
 // Lock needs an Unlock by the same goroutine, and only the outermost one
 // releases the key in Redis.
 type RedisLock struct {
-	eng *engine
+	eng   *engine
+	proto *mutexProto
 	// key is the full Redis key (wire.Layout.LockKey); name is the key the
 	// lock was obtained with, a substring of key. The wait marker, fence
 	// counter and channel are derived from key when needed, so that a
@@ -60,7 +61,7 @@ func (r *Registry) Obtain(key string) (*RedisLock, error) {
 	e, ok := r.cache.peek(key)
 	if !ok {
 		var err error
-		if e, err = r.cache.getOrInsert(key, func() cached { return newRedisLock(&r.engine, key) }); err != nil {
+		if e, err = r.cache.getOrInsert(key, func() cached { return newRedisLock(&r.engine, r.mutex, key) }); err != nil {
 			return nil, err
 		}
 	}
@@ -117,9 +118,9 @@ func (r *Registry) RenewLockFor(ctx context.Context, key string, ttl time.Durati
 	return l.renew(ctx, ttl)
 }
 
-func newRedisLock(r *engine, name string) *RedisLock {
+func newRedisLock(r *engine, proto *mutexProto, name string) *RedisLock {
 	key := r.layout.LockKey(name)
-	l := &RedisLock{eng: r, key: key}
+	l := &RedisLock{eng: r, proto: proto, key: key}
 	l.waiter.Renew(&r.core)
 	l.name, _ = r.layout.UserKey(key) // name, sharing key's memory
 	l.wake = core.NewWaker(r.cfg.lockType == PubSubLock)

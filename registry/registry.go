@@ -24,6 +24,8 @@ import (
 // subscribers.
 type Registry struct {
 	engine
+	mutex *mutexProto // the protocol of RedisLock and its Leases
+	sem   *semProto   // the protocol of Semaphore; nil under Redlock
 }
 
 // NewWithClient is New on any Client: the go-redis adapter (Sentinel,
@@ -49,7 +51,7 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{engine{
+	r := &Registry{engine: engine{
 		core: core.Core{
 			Log:      cfg.logger.With("registry", registryKey),
 			Epoch:    time.Now(),

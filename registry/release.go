@@ -1,43 +1,49 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/lockyard/lockyard/internal/core"
 )
 
-// deleteToken runs the release script of lk for token until it gets an answer,
-// and reports whether the key was token's and is deleted, the first network
-// error after which the script may have run (nil if none), and the final
-// error. Two kinds of failure are retried, up to netTries attempts in all:
+// Releases, written once for every kind: the kind brings its script (del);
+// the engine retries it, tells what became of the hold, frees in the
+// background what a lost reply may have left taken, and nudges the
+// waiters after a ReleaseAfter.
+
+// release gives h's key (or permit) back in Redis with del, retried, with a
+// context that ignores the caller's cancellation but keeps the command
+// timeout. Two kinds of failure are retried, up to the core's tries in all
+// (core.Core.Retried):
 //   - a network error other than a timeout (a pooled connection the server
 //     closed, after a restart or CLIENT KILL), at once on another
 //     connection; a timeout has used up the command's time;
 //   - a transient error reply (MOVED, ASK or TRYAGAIN while a Cluster slot
 //     migrates, LOADING, ...), after a short backoff: the script did not run.
 //
-// Compare-and-delete is idempotent and never deletes another holder's key.
-//
-// others reports that the release found other registries waiting for lk;
-// quiet, that the caller expects none (mutexProto.release).
-func (r *engine) deleteToken(ctx context.Context, lk, token string, quiet bool) (done, others bool, first, err error) {
-	done, first, err = r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
-		var d bool
-		d, others, err = r.mutex.release(ctx, lk, token, quiet)
-		return d, err
-	})
-	return done, others, first, err
+// del must be safe to run again: a compare-and-delete never deletes
+// another holder's key. h is retired first: a renewal that lands after the
+// delete is not a loss. passed is the network error of a pass that this
+// release replaces, after which the pass may have run, or nil. The error is
+// core.Hold.ReleaseErr's: nil, a loss (failed, gone), or a failure.
+func (r *engine) release(ctx context.Context, key string, h *core.Hold, passed error, del func(context.Context) (bool, error), gone func() error) error {
+	h.Retire()
+	ctx = context.WithoutCancel(ctx)
+	done, first, err := r.core.Retried(ctx, del)
+	failed := func(err error) error { return r.releaseFailed(key, err) }
+	return h.ReleaseErr(ctx, done, cmp.Or(passed, first), err, failed, gone)
 }
 
-// releaseLater deletes, in the background and best effort, the lock key lk that
-// this registry may have set with token without knowing it, so that it does not block
-// others until its TTL runs out.
-func (r *engine) releaseLater(lk, token string) {
-	r.core.BG.Spawn(func() {
-		// bg.ctx: Close does not wait for a server that is down; the key
-		// then expires by its TTL.
-		_, _, _, _ = r.deleteToken(r.core.BG.Ctx, lk, token, false)
-	})
+// releaseLater runs del, the kind's release of a key or permit that this
+// registry may hold without knowing it (a reply was lost, or came too
+// late), in the background and best effort, so that it does not block
+// others until its TTL runs out; after Close, at once, within a short
+// bound (soon).
+func (r *engine) releaseLater(del func(context.Context) (bool, error)) {
+	r.soon(func(ctx context.Context) { _, _, _ = r.core.Retried(ctx, del) })
 }
 
 // soon runs fn in the background with bg.ctx (Close does not wait for a
@@ -69,9 +75,44 @@ func (r *engine) leave(lk, id string, run func(ctx context.Context, lk, id strin
 // closeLeave bounds what soon does at once after Close.
 const closeLeave = 500 * time.Millisecond
 
-// releaseFailed counts a release of key that failed with err in Redis
+// releaseFailed counts a release of key that failed in Redis
 // (Stats.ReleaseFailed), and returns its error.
 func (r *engine) releaseFailed(key string, err error) error {
 	r.core.Counters.ReleaseFailed.Add(1)
 	return fmt.Errorf("%w: %q: %w", ErrReleaseFailed, key, err)
+}
+
+// nudgeMargin is how long after its time to live a nudge checks that the
+// key expired: the key's clock started about half a round trip before the
+// registry's, and Redis counts whole milliseconds.
+const nudgeMargin = 300 * time.Microsecond
+
+// maxNudge bounds the ReleaseAfter whose expiry is announced: a waiter
+// polls at least every idleBetweenTries anyway, which costs it little
+// against a longer d, and a registry keeps no timer for long.
+const maxNudge = time.Minute
+
+// nudgeAfter tells the waiters of a key or permit that a ReleaseAfter left
+// to expire in d, once it has expired, by the kind's nudge script: nothing
+// else would, and they would sleep until their next poll. No goroutine
+// waits meanwhile (a timer does); the nudge runs in the registry's
+// background group, so Close stops it, and a timer that fires after Close
+// does nothing. nudge says how long what it waits for has left, if it
+// still lives (the clocks differ): the nudge is then tried again, at most
+// three times in all. A d over maxNudge is not announced.
+func (r *engine) nudgeAfter(d time.Duration, nudge func(context.Context) (left time.Duration, err error)) {
+	if d <= maxNudge {
+		r.nudgeIn(d, 3, nudge)
+	}
+}
+
+func (r *engine) nudgeIn(d time.Duration, tries int, nudge func(context.Context) (time.Duration, error)) {
+	time.AfterFunc(d+nudgeMargin, func() {
+		r.core.BG.Spawn(func() {
+			left, err := nudge(r.core.BG.Ctx)
+			if err == nil && left >= 0 && tries > 1 {
+				r.nudgeIn(left, tries-1, nudge)
+			}
+		})
+	})
 }

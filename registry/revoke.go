@@ -81,7 +81,7 @@ func (l *RedisLock) revoke(h *core.Hold) bool {
 	r.obs.releasedLater(kindLock, l.key, h, since)
 	h.Retire()
 	if l.hold.CompareAndSwap(h, nil) {
-		r.releaseLater(l.key, h.Token)
+		l.releaseLater(h.Token)
 	}
 	r.core.Log.Warn("lockyard: lock lost while held; passed on to the next goroutine", "key", l.key, "token", h.Fence)
 	return true

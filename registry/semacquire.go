@@ -156,7 +156,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 		s.mu.Unlock()
 	}
 	sent := r.core.Now()
-	g, err := r.sem.acquire(ctx, s.key, token, ttl, s.permits, h, more)
+	g, err := s.proto.acquire(ctx, s.key, token, ttl, s.permits, h, more)
 	switch {
 	case err != nil:
 		if core.IsAmbiguous(err) {
@@ -188,7 +188,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 		return nil, grant{sleep: 0, after: -1}, nil
 	}
 	p := &permit{s: s, run: core.Run{Since: sent, LastCmd: sent}}
-	s.install(p, core.NewHold(&r.core, s.key, token, g.fence, ttl, deadline, p, r.sem))
+	s.install(p, core.NewHold(&r.core, s.key, token, g.fence, ttl, deadline, p, s.proto))
 	return p, g.grant, nil
 }
 
@@ -203,19 +203,15 @@ func (s *Semaphore) install(p *permit, h *core.Hold) {
 // new id first).
 func (s *Semaphore) leaveQueue(id string) {
 	r := s.eng
-	r.leave(s.key, id, func(ctx context.Context, lk, id string) error { return r.sem.leave(ctx, lk, id, s.permits) })
+	r.leave(s.key, id, func(ctx context.Context, lk, id string) error { return s.proto.leave(ctx, lk, id, s.permits) })
 }
 
 // releaseLater gives back, in the background and best effort, a permit
-// that this registry may hold with token without knowing it; after Close,
-// at once, within a short bound (the permit would otherwise stay taken
-// for its TTL).
+// that this registry may hold with token without knowing it
+// (engine.releaseLater).
 func (s *Semaphore) releaseLater(token string) {
-	r := s.eng
-	r.soon(func(ctx context.Context) {
-		_, _, _ = r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
-			done, _, err := r.sem.release(ctx, s.key, token, s.permits)
-			return done, err
-		})
+	s.eng.releaseLater(func(ctx context.Context) (bool, error) {
+		done, _, err := s.proto.release(ctx, s.key, token, s.permits)
+		return done, err
 	})
 }

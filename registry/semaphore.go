@@ -41,6 +41,7 @@ import (
 // one made WithReplicaAck refuses it with ErrInvalidConfig.
 type Semaphore struct {
 	eng       *engine
+	proto     *semProto
 	key, name string
 	permits   int
 	// waiter is the semaphore instance's id in the key's wait queue, as a
@@ -114,7 +115,7 @@ func (r *Registry) Semaphore(key string, permits int) (*Semaphore, error) {
 	e, ok := r.cache.peek(key)
 	if !ok {
 		var err error
-		if e, err = r.cache.getOrInsert(key, func() cached { return newSemaphore(&r.engine, key, permits) }); err != nil {
+		if e, err = r.cache.getOrInsert(key, func() cached { return newSemaphore(&r.engine, r.sem, key, permits) }); err != nil {
 			return nil, err
 		}
 	}
@@ -129,9 +130,9 @@ func (r *Registry) Semaphore(key string, permits int) (*Semaphore, error) {
 	return s, nil
 }
 
-func newSemaphore(r *engine, name string, permits int) *Semaphore {
+func newSemaphore(r *engine, proto *semProto, name string, permits int) *Semaphore {
 	key := r.layout.LockKey(name)
-	s := &Semaphore{eng: r, key: key, permits: permits, pubsub: r.cfg.lockType == PubSubLock, wake: core.NewWaker(true)}
+	s := &Semaphore{eng: r, proto: proto, key: key, permits: permits, pubsub: r.cfg.lockType == PubSubLock, wake: core.NewWaker(true)}
 	s.waiter.Renew(&r.core)
 	s.name, _ = r.layout.UserKey(key)
 	s.touch()

@@ -35,7 +35,10 @@ func (s *Semaphore) endLease(ctx context.Context, p *permit, le *Lease) error {
 		case handedOver:
 			s.ended()
 			return nil
-		case releasedForOthers, passFailed:
+		case releasedForOthers:
+			h := p.h.Load()
+			return s.teardown(h, h.LostAtRelease())
+		case passFailed:
 			return s.teardown(p.h.Load(), err)
 		case releaseAfterPass:
 			if core.IsAmbiguous(err) {
@@ -59,7 +62,7 @@ func (s *Semaphore) endLeaseAfter(ctx context.Context, p *permit, le *Lease, d t
 	h.Retire()
 	h.Renewing.Lock()
 	ok, _, err := r.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
-		return r.sem.Renew(ctx, s.key, h.Token, d)
+		return s.proto.Renew(ctx, s.key, h.Token, d)
 	})
 	h.Renewing.Unlock()
 	switch {
@@ -69,7 +72,7 @@ func (s *Semaphore) endLeaseAfter(ctx context.Context, p *permit, le *Lease, d t
 		err = core.KeyGone(s.key)
 	default:
 		err = h.LostAtRelease()
-		r.nudgeWith(d, func(ctx context.Context) (time.Duration, error) { return r.sem.nudge(ctx, s.key, h.Token, s.permits) })
+		r.nudgeAfter(d, func(ctx context.Context) (time.Duration, error) { return s.proto.nudge(ctx, s.key, h.Token, s.permits) })
 	}
 	return s.teardown(h, err)
 }
@@ -85,7 +88,7 @@ func (s *Semaphore) giveTurns(ctx context.Context) {
 	give := func(ctx context.Context) error {
 		var migrating error
 		_, _, err := r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
-			others, err := r.sem.giveTurns(ctx, s.key, s.permits)
+			others, err := s.proto.giveTurns(ctx, s.key, s.permits)
 			if core.IsTryAgain(err) {
 				// A Cluster slot migrates: no script on all of the
 				// semaphore's keys runs until it ends. Not retried: the
@@ -122,41 +125,34 @@ func (s *Semaphore) waited() bool {
 	return s.needers > 0
 }
 
-// release gives h's permit back in Redis, retried as a lock's release is
-// (deleteToken), with a context that ignores the caller's cancellation:
-// by plain commands while the instance expects no waiter (crowded), else
-// by semrelease.lua. After plain commands that found waiters, or whose
+// release gives h's permit back in Redis (engine.release): by plain
+// commands while the instance expects no waiter (crowded), else by
+// semrelease.lua. After plain commands that found waiters, or whose
 // outcome is not known, the turns of the free permits are given
 // (giveTurns). passed is the network error of a pass that this release
 // replaces, after which the pass may have run, or nil.
 func (s *Semaphore) release(ctx context.Context, h *core.Hold, passed error) error {
-	r := s.eng
-	h.Retire()
-	ctx = context.WithoutCancel(ctx)
-	plain, turns := !s.crowded.Load() && r.sem.plainOK(), false
-	done, first, err := r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
+	plain, turns := !s.crowded.Load() && s.proto.plainOK(), false
+	err := s.eng.release(ctx, s.key, h, passed, func(ctx context.Context) (bool, error) {
 		if plain {
-			done, waiters, handled, err := r.sem.releasePlain(ctx, s.key, h.Token)
+			done, waiters, handled, err := s.proto.releasePlain(ctx, s.key, h.Token)
 			if handled {
 				turns = waiters
 				return done, err
 			}
 			plain = false
 		}
-		done, others, err := r.sem.release(ctx, s.key, h.Token, s.permits)
+		done, others, err := s.proto.release(ctx, s.key, h.Token, s.permits)
 		if err == nil {
 			s.crowded.Store(others)
 		}
 		return done, err
-	})
+	}, s.gone)
 	if turns {
-		s.giveTurns(ctx)
+		s.giveTurns(context.WithoutCancel(ctx))
 	}
-	return h.ReleaseErr(ctx, done, cmp.Or(first, passed), err, s.releaseFailed, s.gone)
+	return err
 }
-
-// releaseFailed counts a release that failed in Redis, and returns its error.
-func (s *Semaphore) releaseFailed(err error) error { return s.eng.releaseFailed(s.key, err) }
 
 // gone is the loss of a permit that was not its lease's at its release.
 func (s *Semaphore) gone() error {
@@ -183,42 +179,36 @@ func (s *Semaphore) ended() {
 	s.touch()
 }
 
-// handOff passes p to the next lease of this registry that waits: with no
-// command (a free pass, on the rules of a lock's), or with sempass.lua,
+// handOff passes p to the next lease of this registry that waits
+// (engine.handOff): with no command (a free pass), or with sempass.lua,
 // which keeps the permit unless waiters of other registries are in line
-// for it, or the run of local holds reached its bound.
+// for it, or the run of local holds reached its bound. The next lease gets
+// the TTL most leases ask for; another is renewed to by its taker.
 func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, error) {
-	r := s.eng
-	h := p.h.Load()
-	now := r.core.Now()
-	if r.core.BG.IsClosed() || h.Lost(now) {
-		return notHandedOver, nil
-	}
-	next := r.cfg.expireAfter // the TTL most leases ask for; another is renewed to by its taker
-	bounded := p.run.Bounded(now, r.cfg.chainSpan)
+	return s.eng.handOff(ctx, s.key, p.h.Load(), &p.run, s.eng.cfg.expireAfter, 0, semPass{s, p})
+}
+
+// semPass is a semaphore's part of its local hand-off (passer).
+type semPass struct {
+	s *Semaphore
+	p *permit
+}
+
+func (sp semPass) give() handoffResult       { return sp.s.give(sp.p) }
+func (sp semPass) releaseLater(token string) { sp.s.releaseLater(token) }
+
+// pass runs sempass.lua for h, sent at sent.
+func (sp semPass) pass(ctx context.Context, h *core.Hold, next time.Duration, bounded bool, sent int64) (handoffResult, error) {
+	s, p := sp.s, sp.p
 	s.mu.Lock()
 	more, at, queued := s.needers > 1, s.queuedAt, s.queued
 	s.mu.Unlock()
-	if p.run.FreePass(h, next, now, r.cfg.freePassSpan, r.cfg.fencing, bounded) {
-		return s.give(p), nil
-	}
-	// As for a lock's pass: h is retired whatever the outcome, and no
-	// renewal of it reaches Redis after the pass.
-	h.Retire()
-	h.Renewing.Lock()
-	defer h.Renewing.Unlock()
-	sent := r.core.Now()
-	res, err := r.sem.pass(context.WithoutCancel(ctx), s.key, h.Token, s.waiter.ID(), next, s.permits, bounded, more, queued)
-	switch {
-	case core.ReleaseInstead(err):
-		return releaseAfterPass, err
-	case err != nil:
-		s.releaseLater(h.Token)
-		return passFailed, s.eng.releaseFailed(s.key, err)
+	res, err := s.proto.pass(ctx, s.key, h.Token, s.waiter.ID(), next, s.permits, bounded, more, queued)
+	if err != nil {
+		return notHandedOver, err
 	}
 	switch res.outcome {
 	case passKept:
-		p.run.Sent(sent)
 		if !more {
 			s.mu.Lock()
 			if s.queuedAt == at { // sempass took the entry out of line, and no attempt queued it since
@@ -226,12 +216,12 @@ func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, erro
 			}
 			s.mu.Unlock()
 		}
-		s.install(p, core.NewHold(&r.core, s.key, h.Token, res.fence, next, core.ValidUntil(sent, next), p, r.sem))
-		return s.give(p), nil
+		s.install(p, core.NewHold(&s.eng.core, s.key, h.Token, res.fence, next, core.ValidUntil(sent, next), p, s.proto))
+		return handedOver, nil
 	case passGone:
-		return passFailed, s.gone()
+		return notHandedOver, s.gone()
 	}
-	return releasedForOthers, h.LostAtRelease()
+	return releasedForOthers, nil
 }
 
 // give hands p to the leases of this registry that wait, and wakes the one

@@ -1,0 +1,170 @@
+package registry
+
+import (
+	"context"
+	"time"
+
+	"github.com/lockyard/lockyard/internal/core"
+	"github.com/lockyard/lockyard/internal/reentrant"
+)
+
+// A lock's part of the local hand-off (handoff.go): its turn bookkeeping,
+// its pass (pass.lua) and taking over a hold handed over.
+
+// turn is the hand-off bookkeeping of one lock instance, owned by the
+// goroutine that owns its local mutex.
+type turn struct {
+	run core.Run // the run of local holds: when it began, its last command, its free passes
+	// span bounds the current run of local holds: chainSpan, or as long
+	// as this instance waited, after its last run, for a client that took
+	// the key meanwhile and writes no queue entry (up to maxChainSpan):
+	// against a client that takes the key again at once after each of its
+	// releases (a Spring client in a loop), and so wins most races for
+	// it, the two get about equal time.
+	span time.Duration
+	// freed: when (mono ns) the last run ended with a release to nobody
+	// in line (0: it did not).
+	freed int64
+	// rtt: the last round trip of an obtain or a pass that was not
+	// granted the key (a poller's next try reaches the server that long
+	// after its sleep).
+	rtt time.Duration
+	// yield: the key was released at the end of a run of local holds;
+	// the next acquisition waits grace before its first attempt.
+	yield bool
+	grace time.Duration
+	// waitUntil (mono ns; 0: none) and after: a pass released the key for
+	// another waiter's turn and queued this instance; the next acquisition
+	// waits until then, or for after release messages, before it tries.
+	waitUntil int64
+	mark      int64 // the waker's count of messages when the pass was sent
+	after     int
+	// taken: an obtain found the key held, and no acquisition has since
+	// got it at its first attempt. While it is set, a first attempt runs
+	// the obtain script at once instead of trying a plain SET first.
+	taken bool
+	// crowded: the last release found waiters queued. Unlike taken, an
+	// acquisition at the first attempt does not clear it (obtain.lua may
+	// give a free key to a caller while a poller not yet due waits): only
+	// a release that finds nobody queued does. While it is set, releases
+	// run release.lua, which gives the turn (mutexProto.release).
+	crowded bool
+	// queued: this instance's entry is in the key's wait queue (a waiting
+	// attempt failed, or a pass queued it, and no acquisition has
+	// succeeded since).
+	queued bool
+}
+
+// handOff passes the hold h of who, whose outermost unlock this is, to the
+// next local waiter (engine.handOff), with the TTL it asked for (LockFor;
+// else expireAfter). The error says why a pass failed.
+func (l *RedisLock) handOff(ctx context.Context, h *core.Hold, who reentrant.Owner) (handoffResult, error) {
+	next := l.eng.cfg.expireAfter
+	if req, ok := l.local.Next(); ok && req.TTL > 0 {
+		next = req.TTL
+	}
+	return l.eng.handOff(ctx, l.key, h, &l.turn.run, next, l.turn.span, lockPass{l, who})
+}
+
+// lockPass is a lock's part of its local hand-off (passer).
+type lockPass struct {
+	l   *RedisLock
+	who reentrant.Owner
+}
+
+func (p lockPass) give() handoffResult       { return p.l.giveLocal(p.who) }
+func (p lockPass) releaseLater(token string) { p.l.releaseLater(token) }
+func (p lockPass) pass(ctx context.Context, h *core.Hold, ttl time.Duration, force bool, sent int64) (handoffResult, error) {
+	return p.l.pass(ctx, h, ttl, force, sent)
+}
+
+// giveLocal hands the local mutex, with the current hold, to the head of
+// the queue. If the waiters left meanwhile who still owns both.
+func (l *RedisLock) giveLocal(who reentrant.Owner) handoffResult {
+	ok, err := l.local.HandOff(who)
+	if err != nil {
+		panic("lockyard: internal error: local mutex not held: " + err.Error())
+	}
+	if !ok {
+		return notHandedOver
+	}
+	return handedOver
+}
+
+// pass runs pass.lua for h, sent at sent, setting the key's TTL to ttl;
+// force releases it even with nobody in line (the run of local holds is
+// over). When the key is kept it installs a hold of ttl renewed from sent
+// (and, with fencing, a new token) for the next local goroutine.
+func (l *RedisLock) pass(ctx context.Context, h *core.Hold, ttl time.Duration, force bool, sent int64) (handoffResult, error) {
+	r := l.eng
+	l.turn.mark = l.wake.Mark() // release messages from now on count for the next holder's wait
+	p, err := l.proto.pass(ctx, l.key, h.Token, ttl, l.hint(false, true), force)
+	if err != nil {
+		return notHandedOver, err
+	}
+	rtt := time.Duration(r.core.Now() - sent)
+	l.turn.run.LastCmd, l.turn.rtt = sent, rtt
+	switch p.outcome {
+	case passKept:
+		l.install(core.NewHold(&r.core, l.key, h.Token, p.fence, ttl, core.ValidUntil(sent, ttl), (*queueHook)(l), l.proto))
+		return handedOver, nil
+	case passReleased:
+		l.turn.waitUntil, l.turn.after = sent+int64(p.sleep), p.after
+		l.turn.queued, l.turn.taken = true, true
+		r.subscriber.Listen(l.wake) // its turn is announced by a release message
+		return releasedForOthers, nil
+	case passFreed:
+		// Long enough for a client told by the release message to take
+		// the key (its wake-up and its obtain), and at least a tenth of
+		// the run that ends (of at most maxChainSpan: a run of long holds
+		// does not idle the key longer): a client that polls and writes no
+		// queue entry (Spring's SPIN) finds the key free in that share of
+		// its tries.
+		run := min(time.Duration(sent-l.turn.run.Since), maxChainSpan)
+		l.turn.yield, l.turn.grace = true, min(max(2*rtt+graceSlack, run/graceShare), r.cfg.idle)
+		l.turn.taken, l.turn.freed = true, sent
+		return releasedForOthers, nil
+	case passGone:
+		return notHandedOver, l.gone()
+	}
+	return notHandedOver, nil // declined
+}
+
+// inherit takes over a hold handed over by the previous local holder, if
+// any, and reports whether the calling goroutine, which asked for a TTL of
+// ttl, now holds the lock. A hold of another TTL (the goroutine it was
+// meant for gave up, and this one was next) is renewed to ttl first. A hold
+// that is no longer valid is dropped and its key freed in the background.
+func (l *RedisLock) inherit(ctx context.Context, ttl time.Duration) bool {
+	h := l.hold.Load()
+	if h == nil {
+		return false
+	}
+	if h.TTL() != ttl && !h.Lost(l.eng.core.Now()) {
+		_ = l.renew(ctx, ttl) // a failure leaves h lost, or valid at its TTL
+	}
+	if !h.Lost(l.eng.core.Now()) {
+		l.setPhase(held)
+		l.touch()
+		if l.local.Waiters() > 0 {
+			h.Guard()
+		}
+		return true
+	}
+	h.Lose() // the caller owns the mutex, not yet held: nothing is revoked
+	h.Retire()
+	l.hold.Store(nil)
+	l.releaseLater(h.Token)
+	return false
+}
+
+// yieldFirst makes the first acquisition after the end of a run of local
+// holds wait grace, so that another client, told by the release message or
+// polling, can take the key.
+func (l *RedisLock) yieldFirst(ctx context.Context) error {
+	if !l.turn.yield {
+		return nil
+	}
+	l.turn.yield = false
+	return l.eng.core.BG.Sleep(ctx, l.turn.grace, nil)
+}
