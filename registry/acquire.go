@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/lockyard/lockyard/internal/core"
@@ -131,19 +130,4 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 	}
 	l.begin(core.NewHold(&r.core, l.key, token, g.fence, ttl, deadline, (*queueHook)(l), l.proto))
 	return g, nil
-}
-
-// hint describes an obtain or pass of this lock instance for the protocol. An
-// instance that is not the cached one (evicted, and kept by its caller)
-// hears no release message: the subscriber wakes the cached instance. It
-// queues as a poller, so that no turn is given to it that it would not
-// hear of.
-func (l *RedisLock) hint(free, waits bool) hint {
-	r := l.eng
-	deaf := false
-	if waits && l.wake != nil {
-		e, ok := r.cache.peek(l.name)
-		deaf = !ok || e != cached(l)
-	}
-	return hint{free: free, waits: waits, waiter: l.waiter.ID(), deaf: deaf, spread: rand.N(r.cfg.idle/4 + 1), rtt: l.turn.rtt}
 }

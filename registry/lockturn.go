@@ -11,50 +11,6 @@ import (
 // A lock's part of the local hand-off (handoff.go): its turn bookkeeping,
 // its pass (pass.lua) and taking over a hold handed over.
 
-// turn is the hand-off bookkeeping of one lock instance, owned by the
-// goroutine that owns its local mutex.
-type turn struct {
-	run core.Run // the run of local holds: when it began, its last command, its free passes
-	// span bounds the current run of local holds: chainSpan, or as long
-	// as this instance waited, after its last run, for a client that took
-	// the key meanwhile and writes no queue entry (up to maxChainSpan):
-	// against a client that takes the key again at once after each of its
-	// releases (a Spring client in a loop), and so wins most races for
-	// it, the two get about equal time.
-	span time.Duration
-	// freed: when (mono ns) the last run ended with a release to nobody
-	// in line (0: it did not).
-	freed int64
-	// rtt: the last round trip of an obtain or a pass that was not
-	// granted the key (a poller's next try reaches the server that long
-	// after its sleep).
-	rtt time.Duration
-	// yield: the key was released at the end of a run of local holds;
-	// the next acquisition waits grace before its first attempt.
-	yield bool
-	grace time.Duration
-	// waitUntil (mono ns; 0: none) and after: a pass released the key for
-	// another waiter's turn and queued this instance; the next acquisition
-	// waits until then, or for after release messages, before it tries.
-	waitUntil int64
-	mark      int64 // the waker's count of messages when the pass was sent
-	after     int
-	// taken: an obtain found the key held, and no acquisition has since
-	// got it at its first attempt. While it is set, a first attempt runs
-	// the obtain script at once instead of trying a plain SET first.
-	taken bool
-	// crowded: the last release found waiters queued. Unlike taken, an
-	// acquisition at the first attempt does not clear it (obtain.lua may
-	// give a free key to a caller while a poller not yet due waits): only
-	// a release that finds nobody queued does. While it is set, releases
-	// run release.lua, which gives the turn (mutexProto.release).
-	crowded bool
-	// queued: this instance's entry is in the key's wait queue (a waiting
-	// attempt failed, or a pass queued it, and no acquisition has
-	// succeeded since).
-	queued bool
-}
-
 // handOff passes the hold h of who, whose outermost unlock this is, to the
 // next local waiter (engine.handOff), with the TTL it asked for (LockFor;
 // else expireAfter). The error says why a pass failed.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/lockyard/lockyard/internal/core"
@@ -13,39 +12,6 @@ import (
 )
 
 var _ sync.Locker = (*RedisLock)(nil)
-
-// RedisLock is a distributed lock on one key, obtained from a Registry. It
-// pairs a local reentrant mutex owned by a goroutine with a key in Redis:
-// goroutines of one registry queue locally in FIFO order, and only the head
-// of the queue talks to Redis. The holding goroutine may lock again; each
-// Lock needs an Unlock by the same goroutine, and only the outermost one
-// releases the key in Redis.
-type RedisLock struct {
-	eng   *engine
-	proto *mutexProto
-	// key is the full Redis key (wire.Layout.LockKey); name is the key the
-	// lock was obtained with, a substring of key. The wait marker, fence
-	// counter and channel are derived from key when needed, so that a
-	// cached lock stays small.
-	key, name string
-	local     reentrant.Mutex
-	// hold is the current acquisition in Redis, nil when not held. Only the
-	// goroutine that owns local stores it; anyone may load it.
-	hold     atomic.Pointer[core.Hold]
-	phase    atomic.Int32 // a phase (lifecycle.go), for tests and debugging
-	lastUsed atomic.Int64 // registry clock of the last Obtain, lock or unlock
-	since    atomic.Int64 // registry clock of the current outermost acquisition (observe.go)
-	wake     *core.Waker  // wakes the remote waiter (PubSubLock; nil otherwise)
-	// waiter is this instance's id in the key's wait queue: the registry
-	// id, "/", and a number unique to the instance (and to its wait: see
-	// core.Waiter), so that an instance evicted from the cache and kept by
-	// the caller, and the one Obtain returns next, wait for each other like
-	// two registries.
-	waiter core.Waiter
-	// turn is the hand-off bookkeeping, owned by the goroutine that owns
-	// local (the mutex's hand-over orders the accesses).
-	turn turn
-}
 
 // Obtain returns the lock for key, the same *RedisLock for the same key while
 // it stays cached. It does not contact Redis. It fails with ErrInvalidKey,
@@ -118,16 +84,6 @@ func (r *Registry) RenewLockFor(ctx context.Context, key string, ttl time.Durati
 	return l.renew(ctx, ttl)
 }
 
-func newRedisLock(r *engine, proto *mutexProto, name string) *RedisLock {
-	key := r.layout.LockKey(name)
-	l := &RedisLock{eng: r, proto: proto, key: key}
-	l.waiter.Renew(&r.core)
-	l.name, _ = r.layout.UserKey(key) // name, sharing key's memory
-	l.wake = core.NewWaker(r.cfg.lockType == PubSubLock)
-	l.touch()
-	return l
-}
-
 // Key returns the full Redis key of the lock: registryKey + ":" + key, or
 // registryKey + ":{" + key + "}" with WithHashTag.
 func (l *RedisLock) Key() string { return l.key }
@@ -184,16 +140,6 @@ func (l *RedisLock) Lost() <-chan struct{} {
 	}
 	return h.Watch().Done()
 }
-
-func (l *RedisLock) touch() { l.lastUsed.Store(l.eng.core.Now()) }
-
-// The RedisLock as a cache entry.
-func (l *RedisLock) cacheKey() string { return l.name }
-func (l *RedisLock) busy() bool       { return l.local.Busy() }
-func (l *RedisLock) used() int64      { return l.lastUsed.Load() }
-func (l *RedisLock) signal(k int64)   { l.wake.Signal(k) }
-func (l *RedisLock) kind() string     { return kindLock }
-func (l *RedisLock) wokenBy() wakeup  { return byRelease }
 
 // Lock blocks until the calling goroutine holds the lock. Redis errors do not
 // make it fail: it logs them and retries with capped backoff (use
@@ -307,35 +253,38 @@ func (l *RedisLock) leave(who reentrant.Owner) (last bool, err error) {
 	return last, nil
 }
 
-// renew resets the TTL of the current hold if the registry holds the lock
-// (RenewLock), to ttl, or to the hold's own TTL if ttl is 0; a ttl other
-// than the hold's becomes its TTL from now on (RenewLockFor).
-func (l *RedisLock) renew(ctx context.Context, ttl time.Duration) error {
-	h := l.lockCurrent()
-	if h == nil {
-		return fmt.Errorf("%w: %q is not held by this registry", ErrNotOwner, l.key)
+// ExecuteLocked runs fn while holding the lock on key, waiting for it as
+// LockContext does. fn's context is cancelled, with cause ErrLockLost, when
+// the lock is lost: its validity ends at the obtain's send time plus
+// expireAfter (minus a drift margin) unless renewed. The lock is released
+// when fn returns or panics. The result joins fn's error with the release's:
+// after a loss it matches ErrLockLost and is never nil; if fn succeeded but
+// the release failed in Redis it matches ErrReleaseFailed (fn's work is
+// done; the key expires by its TTL).
+func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx context.Context) error) (err error) {
+	l, err := r.Obtain(key)
+	if err != nil {
+		return err
 	}
-	defer h.Renewing.Unlock()
-	return h.Renew(ctx, ttl)
-}
-
-// lockCurrent returns the lock's current hold with its renewing lock
-// taken, or nil if the registry holds none. A hold that was released (or
-// passed on) while it waited for the lock is not returned: its TTL must not
-// reach Redis after its successor's.
-func (l *RedisLock) lockCurrent() *core.Hold {
-	for {
-		h := l.hold.Load()
-		if h == nil {
-			return nil
-		}
-		h.Renewing.Lock()
-		if !h.Released() {
-			return h
-		}
-		h.Renewing.Unlock()
-		if l.hold.Load() == h { // being released: not held any more
-			return nil
-		}
+	if err := l.LockContext(ctx); err != nil {
+		return err
 	}
+	h := l.hold.Load()
+	fctx, cancel := context.WithCancelCause(ctx)
+	wctx := h.Watch()
+	stop := context.AfterFunc(wctx, func() { cancel(context.Cause(wctx)) })
+	defer func() {
+		stop()
+		cancel(nil)
+		lost := h.Lost(r.core.Now())
+		uerr := l.UnlockContext(ctx)
+		if lost {
+			h.CountLost()
+		}
+		if lost && !errors.Is(uerr, ErrLockLost) {
+			uerr = errors.Join(uerr, fmt.Errorf("%w: validity of %q ended before release", ErrLockLost, key))
+		}
+		err = errors.Join(err, uerr)
+	}()
+	return fn(fctx)
 }

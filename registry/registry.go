@@ -1,8 +1,6 @@
 package registry
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -98,42 +96,6 @@ func isNil(v any) bool {
 // ago; a negative age removes every such lock. It never touches Redis.
 func (r *Registry) ExpireUnusedOlderThan(age time.Duration) {
 	r.cache.expire(r.core.Now(), age)
-}
-
-// ExecuteLocked runs fn while holding the lock on key, waiting for it as
-// LockContext does. fn's context is cancelled, with cause ErrLockLost, when
-// the lock is lost: its validity ends at the obtain's send time plus
-// expireAfter (minus a drift margin) unless renewed. The lock is released
-// when fn returns or panics. The result joins fn's error with the release's:
-// after a loss it matches ErrLockLost and is never nil; if fn succeeded but
-// the release failed in Redis it matches ErrReleaseFailed (fn's work is
-// done; the key expires by its TTL).
-func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx context.Context) error) (err error) {
-	l, err := r.Obtain(key)
-	if err != nil {
-		return err
-	}
-	if err := l.LockContext(ctx); err != nil {
-		return err
-	}
-	h := l.hold.Load()
-	fctx, cancel := context.WithCancelCause(ctx)
-	wctx := h.Watch()
-	stop := context.AfterFunc(wctx, func() { cancel(context.Cause(wctx)) })
-	defer func() {
-		stop()
-		cancel(nil)
-		lost := h.Lost(r.core.Now())
-		uerr := l.UnlockContext(ctx)
-		if lost {
-			h.CountLost()
-		}
-		if lost && !errors.Is(uerr, ErrLockLost) {
-			uerr = errors.Join(uerr, fmt.Errorf("%w: validity of %q ended before release", ErrLockLost, key))
-		}
-		err = errors.Join(err, uerr)
-	}()
-	return fn(fctx)
 }
 
 // Stats returns a snapshot of the registry's counters. It is cheap and safe

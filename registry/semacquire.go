@@ -192,26 +192,10 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 	return p, g.grant, nil
 }
 
-// install makes h the hold of p, tracked by the watchdog.
-func (s *Semaphore) install(p *permit, h *core.Hold) {
-	p.h.Store(h)
-	s.eng.core.Watchdog.Track(h)
-}
-
 // leaveQueue takes the instance's old waiter id out of the wait queue in
 // the background, so that no turn is given to it (done gave the instance a
 // new id first).
 func (s *Semaphore) leaveQueue(id string) {
 	r := s.eng
 	r.leave(s.key, id, func(ctx context.Context, lk, id string) error { return s.proto.leave(ctx, lk, id, s.permits) })
-}
-
-// releaseLater gives back, in the background and best effort, a permit
-// that this registry may hold with token without knowing it
-// (engine.releaseLater).
-func (s *Semaphore) releaseLater(token string) {
-	s.eng.releaseLater(func(ctx context.Context) (bool, error) {
-		done, _, err := s.proto.release(ctx, s.key, token, s.permits)
-		return done, err
-	})
 }
