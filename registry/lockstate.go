@@ -18,6 +18,9 @@ import (
 // hold lost while held), lifecycle.go (lock and unlock), try.go, and on top
 // redislock.go and lease.go, the public face.
 
+// kindLock names the kind of a RedisLock and its Leases.
+const kindLock = "lock"
+
 // RedisLock is a distributed lock on one key, obtained from a Registry. It
 // pairs a local reentrant mutex owned by a goroutine with a key in Redis:
 // goroutines of one registry queue locally in FIFO order, and only the head

@@ -8,12 +8,6 @@ import (
 	"github.com/lockyard/lockyard/internal/core"
 )
 
-// Kinds of Event.
-const (
-	kindLock      = "lock"
-	kindSemaphore = "semaphore"
-)
-
 // kindOf names the kind whose holds h is of.
 func kindOf(h *core.Hold) string { return h.Kind.KindName() }
 

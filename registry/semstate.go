@@ -16,6 +16,9 @@ import (
 // (release and the local hand-off of a permit), and on top semaphore.go,
 // the public face.
 
+// kindSemaphore names the kind of a Semaphore and its Leases.
+const kindSemaphore = "semaphore"
+
 // Semaphore is a counting semaphore on one key: at most Permits leases of
 // it are held at once across every process that uses the key with this
 // registry key. Each Lease is one permit, with its own token and TTL,
