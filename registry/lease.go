@@ -168,3 +168,6 @@ func (le *Lease) begin() bool {
 	le.h.Renewing.Unlock()
 	return true
 }
+
+// closedChan is returned by Lost when there is no hold to lose.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

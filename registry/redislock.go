@@ -121,9 +121,6 @@ func (l *RedisLock) goroutineHold() *core.Hold {
 	return h
 }
 
-// closedChan is returned by Lost when there is no hold to lose.
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
 // Lost returns a channel that is closed when the current hold is lost: its
 // validity (the obtain's send time plus expireAfter, minus a drift margin,
 // moved by each renewal) ended, or a renewal found the key gone; with

@@ -12,7 +12,7 @@ import (
 
 // A semaphore's leases: release, and the hand-off of a permit to the next
 // lease of the same registry that waits for one (as a lock's hold is
-// handed off: handoff.go).
+// handed off: the engine's handoff.go).
 
 // A permit as the part of its semaphore that a Lease holds (leased).
 func (p *permit) leaseKey() string     { return p.s.key }
