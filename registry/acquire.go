@@ -108,6 +108,7 @@ func (l *RedisLock) attempt(ctx context.Context, ttl time.Duration, first, waits
 		}
 	}
 	if err != nil {
+		err = wrongKind(kindLock, err)
 		if core.IsAmbiguous(err) && !errors.Is(err, ErrReplicaAck) {
 			l.releaseLater(token) // the script may have set the key before the reply was lost
 		}

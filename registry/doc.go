@@ -117,12 +117,12 @@
 //
 // Errors wrap the sentinels ErrLockLost, ErrNotOwner, ErrInvalidKey,
 // ErrCacheFull, ErrClosed, ErrInvalidConfig, ErrReplicaAck, ErrNoQuorum,
-// ErrNotObtained, ErrReleaseFailed and ErrForeignKey (Inspect), and the
-// Redis or context
-// error behind them; test with errors.Is and errors.As. LockContext retries
-// network and transient Redis errors until its context ends, then returns an
-// error matching ctx.Err() that also wraps the last Redis error; other Redis
-// errors (WRONGTYPE, OOM, script errors) return at once. Lock has no error to
+// ErrNotObtained, ErrReleaseFailed, ErrWrongKind and ErrForeignKey
+// (Inspect), and the Redis or context error behind them; test with
+// errors.Is and errors.As. LockContext retries network and transient Redis
+// errors until its context ends, then returns an error matching ctx.Err()
+// that also wraps the last Redis error; other Redis errors (a key of
+// another kind: ErrWrongKind; OOM, script errors) return at once. Lock has no error to
 // return: it retries every failure with capped backoff, logging each one.
 // Every Redis call is bounded by the command timeout (WithCommandTimeout)
 // and by the context's deadline; a cancellation is seen between commands,

@@ -42,4 +42,11 @@ var (
 	// nodes: too many were down, slow or failing. LockContext retries it
 	// until its ctx ends.
 	ErrNoQuorum = core.ErrNoQuorum
+	// ErrWrongKind means the key is used as another kind in Redis: a lock
+	// acquired on a semaphore's key (by another registry or process: in one
+	// registry that is ErrInvalidKey, found without a command), a semaphore
+	// on a lock's, or either on a key that holds some other value. The
+	// message names both kinds. It is final: LockContext and Acquire return
+	// it at once (Lock retries it, as every error, until the key changes).
+	ErrWrongKind = core.ErrWrongKind
 )

@@ -17,6 +17,33 @@ import (
 // another type, or a string without a TTL (every lock key has one).
 var ErrForeignKey = errors.New("lockyard: not a lock or semaphore")
 
+// kindOfType names the kind whose keys hold values of the Redis type typ,
+// or "Redis typ" for a type that is no kind's.
+func kindOfType(typ string) string {
+	switch typ {
+	case "string":
+		return kindLock
+	case "zset":
+		return kindSemaphore
+	}
+	return "Redis " + typ
+}
+
+// wrongKind is core.WrongKind for an acquisition of kind, naming the
+// other kind by the type that the acquire scripts put at the end of their
+// WRONGTYPE reply ("... holds a zset").
+func wrongKind(kind string, err error) error {
+	var re *core.ReplyError
+	if !core.IsWrongType(err) || !errors.As(err, &re) {
+		return err
+	}
+	other := ""
+	if _, typ, ok := strings.Cut(re.Error(), " key holds a "); ok && !strings.Contains(typ, " ") {
+		other = kindOfType(typ)
+	}
+	return core.WrongKind(kind, other, err)
+}
+
 // KeyInfo is what Redis holds for a key, as Inspect read it.
 type KeyInfo struct {
 	Key     string       // the Redis key

@@ -298,8 +298,9 @@ func TestWrongTypeKey(t *testing.T) {
 		b.do(t, "HSET", l.Key(), "f", "v")
 		err := l.LockContext(bg(t))
 		var re redis.Error
-		if !errors.As(err, &re) || !strings.Contains(err.Error(), "WRONGTYPE") {
-			t.Fatalf("LockContext on a hash = %v, want a WRONGTYPE redis.Error", err)
+		if !errors.As(err, &re) || !strings.Contains(err.Error(), "WRONGTYPE") ||
+			!errors.Is(err, registry.ErrWrongKind) || !strings.Contains(err.Error(), "is a Redis hash, not a lock") {
+			t.Fatalf("LockContext on a hash = %v, want ErrWrongKind naming the hash, and a WRONGTYPE redis.Error", err)
 		}
 		// One attempt: the SET finds the key taken, then one script:
 		// EVALSHA, maybe EVAL on a cold cache (and before the registry's

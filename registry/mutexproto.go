@@ -86,6 +86,8 @@ func (p *mutexProto) obtain(ctx context.Context, lk, token string, ttl time.Dura
 		switch {
 		case core.IsSyntaxError(err):
 			p.noGet.Store(true) // an older server: the script from now on
+		case core.IsWrongType(err):
+			// A key of another kind: the script's reply names its type.
 		case err != nil:
 			return unknown, err
 		case !existed || old == token: // set, or already ours after a resend

@@ -159,6 +159,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 	g, err := s.proto.acquire(ctx, s.key, token, ttl, s.permits, h, more)
 	switch {
 	case err != nil:
+		err = wrongKind(kindSemaphore, err)
 		if core.IsAmbiguous(err) {
 			s.releaseLater(token) // the script may have added the permit
 			if waits {

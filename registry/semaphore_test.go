@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -174,8 +175,10 @@ func TestSemaphoreRefusedWhereUnsupported(t *testing.T) {
 	mustIs(t, err, registry.ErrInvalidConfig)
 }
 
-// The key of a lock (a string) is not a semaphore: Acquire fails at once
-// with the server's WRONGTYPE, and the other way round.
+// The key of a lock (a string) is not a semaphore: Acquire and
+// TryAcquire fail at once with ErrWrongKind, naming both kinds (and the
+// server's WRONGTYPE stays in the chain); and the other way round: a lock,
+// its TryLock and a lease on a semaphore's key.
 func TestSemaphoreWrongType(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pool := b.pool(t)
@@ -188,10 +191,30 @@ func TestSemaphoreWrongType(t *testing.T) {
 		s := semaphore(t, r2, "k", 2)
 		ctx, cancel := context.WithTimeout(bg(t), 5*time.Second)
 		defer cancel()
-		_, err := s.Acquire(ctx, 0)
-		if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "WRONGTYPE") {
-			t.Fatalf("Acquire on a lock's key: %v, want WRONGTYPE at once", err)
+		wrong := func(what string, err error, is, not string) {
+			t.Helper()
+			var re *registry.ReplyError
+			if !errors.Is(err, registry.ErrWrongKind) || ctx.Err() != nil || !errors.As(err, &re) ||
+				!strings.Contains(err.Error(), "is a "+is+", not a "+not) {
+				t.Fatalf("%s: %v, want ErrWrongKind at once, naming both kinds", what, err)
+			}
 		}
+		_, err := s.Acquire(ctx, 0)
+		wrong("Acquire on a lock's key", err, "lock", "semaphore")
+		_, err = s.TryAcquire(ctx, 0)
+		wrong("TryAcquire on a lock's key", err, "lock", "semaphore")
+
+		s2 := semaphore(t, r, "s", 2)
+		le, err := s2.Acquire(ctx, 0)
+		mustNil(t, err)
+		defer func() { mustNil(t, le.Release(bg(t))) }()
+		l2 := obtain(t, r2, "s")
+		wrong("LockContext on a semaphore's key", l2.LockContext(ctx), "semaphore", "lock")
+		wrong("TryLockContext on a semaphore's key", l2.TryLockContext(ctx), "semaphore", "lock")
+		_, err = r2.Acquire(ctx, "s", 0)
+		wrong("Registry.Acquire on a semaphore's key", err, "semaphore", "lock")
+		_, err = r2.TryAcquire(ctx, "s", 0)
+		wrong("Registry.TryAcquire on a semaphore's key", err, "semaphore", "lock")
 	})
 }
 

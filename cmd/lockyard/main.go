@@ -54,14 +54,18 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
+
+	"github.com/lockyard/lockyard/registry"
 )
 
 // Exit codes other than the command's own.
 const (
 	exitUsage       = 64 // EX_USAGE
+	exitWrongKind   = 65 // EX_DATAERR: the key is another kind (registry.ErrWrongKind)
 	exitUnavailable = 69 // EX_UNAVAILABLE
 	exitNotAcquired = 75 // EX_TEMPFAIL
 	exitLost        = 76
@@ -74,6 +78,15 @@ const usage = `usage:
   lockyard --version                              print the version
 Run "lockyard COMMAND -h" for the flags of a command (run -h also lists the exit statuses).
 `
+
+// exitFor is the exit status of a failure to acquire with err: a key of
+// another kind is the caller's data, not Redis's state.
+func exitFor(err error) int {
+	if errors.Is(err, registry.ErrWrongKind) {
+		return exitWrongKind
+	}
+	return exitUnavailable
+}
 
 // version returns the command's version: its module version when built by
 // go install (the module at a tag), "(devel)" from a checkout, and the

@@ -510,8 +510,17 @@ func TestRunPermits(t *testing.T) {
 	if code, out := exitCode(t, lockyard("run", "--permits", "2", "-n", key, "--", "true")); code != 75 || !strings.Contains(out, "every permit") {
 		t.Fatalf("-n with every permit held: exit %d, %q; want 75", code, out)
 	}
-	if code, _ := exitCode(t, lockyard("run", "--permits", "-1", key, "--", "true")); code != 64 {
-		t.Fatalf("--permits -1: exit %d, want 64", code)
+	for _, n := range []string{"-1", "0"} {
+		if code, _ := exitCode(t, lockyard("run", "--permits", n, key, "--", "true")); code != 64 {
+			t.Fatalf("--permits %s: exit %d, want 64", n, code)
+		}
+	}
+	// The semaphore's key taken as a lock: the other kind (65), at once,
+	// whether run waits or not.
+	for _, wait := range []string{"-n", "--wait=20s"} {
+		if code, out := exitCode(t, lockyard("run", wait, key, "--", "true")); code != 65 || !strings.Contains(out, "is a semaphore, not a lock") {
+			t.Fatalf("run %s on a semaphore's key: exit %d, %q; want 65 naming both kinds", wait, code, out)
+		}
 	}
 }
 

@@ -30,6 +30,8 @@ type runFlags struct {
 	killAfter time.Duration
 	minHold   time.Duration
 	permits   int // 0: a lock; N: one of N permits of a semaphore
+	// permitsSet: --permits was given (0 is then bad input, not the lock).
+	permitsSet bool
 }
 
 // optDuration is a duration flag that knows whether it was set.
@@ -84,7 +86,8 @@ Environment of COMMAND:
   LOCKYARD_TOKEN  the fencing token with --fencing, else 0
 
 Exit status: COMMAND's own (128+N if signal N killed it), or
-  64   usage error (bad flag, --ttl, --wait or REDIS_URL)
+  64   usage error (bad flag, --ttl, --wait, --permits or REDIS_URL)
+  65   KEY is another kind in Redis (a semaphore's key taken as a lock, or the reverse)
   69   Redis unavailable or refused the command
   75   the lock was not acquired (-n, or --wait ran out)
   76   the lock was lost while COMMAND ran (COMMAND got the --on-lost signal)
@@ -117,6 +120,7 @@ func cmdRun(args []string) int {
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
+	fs.Visit(func(fl *flag.Flag) { f.permitsSet = f.permitsSet || fl.Name == "permits" })
 	rest := fs.Args()
 	if len(rest) >= 2 && rest[1] == "--" {
 		rest = append(rest[:1], rest[2:]...)
@@ -145,8 +149,8 @@ func (f *runFlags) check() error {
 		return fmt.Errorf("-n and --wait %v: choose one", f.wait.d)
 	case f.killAfter < 0:
 		return fmt.Errorf("--kill-after %v is negative", f.killAfter)
-	case f.permits < 0:
-		return fmt.Errorf("--permits %d is negative", f.permits)
+	case f.permitsSet && f.permits < 1:
+		return fmt.Errorf("--permits %d: a semaphore has at least 1 permit (without --permits, run takes the lock)", f.permits)
 	case f.minHold < 0 || f.minHold > registry.MaxDuration:
 		return fmt.Errorf("--min-hold %v out of range [0, %v]", f.minHold, registry.MaxDuration)
 	}
@@ -284,7 +288,7 @@ func (f *runFlags) acquire(take taker, lk string, sigs <-chan os.Signal) (*regis
 			}
 			return nil, exitNotAcquired
 		case err != nil:
-			return nil, fail("run", exitUnavailable, err)
+			return nil, fail("run", exitFor(err), err)
 		}
 		return le, 0
 	}
@@ -325,7 +329,7 @@ func (f *runFlags) acquire(take taker, lk string, sigs <-chan os.Signal) (*regis
 		fmt.Fprintf(os.Stderr, "lockyard run: %s not acquired within %v: %v\n", lk, f.wait.d, err)
 		return nil, exitNotAcquired
 	}
-	return nil, fail("run", exitUnavailable, err)
+	return nil, fail("run", exitFor(err), err)
 }
 
 // exec runs argv while the lock is held, forwarding SIGINT, SIGTERM, SIGHUP

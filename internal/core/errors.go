@@ -49,6 +49,10 @@ var (
 	// nodes: too many were down, slow or failing. LockContext retries it
 	// until its ctx ends.
 	ErrNoQuorum = errors.New("lockyard: no quorum of Redis nodes")
+	// ErrWrongKind means the key is used as another kind in Redis: a lock
+	// acquired on a semaphore's key, a semaphore on a lock's, or either on
+	// a key that holds some other value. The message names both kinds.
+	ErrWrongKind = errors.New("lockyard: key of another kind")
 )
 
 // KeyGone is the ErrLockLost of a lock whose key was found gone or
@@ -127,6 +131,31 @@ func IsTryAgain(err error) bool {
 	}
 	var re *ReplyError
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "TRYAGAIN")
+}
+
+// IsWrongType reports whether err is the server's WRONGTYPE reply (or a
+// script's): the key holds a value of another type than the command's.
+func IsWrongType(err error) bool {
+	if err == nil {
+		return false
+	}
+	var re *ReplyError
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
+}
+
+// WrongKind returns err, a WRONGTYPE reply met by an acquisition of kind,
+// as an error that matches ErrWrongKind (and still the reply) and names
+// both kinds: the key's is other, or not known when other is "". Other
+// errors are returned as they are. The caller wraps it with the key.
+func WrongKind(kind, other string, err error) error {
+	if !IsWrongType(err) {
+		return err
+	}
+	what := "holds another kind of value"
+	if other != "" {
+		what = "is a " + other
+	}
+	return fmt.Errorf("%w: it %s, not a %s (%w)", ErrWrongKind, what, kind, err)
 }
 
 // IsNoPerm reports whether err is the server's NOPERM reply: the user's

@@ -49,11 +49,13 @@
 --        announced before this script runs (its message is past), plus the
 --        messages this script sent for waiters it dropped (they are no
 --        longer counted).
--- Error: WRONGTYPE when KEYS[1] holds something other than a string.
+-- Error: WRONGTYPE when KEYS[1] holds something other than a string
+--        ("WRONGTYPE lock key holds a TYPE", where TYPE may be read).
 local token, id = ARGV[1], ARGV[3]
 local value = redis.pcall('GET', KEYS[1])
 if type(value) == 'table' and value.err then
-  return redis.error_reply('WRONGTYPE lock key holds a value that is not a string')
+  local t = redis.pcall('TYPE', KEYS[1]) -- for the error's words: lockyard's other kinds are named by their types
+  return redis.error_reply('WRONGTYPE lock key holds a ' .. (t.ok or 'value that is not a string'))
 end
 if value == token then
   local fence = 0

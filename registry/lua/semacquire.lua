@@ -47,12 +47,14 @@
 -- caller about to be refused looks for its own token first (ZSCORE), so
 -- that a resend never leaves the first run's permit held by no one,
 -- whether or not a permit is free.
--- Error: WRONGTYPE when KEYS[1] is not a sorted set (a lock's key); an
+-- Error: WRONGTYPE when KEYS[1] is not a sorted set (a lock's key: "WRONGTYPE
+--        semaphore key holds a TYPE", where TYPE may be read); an
 --        error when the script may not call TIME (see docs/SECURITY.md).
 local token, id = ARGV[1], ARGV[3]
 local held = redis.pcall('ZCARD', KEYS[1])
 if type(held) ~= 'number' then
-  return redis.error_reply('WRONGTYPE semaphore key holds a value that is not a sorted set')
+  local t = redis.pcall('TYPE', KEYS[1]) -- for the error's words: lockyard's other kinds are named by their types
+  return redis.error_reply('WRONGTYPE semaphore key holds a ' .. (t.ok or 'value that is not a sorted set'))
 end
 local clock, nextFence, queueRules, permitRules = shared()
 local now = clock()
