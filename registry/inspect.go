@@ -103,6 +103,7 @@ func (r *Registry) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 	}
 	switch {
 	case typ == "string" && info.Holders[0].TTL < 0:
+		info.Holders = nil // no lock: every lock key has a TTL
 		return info, fmt.Errorf("%w: %q holds a string without a TTL", ErrForeignKey, lk)
 	case typ == "string":
 		info.Kind = "lock"

@@ -150,8 +150,8 @@ func TestInspectForeignAndBadKeys(t *testing.T) {
 		b.do(t, "SET", pfx+":plain", "x")
 		b.do(t, "HSET", pfx+":hash", "f", "v")
 		for _, k := range []string{"plain", "hash"} {
-			if _, err := r.Inspect(bg(t), k); !errors.Is(err, registry.ErrForeignKey) {
-				t.Errorf("Inspect(%q) = %v, want ErrForeignKey", k, err)
+			if info, err := r.Inspect(bg(t), k); !errors.Is(err, registry.ErrForeignKey) || len(info.Holders) != 0 {
+				t.Errorf("Inspect(%q) = %+v, %v; want ErrForeignKey and no holder", k, info, err)
 			}
 		}
 		l := obtain(t, r, "mine")

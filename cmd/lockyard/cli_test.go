@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
 )
 
 // Like flock(1), run waits for a held lock by default, and runs the
@@ -132,5 +134,24 @@ func TestStatusEscapesAndMarksNonLocks(t *testing.T) {
 		if !strings.Contains(line, state) {
 			t.Errorf("status line of %s = %q, want %q", k, line, state)
 		}
+	}
+	// Named alone, neither is held (exit 1), and release --force leaves
+	// them (65) unless told that a string without a TTL may go.
+	for _, k := range []string{plain, hash} {
+		if code, out := exitCode(t, lockyard("status", k)); code != exitFree {
+			t.Errorf("status %s: exit %d, want %d (not held):\n%s", k, code, exitFree, out)
+		}
+		if code, out := exitCode(t, lockyard("release", "--force", k)); code != exitWrongKind {
+			t.Errorf("release --force %s: exit %d, want %d (no lock):\n%s", k, code, exitWrongKind, out)
+		}
+	}
+	if n, err := redis.Int(server.Do("EXISTS", "lockyard:"+plain, "lockyard:"+hash)); err != nil || n != 2 {
+		t.Fatalf("after release --force of keys that are no locks: %d of 2 left (%v)", n, err)
+	}
+	if code, out := exitCode(t, lockyard("release", "--force", "--foreign", plain)); code != 0 {
+		t.Errorf("release --force --foreign of a string without a TTL: exit %d:\n%s", code, out)
+	}
+	if n, err := redis.Int(server.Do("EXISTS", "lockyard:"+plain)); err != nil || n != 0 {
+		t.Fatalf("release --force --foreign left the string (%v)", err)
 	}
 }

@@ -7,9 +7,12 @@
 -- ARGV[1]  channel: registryKey-channel:registryKey:key
 -- ARGV[2]  a holder's registry id: only its permits are taken out of a
 --          semaphore, and a lock key only if it holds it ('' for any)
+-- ARGV[3]  '1': remove a string without a TTL too (no lock key lacks one)
 --
 -- Reply: {value, pttl} of the lock key removed; {value, pttl, 'kept'} when
--- it is another holder's than ARGV[2] (nothing removed); {false, -2} if
+-- it is another holder's than ARGV[2] (nothing removed); {value, -1,
+-- 'foreign'} for a string without a TTL and ARGV[3] not '1' (nothing
+-- removed); {false, -2} if
 -- there was none; {'semaphore', n, left}: n permits taken out of a semaphore, left
 -- held. Error: WRONGTYPE for a key of another type.
 local t = redis.call('TYPE', KEYS[1]).ok
@@ -36,6 +39,9 @@ if t ~= 'string' then
 end
 local v = redis.call('GET', KEYS[1])
 local pttl = redis.call('PTTL', KEYS[1])
+if pttl == -1 and ARGV[3] ~= '1' then
+  return {v, pttl, 'foreign'} -- no lock: nothing removed
+end
 if ARGV[2] ~= '' then
   local prefix = ARGV[2] .. ':'
   if string.sub(v, 1, #prefix) ~= prefix or string.find(v, ':', #prefix + 1, true) then

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -17,9 +19,11 @@ func cmdRelease(args []string) int {
 	var f common
 	var force bool
 	var holder string
+	var foreign bool
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
 	f.register(fs)
 	fs.BoolVar(&force, "force", false, "required: remove the lock whoever holds it (of a semaphore: every permit)")
+	fs.BoolVar(&foreign, "foreign", false, "also remove a string without a TTL at the lock's key, which is no lock (status: \"not a lock\")")
 	fs.StringVar(&holder, "holder", "", "only this holder's (a registry id, as status shows it): a semaphore's permits, or the lock if it holds it (else exit 1)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: lockyard release --force [--holder ID] [flags] KEY")
@@ -47,11 +51,23 @@ func cmdRelease(args []string) int {
 	defer c.Close()
 	w := f.layout()
 	lk := w.LockKey(fs.Arg(0))
-	v, err := redis.Values(forceRelease.Do(c, lk, w.Channel(lk), holder))
-	if err != nil {
+	foreignArg := "0"
+	if foreign {
+		foreignArg = "1"
+	}
+	v, err := redis.Values(forceRelease.Do(c, lk, w.Channel(lk), holder, foreignArg))
+	var re redis.Error
+	switch {
+	case errors.As(err, &re) && strings.HasPrefix(string(re), "WRONGTYPE"):
+		return fail("release", exitWrongKind, err) // a key of no lockyard kind: left as it is
+	case err != nil:
 		return fail("release", exitUnavailable, err)
 	}
 	token, _ := redis.String(v[0], nil)
+	if last, _ := redis.String(v[len(v)-1], nil); last == "foreign" && len(v) == 3 {
+		fmt.Fprintf(os.Stderr, "lockyard release: %s holds a string without a TTL, which is no lock: nothing removed (--foreign removes it)\n", printable(lk))
+		return exitWrongKind
+	}
 	if kept, _ := redis.String(v[len(v)-1], nil); kept == "kept" && len(v) == 3 {
 		fmt.Printf("%s is held by %s, not %s: nothing removed\n", printable(lk), printable(wire.Holder(token)), printable(holder))
 		return exitFree
