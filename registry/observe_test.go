@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -261,5 +262,39 @@ func TestStatsReleaseFailed(t *testing.T) {
 	}
 	if s := r.Stats(); s.ReleaseFailed != 1 || s.Held != 0 || s.Holds != 1 {
 		t.Errorf("%+v, want one failed release and nothing held", s)
+	}
+}
+
+// JoinObservers tells every Observer of each event, in order, skipping the
+// nil fields of each: one that observes only Acquired beside one that
+// observes only Waiting and Released (as the OpenTelemetry observer sets
+// no Waiting) runs without a nil call.
+func TestJoinObservers(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		got []string
+	)
+	note := func(s string) func(registry.Event) {
+		return func(e registry.Event) {
+			mu.Lock()
+			got = append(got, s+" "+e.Kind)
+			mu.Unlock()
+		}
+	}
+	a := registry.Observer{Acquired: note("a.acquired")}
+	b := registry.Observer{Waiting: note("b.waiting"), Acquired: note("b.acquired"), Released: note("b.released")}
+	joined := registry.JoinObservers(a, b, registry.Observer{})
+	if joined.Lost != nil || joined.RenewalFailed != nil {
+		t.Fatal("a field that no Observer sets is not nil")
+	}
+	r := newReg(t, realBackend().pool(t), registry.WithObserver(joined))
+	le, err := r.Acquire(bg(t), "k", 0)
+	mustNil(t, err)
+	mustNil(t, le.Release(bg(t)))
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"b.waiting lock", "a.acquired lock", "b.acquired lock", "b.released lock"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
 	}
 }

@@ -349,6 +349,39 @@ type Event struct {
 	Err   error         // RenewalFailed: why
 }
 
+// JoinObservers returns an Observer that tells each of obs, in order, of
+// every event: the OpenTelemetry observer and one of the caller's, say. A
+// nil field of any of them is skipped (a registry skips the nil fields of
+// its Observer too), so an Observer may set only the events it wants.
+func JoinObservers(obs ...Observer) Observer {
+	join := func(field func(Observer) func(Event)) func(Event) {
+		var fs []func(Event)
+		for _, o := range obs {
+			if f := field(o); f != nil {
+				fs = append(fs, f)
+			}
+		}
+		switch len(fs) {
+		case 0:
+			return nil
+		case 1:
+			return fs[0]
+		}
+		return func(e Event) {
+			for _, f := range fs {
+				f(e)
+			}
+		}
+	}
+	return Observer{
+		Waiting:       join(func(o Observer) func(Event) { return o.Waiting }),
+		Acquired:      join(func(o Observer) func(Event) { return o.Acquired }),
+		Released:      join(func(o Observer) func(Event) { return o.Released }),
+		Lost:          join(func(o Observer) func(Event) { return o.Lost }),
+		RenewalFailed: join(func(o Observer) func(Event) { return o.RenewalFailed }),
+	}
+}
+
 // WithObserver makes o told of every acquisition's events (see Observer).
 func WithObserver(o Observer) Option {
 	return func(c *config) error {

@@ -61,6 +61,11 @@ type Listener interface {
 // Turn.After is counted from).
 type Attempt func(ctx context.Context, first bool, mark int64) (Turn, error)
 
+// RetryLogEvery bounds how often a waiting loop logs its retries: the
+// first at once, then at most one warning per RetryLogEvery, with the count
+// of retries it stands for.
+const RetryLogEvery = time.Second
+
 // Acquire runs try until it acquires (or w.Local does), and reports
 // whether the waiter waited (an attempt was refused). It returns the error
 // that ended the wait: ctx's or ErrClosed (wrapping the last Redis error
@@ -69,6 +74,8 @@ func (c *Core) Acquire(ctx context.Context, w *Waiting, first bool, try Attempt)
 	var (
 		bo      Backoff
 		lastErr error
+		warned  int64 // when (Now) the last retry was logged; 0: none yet
+		quiet   int   // the retries not logged since
 	)
 	for ; ; first = false {
 		if w.Local != nil {
@@ -103,7 +110,13 @@ func (c *Core) Acquire(ctx context.Context, w *Waiting, first bool, try Attempt)
 			if !w.RetryAll && !IsTransient(err) {
 				return waited, WrapKey(w.Verb, w.Key, err)
 			}
-			c.Log.Warn(w.Retrying, "key", w.Key, "err", err)
+			// One warning a second at most, with the retries since the last.
+			if now := c.Now(); warned == 0 || now-warned >= int64(RetryLogEvery) {
+				c.Log.Warn(w.Retrying, "key", w.Key, "err", err, "retries", quiet+1)
+				warned, quiet = max(now, 1), 0
+			} else {
+				quiet++
+			}
 			t = Turn{Sleep: bo.Delay(), After: -1}
 		}
 		delay := t.Sleep

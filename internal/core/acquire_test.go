@@ -134,3 +134,53 @@ func TestAcquireLoop(t *testing.T) {
 		})
 	}
 }
+
+// countHandler counts the records logged at WARN.
+type countHandler struct {
+	slog.Handler
+	warns   atomic.Int32
+	retries atomic.Int64 // the sum of their "retries" attributes
+}
+
+func (h *countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn {
+		h.warns.Add(1)
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "retries" {
+				h.retries.Add(a.Value.Int64())
+			}
+			return true
+		})
+	}
+	return nil
+}
+
+// A server that is down fails every attempt: the loop retries with
+// backoff, and logs the first retry at once, then one warning a second
+// at most, each counting the retries it stands for (it logged every one:
+// 8 in the first 100 ms).
+func TestAcquireLogsRetriesOnceASecond(t *testing.T) {
+	c := newTestCore(t)
+	h := &countHandler{}
+	c.Log = slog.New(h)
+	down := errors.New("connection refused")
+	w := Waiting{Key: "k", Verb: "obtaining", Retrying: "retrying", RetryAll: true, Idle: time.Second}
+	tries := 0
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	_, err := c.Acquire(ctx, &w, true, func(context.Context, bool, int64) (Turn, error) {
+		tries++
+		return Retry, down
+	})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, down) {
+		t.Fatalf("Acquire = %v, want ctx's end wrapping the last error", err)
+	}
+	// Backoff from 10 ms doubles to 1 s: about 8 tries in 1.5 s.
+	if w := h.warns.Load(); w < 1 || w > 2 || tries < 4 {
+		t.Fatalf("%d warnings for %d failed attempts in 1.5 s, want 1 or 2", w, tries)
+	}
+	if got := h.retries.Load(); got > int64(tries) || got < int64(h.warns.Load()) {
+		t.Fatalf("warnings count %d retries, of %d failed attempts", got, tries)
+	}
+}
