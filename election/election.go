@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockyard/lockyard/internal/core"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -183,7 +184,7 @@ func (e *Election) lead(ctx context.Context, le *registry.Lease, lead func(conte
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case err != nil && !explained:
-		return errors.Join(err, rerr)
+		return core.Join(err, rerr)
 	}
 	return nil
 }

@@ -162,7 +162,7 @@ func agree(lk string, results []core.Result) (KeyInfo, string, error) {
 	case len(votes) == 0:
 		firstErr = fmt.Errorf("%w: no node answered for %q: %w", ErrNoQuorum, lk, firstErr)
 	default:
-		firstErr = errors.Join(fmt.Errorf("%w: the nodes disagree on who holds %q", ErrNoQuorum, lk), firstErr)
+		firstErr = core.Join(fmt.Errorf("%w: the nodes disagree on who holds %q", ErrNoQuorum, lk), firstErr)
 	}
 	return KeyInfo{Key: lk}, "", firstErr
 }

@@ -120,7 +120,7 @@ func (l *RedisLock) expireAfter(ctx context.Context, d time.Duration, who reentr
 	switch {
 	case err != nil:
 		// The key expires by its TTL, or by d if the command ran.
-		err = errors.Join(l.eng.releaseFailed(l.key, err), h.LostAtRelease())
+		err = core.Join(l.eng.releaseFailed(l.key, err), h.LostAtRelease())
 	case !ok:
 		err = core.KeyGone(l.key)
 	default:

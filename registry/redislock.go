@@ -279,9 +279,9 @@ func (r *Registry) ExecuteLocked(ctx context.Context, key string, fn func(ctx co
 			h.CountLost()
 		}
 		if lost && !errors.Is(uerr, ErrLockLost) {
-			uerr = errors.Join(uerr, fmt.Errorf("%w: validity of %q ended before release", ErrLockLost, key))
+			uerr = core.Join(uerr, fmt.Errorf("%w: validity of %q ended before release", ErrLockLost, key))
 		}
-		err = errors.Join(err, uerr)
+		err = core.Join(err, uerr)
 	}()
 	return fn(fctx)
 }

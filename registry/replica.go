@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -42,7 +41,7 @@ func (st *mutexProto) obtainAcked(ctx context.Context, lk, token string, c Call)
 		ackErr = fmt.Errorf("%w: WAIT failed: %w", ErrReplicaAck, err)
 	}
 	if _, _, rerr := st.release(context.WithoutCancel(ctx), lk, token, false); rerr != nil {
-		ackErr = errors.Join(ackErr, fmt.Errorf("lockyard: releasing %q (it expires by its TTL): %w", lk, rerr))
+		ackErr = core.Join(ackErr, fmt.Errorf("lockyard: releasing %q (it expires by its TTL): %w", lk, rerr))
 	}
 	return unknown, ackErr
 }

@@ -3,7 +3,6 @@ package registry
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -67,7 +66,7 @@ func (s *Semaphore) endLeaseAfter(ctx context.Context, p *permit, le *Lease, d t
 	h.Renewing.Unlock()
 	switch {
 	case err != nil:
-		err = errors.Join(s.eng.releaseFailed(s.key, err), h.LostAtRelease())
+		err = core.Join(s.eng.releaseFailed(s.key, err), h.LostAtRelease())
 	case !ok:
 		err = core.KeyGone(s.key)
 	default:

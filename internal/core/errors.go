@@ -55,6 +55,41 @@ var (
 	ErrWrongKind = errors.New("lockyard: key of another kind")
 )
 
+// Join is errors.Join on one line: the messages are joined by "; ", so
+// that an error of two causes (a failed release and the loss it implies,
+// say) stays one line in a log or a command's output. Nil errors are left
+// out; Join of none is nil, of one that error.
+func Join(errs ...error) error {
+	var j joinError
+	for _, e := range errs {
+		if e != nil {
+			j.errs = append(j.errs, e)
+		}
+	}
+	switch len(j.errs) {
+	case 0:
+		return nil
+	case 1:
+		return j.errs[0]
+	}
+	return &j
+}
+
+type joinError struct{ errs []error }
+
+func (e *joinError) Error() string {
+	var b strings.Builder
+	for i, err := range e.errs {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+func (e *joinError) Unwrap() []error { return e.errs }
+
 // KeyGone is the ErrLockLost of a lock whose key was found gone or
 // another holder's.
 func KeyGone(key string) error {

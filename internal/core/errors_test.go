@@ -47,3 +47,16 @@ func TestIsTryAgain(t *testing.T) {
 		t.Error("only the server's reply is TRYAGAIN")
 	}
 }
+
+// Join keeps both causes for errors.Is on one line, drops nils, and is
+// nil of none (a release after an outage gave a two-line error).
+func TestJoinOneLine(t *testing.T) {
+	a, b := errors.New("release failed"), ErrLockLost
+	err := Join(a, nil, b)
+	if err.Error() != "release failed; lockyard: lock lost" || !errors.Is(err, a) || !errors.Is(err, b) {
+		t.Fatalf("Join = %q, want both causes on one line", err)
+	}
+	if Join(nil, nil) != nil || Join(nil, a) != a {
+		t.Fatal("Join of no error, or of one, is not nil, or that error")
+	}
+}

@@ -301,7 +301,7 @@ func (h *Hold) End(err error) error {
 func (h *Hold) ReleaseErr(ctx context.Context, done bool, first, err error, failed func(error) error, gone func() error) error {
 	switch {
 	case err != nil:
-		return errors.Join(failed(err), h.LostAtRelease())
+		return Join(failed(err), h.LostAtRelease())
 	case done:
 		return h.LostAtRelease()
 	case first == nil:

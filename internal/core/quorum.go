@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -102,7 +101,7 @@ func (q *QuorumExec) Subscribe(ctx context.Context, pattern string) (Subscriptio
 		}
 		errs = append(errs, err)
 	}
-	return nil, fmt.Errorf("lockyard: no Redlock node accepted the subscription: %w", errors.Join(errs...))
+	return nil, fmt.Errorf("lockyard: no Redlock node accepted the subscription: %w", Join(errs...))
 }
 
 // Info is not read from Redlock nodes.
