@@ -9,8 +9,10 @@
 //	defer unreg.Unregister()
 //
 // The key of a lock is a span attribute (lockyard.key) and never a metric
-// attribute: a metric labelled by key has one series per key. Metrics carry
-// lockyard.kind ("lock" or "semaphore") and nothing else. Spans are
+// attribute: a metric labelled by key has one series per key. The
+// observer's histograms carry lockyard.kind ("lock" or "semaphore") and
+// nothing else; the instruments of RegisterMetrics carry no attribute
+// (they count the whole registry, as registry.Stats does). Spans are
 // recorded when the wait or hold ends, with their real start time; an
 // Observer has no caller context, so they are root spans.
 package lockyardotel
@@ -72,7 +74,10 @@ type observer struct {
 }
 
 // NewObserver returns a registry.Observer (registry.WithObserver) that
-// records a span lockyard.wait for every acquisition that waited and a
+// records a span lockyard.wait for every acquisition by a call that may
+// wait (Lock, LockContext, Acquire, Semaphore.Acquire), one that got its
+// lock at once included (its span is the time the acquisition took; none
+// for TryLock and the TryAcquires), and a
 // span lockyard.hold for every hold, each with lockyard.kind,
 // lockyard.key and lockyard.fence; a span lockyard.lost (status Error) for
 // a hold lost before its release, and lockyard.renewal_failed for a failed
@@ -136,8 +141,8 @@ func (o *observer) renewalFailed(e registry.Event) { o.span("lockyard.renewal_fa
 // asynchronous instruments of the meter provider, read at each collection:
 // lockyard.acquisitions, lockyard.acquisitions.contended,
 // lockyard.not_obtained, lockyard.gave_up, lockyard.lost,
-// lockyard.release_failed, lockyard.renewals, lockyard.renewals.failed and
-// lockyard.redis.errors (counters), and lockyard.held, lockyard.waiting
+// lockyard.release_failed, lockyard.renewals, lockyard.renewals.failed,
+// lockyard.redis.errors and lockyard.native.fallbacks (counters), and lockyard.held, lockyard.waiting
 // and lockyard.cached (gauges). Unregister the returned registration when
 // the registry is closed.
 func RegisterMetrics(reg *registry.Registry, opts ...Option) (metric.Registration, error) {

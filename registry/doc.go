@@ -19,9 +19,12 @@
 //     atomic Lua script. A waiter that finds the key taken learns its
 //     remaining TTL and sleeps for the shorter of that and idleBetweenTries,
 //     with jitter.
-//   - Release is one compare-and-delete script: it deletes the key only if
-//     it still carries this acquisition's value, and publishes a message on
-//     the Spring-compatible channel registryKey-channel:registryKey:key.
+//   - Release is one compare-and-delete: it deletes the key only if it
+//     still carries this acquisition's value, and publishes a message on
+//     the Spring-compatible channel registryKey-channel:registryKey:key. It
+//     is a script, or, where the server has them and no waiter is
+//     expected, the server's native compare-and-delete (DELEX, DELIFEQ)
+//     with the message, in one pipeline (see native.go).
 //   - Local hand-off: when goroutines of the same lock instance queue on a
 //     held lock, the outermost Unlock passes the Redis hold to the next of
 //     them instead of deleting the key for it to set again. Up to 8 passes

@@ -28,8 +28,9 @@ type Stats struct {
 	// queued behind a goroutine of this registry, or after a failed attempt
 	// in Redis.
 	Contended uint64
-	// Waits counts the acquisitions by Lock, LockContext and ExecuteLocked
-	// (TryLock never waits), WaitSum their total wait, and WaitCounts[i]
+	// Waits counts the acquisitions by Lock, LockContext, ExecuteLocked,
+	// Acquire and Semaphore.Acquire (TryLock and the TryAcquires never
+	// wait), WaitSum their total wait, and WaitCounts[i]
 	// those that waited at most WaitBuckets[i] (cumulative, as a Prometheus
 	// histogram's buckets; Waits is the +Inf bucket).
 	Waits      uint64

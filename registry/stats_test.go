@@ -58,6 +58,26 @@ func TestStats(t *testing.T) {
 		if s := r1.Stats(); s.LostLocks != 1 {
 			t.Fatalf("after a loss: %+v", s)
 		}
+
+		// Acquire and Semaphore.Acquire count as waits (Stats.Waits), the
+		// TryAcquires do not.
+		r3 := newRegPrefix(t, b.pool(t), pfx)
+		le, err := r3.Acquire(bg(t), "lease", 0)
+		mustNil(t, err)
+		mustNil(t, le.Release(bg(t)))
+		le, err = r3.TryAcquire(bg(t), "lease", 0)
+		mustNil(t, err)
+		mustNil(t, le.Release(bg(t)))
+		s3 := semaphore(t, r3, "sem", 2)
+		le, err = s3.Acquire(bg(t), 0)
+		mustNil(t, err)
+		mustNil(t, le.Release(bg(t)))
+		le, err = s3.TryAcquire(bg(t), 0)
+		mustNil(t, err)
+		mustNil(t, le.Release(bg(t)))
+		if s := r3.Stats(); s.Acquisitions != 4 || s.Waits != 2 {
+			t.Fatalf("after Acquire, TryAcquire, Semaphore.Acquire and TryAcquire: %+v, want 4 acquisitions, 2 waits", s)
+		}
 	})
 }
 

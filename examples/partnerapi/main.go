@@ -30,12 +30,15 @@ type config struct {
 	call                     time.Duration // how long one API call takes
 }
 
+// defaults is the demo as make demo and the README show it.
+var defaults = config{replicas: 3, exports: 8, limit: 4, call: 20 * time.Millisecond}
+
 func main() {
 	var c config
-	flag.IntVar(&c.replicas, "replicas", 3, "replicas (registries)")
-	flag.IntVar(&c.exports, "exports", 8, "export goroutines per replica")
-	flag.IntVar(&c.limit, "limit", 4, "calls the partner API allows at once")
-	flag.DurationVar(&c.call, "call", 20*time.Millisecond, "duration of one API call")
+	flag.IntVar(&c.replicas, "replicas", defaults.replicas, "replicas (registries)")
+	flag.IntVar(&c.exports, "exports", defaults.exports, "export goroutines per replica")
+	flag.IntVar(&c.limit, "limit", defaults.limit, "calls the partner API allows at once")
+	flag.DurationVar(&c.call, "call", defaults.call, "duration of one API call")
 	flag.Parse()
 	addr := os.Getenv("REDIS_ADDR")
 	if addr == "" {
