@@ -74,8 +74,9 @@ chaos: redis-server ## the fault suite: 18 scenarios on real redis-servers and t
 	cd chaos && $(GO) test -run '^$$' -fuzz FuzzDistinctKeys -fuzztime 15s .
 	@echo; echo "figures ($(CHAOS_REPORT)):"; cut -f2- $(CHAOS_REPORT)
 
-modcheck: ## build every nested module outside the workspace against the root module served as a release (docs/RELEASING.md)
+modcheck: ## build every nested module outside the workspace against the root module served as a release (docs/RELEASING.md), and run the README's checkout box
 	.ci/modproxy
+	.ci/checkoutbox
 
 lint: ## go vet and staticcheck
 	$(GO) vet ./...
