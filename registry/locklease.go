@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -106,26 +105,8 @@ func (l *RedisLock) expireAfter(ctx context.Context, d time.Duration, who reentr
 	h := l.hold.Load()
 	l.eng.obs.released(kindLock, l.key, h, l.since.Load())
 	l.setPhase(releasing)
-	// As for a pass: no renewal (the watchdog, RenewLock) may reach Redis
-	// after this command and give the key its full TTL again.
-	h.Retire()
-	h.Renewing.Lock()
-	defer h.Renewing.Unlock()
-	ok, _, err := l.eng.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
-		return h.Proto.Renew(ctx, l.key, h.Token, d)
+	err := l.eng.expireAfter(ctx, l.key, h, d, func(ctx context.Context) (time.Duration, error) {
+		return l.proto.nudge(ctx, l.key, h.Token) // nudge.lua
 	})
-	if errors.Is(err, ErrReplicaAck) {
-		ok, err = true, nil // it ran on the master: the key expires by d, or by its TTL
-	}
-	switch {
-	case err != nil:
-		// The key expires by its TTL, or by d if the command ran.
-		err = core.Join(l.eng.releaseFailed(l.key, err), h.LostAtRelease())
-	case !ok:
-		err = core.KeyGone(l.key)
-	default:
-		err = h.LostAtRelease()
-		l.eng.nudgeAfter(d, func(ctx context.Context) (time.Duration, error) { return l.proto.nudge(ctx, l.key, h.Token) })
-	}
 	return l.teardown(h, err, who)
 }

@@ -3,6 +3,7 @@ package registry
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -80,6 +81,35 @@ const closeLeave = 500 * time.Millisecond
 func (r *engine) releaseFailed(key string, err error) error {
 	r.core.Counters.ReleaseFailed.Add(1)
 	return fmt.Errorf("%w: %q: %w", ErrReleaseFailed, key, err)
+}
+
+// expireAfter ends h without giving its key (or permit) back, for
+// ReleaseAfter: one renewal by h's protocol sets it to expire d from now,
+// and once it has, nudge (the kind's nudge script) tells the waiters in
+// line, who would otherwise sleep until their poll: the expiry they were
+// told of was the old one (nudgeAfter). As for a pass, h is retired first
+// and a renewal in flight waited for, so that no renewal (the watchdog,
+// RenewLock) reaches Redis after this one and gives the key its full TTL
+// again. The error is the release's: nil, a loss, or a failure (the key
+// then expires by its TTL, or by d if the renewal ran).
+func (r *engine) expireAfter(ctx context.Context, key string, h *core.Hold, d time.Duration, nudge func(context.Context) (time.Duration, error)) error {
+	h.Retire()
+	h.Renewing.Lock()
+	ok, _, err := r.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
+		return h.Proto.Renew(ctx, key, h.Token, d)
+	})
+	h.Renewing.Unlock()
+	if errors.Is(err, ErrReplicaAck) {
+		ok, err = true, nil // it ran on the master: the key expires by d, or by its TTL
+	}
+	switch {
+	case err != nil:
+		return core.Join(r.releaseFailed(key, err), h.LostAtRelease())
+	case !ok:
+		return core.KeyGone(key)
+	}
+	r.nudgeAfter(d, nudge)
+	return h.LostAtRelease()
 }
 
 // nudgeMargin is how long after its time to live a nudge checks that the

@@ -55,24 +55,11 @@ func (s *Semaphore) endLease(ctx context.Context, p *permit, le *Lease) error {
 // would otherwise sleep until their poll: the expiry they were told of
 // was the permit's old one.
 func (s *Semaphore) endLeaseAfter(ctx context.Context, p *permit, le *Lease, d time.Duration) error {
-	r := s.eng
 	h := p.h.Load()
-	r.obs.released(kindSemaphore, s.key, h, le.since)
-	h.Retire()
-	h.Renewing.Lock()
-	ok, _, err := r.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
-		return s.proto.Renew(ctx, s.key, h.Token, d)
+	s.eng.obs.released(kindSemaphore, s.key, h, le.since)
+	err := s.eng.expireAfter(ctx, s.key, h, d, func(ctx context.Context) (time.Duration, error) {
+		return s.proto.nudge(ctx, s.key, h.Token, s.permits) // semnudge.lua
 	})
-	h.Renewing.Unlock()
-	switch {
-	case err != nil:
-		err = core.Join(s.eng.releaseFailed(s.key, err), h.LostAtRelease())
-	case !ok:
-		err = core.KeyGone(s.key)
-	default:
-		err = h.LostAtRelease()
-		r.nudgeAfter(d, func(ctx context.Context) (time.Duration, error) { return s.proto.nudge(ctx, s.key, h.Token, s.permits) })
-	}
 	return s.teardown(h, err)
 }
 
