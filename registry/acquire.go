@@ -50,7 +50,8 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 		// Someone took the key this instance let go: most likely a client
 		// that is told of no turn (Spring's), which may not publish its
 		// release either, and may take the key again at once: poll often,
-		// less and less.
+		// less and less; and leave it a longer grace after the next runs.
+		l.turn.foreign = max(r.core.Now(), 1)
 		delay := g.sleep
 		if delay < 0 {
 			delay = core.PollDelay(r.cfg.idle, -1)

@@ -41,25 +41,8 @@ import (
 // waits.
 //
 // The free pass is the engine's rule for every kind (core.Run.FreePass,
-// core.MaxFreePasses); freePassSpan and chainSpan: see options.go.
-const (
-	// maxChainSpan bounds a run that matches the run of a client that took
-	// the key at the end of the last one (see turn.span).
-	maxChainSpan = 250 * time.Millisecond
-)
-
-// graceSlack is added to two round trips for the grace after a run of
-// local holds: room for the told client's scheduling. The grace is at
-// least 1/graceShare of the run: with two round trips alone (about 0.6 ms
-// after a 24 ms run), a Spring SPIN client polling every 100 ms found the
-// key free in 3-4% of its tries, 2 to 16 times in 10 s, and waited up to
-// 6.3 s (issue 37, fault 4); the floor costs the registry at most a tenth
-// of its throughput, only while the key's runs end by their bound.
-const (
-	graceSlack = 500 * time.Microsecond
-	graceShare = 10
-)
-
+// core.MaxFreePasses); freePassSpan and chainSpan: see options.go. The
+// grace after a run that ended by its bound is the lock's (lockturn.go).
 type handoffResult int
 
 const (

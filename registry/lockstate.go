@@ -210,6 +210,10 @@ type turn struct {
 	// the next acquisition waits grace before its first attempt.
 	yield bool
 	grace time.Duration
+	// foreign: when (mono ns) a client took the key this instance let go
+	// at the end of a run, during the grace (0: never): one that may
+	// write no queue entry, for which the grace is longer (lockturn.go).
+	foreign int64
 	// waitUntil (mono ns; 0: none) and after: a pass released the key for
 	// another waiter's turn and queued this instance; the next acquisition
 	// waits until then, or for after release messages, before it tries.

@@ -11,6 +11,26 @@ import (
 // A lock's part of the local hand-off (handoff.go): its turn bookkeeping,
 // its pass (pass.lua) and taking over a hold handed over.
 
+// maxChainSpan bounds a run that matches the run of a client that took the
+// key at the end of the last one (see turn.span).
+const maxChainSpan = 250 * time.Millisecond
+
+// graceSlack is added to two round trips for the grace after a run of
+// local holds: room for the told client's scheduling. While a client that
+// writes no queue entry was seen to take the key within foreignMemory
+// (turn.foreign), the grace is at least 1/graceShare of the run: with two
+// round trips alone (about 0.6 ms after a 24 ms run), a Spring SPIN client
+// polling every 100 ms found the key free in 3-4% of its tries, 2 to 16
+// times in 10 s, and waited up to 6.3 s (issue 37, fault 4). The floor
+// costs the registry up to a tenth of its throughput, so it is paid only
+// while such a client is about: a registry alone (or beside lockyard
+// waiters, which queue and get turns) keeps two round trips.
+const (
+	graceSlack    = 500 * time.Microsecond
+	graceShare    = 10
+	foreignMemory = 5 * time.Second
+)
+
 // handOff passes the hold h of who, whose outermost unlock this is, to the
 // next local waiter (engine.handOff), with the TTL it asked for (LockFor;
 // else expireAfter). The error says why a pass failed.
@@ -71,13 +91,16 @@ func (l *RedisLock) pass(ctx context.Context, h *core.Hold, ttl time.Duration, f
 		return releasedForOthers, nil
 	case passFreed:
 		// Long enough for a client told by the release message to take
-		// the key (its wake-up and its obtain), and at least a tenth of
-		// the run that ends (of at most maxChainSpan: a run of long holds
-		// does not idle the key longer): a client that polls and writes no
-		// queue entry (Spring's SPIN) finds the key free in that share of
-		// its tries.
-		run := min(time.Duration(sent-l.turn.run.Since), maxChainSpan)
-		l.turn.yield, l.turn.grace = true, min(max(2*rtt+graceSlack, run/graceShare), r.cfg.idle)
+		// the key (its wake-up and its obtain), and, while a client that
+		// writes no queue entry is about, at least a tenth of the run that
+		// ends (of at most maxChainSpan: a run of long holds does not idle
+		// the key longer): one that polls (Spring's SPIN) finds the key
+		// free in that share of its tries.
+		grace := 2*rtt + graceSlack
+		if l.turn.foreign > 0 && sent-l.turn.foreign < int64(foreignMemory) {
+			grace = max(grace, min(time.Duration(sent-l.turn.run.Since), maxChainSpan)/graceShare)
+		}
+		l.turn.yield, l.turn.grace = true, min(grace, r.cfg.idle)
 		l.turn.taken, l.turn.freed = true, sent
 		return releasedForOthers, nil
 	case passGone:
