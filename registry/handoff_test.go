@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -326,17 +327,19 @@ func TestPassKeptAcrossDeadline(t *testing.T) {
 }
 
 // loseReply runs the script named name on the server, then loses its
-// reply once armed, as a connection reset after the request went out does.
+// reply once armed, as a connection reset after the request went out does
+// (or with err, if set: context.DeadlineExceeded, as a timeout does).
 type loseReply struct {
 	registry.Client
 	name  string
+	err   error
 	armed atomic.Bool
 }
 
 func (c *loseReply) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
 	v, err := c.Client.Eval(ctx, s, keys, args)
 	if s.Name() == c.name && c.armed.CompareAndSwap(true, false) {
-		return nil, io.ErrUnexpectedEOF
+		return nil, cmp.Or(c.err, io.ErrUnexpectedEOF)
 	}
 	return v, err
 }
@@ -533,22 +536,6 @@ func TestRetriedReleaseAfterDataLossIsLoss(t *testing.T) {
 	}
 }
 
-// lostPassClient loses the reply of one pass (pass.lua or sempass.lua)
-// after it ran, as a timeout does: the pass may or may not have kept the
-// key for the next local holder.
-type lostPassClient struct {
-	registry.Client
-	drop atomic.Bool
-}
-
-func (c *lostPassClient) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
-	v, err := c.Client.Eval(ctx, s, keys, args)
-	if (s.Name() == "pass" || s.Name() == "sempass") && c.drop.Swap(false) {
-		return nil, context.DeadlineExceeded
-	}
-	return v, err
-}
-
 // A pass whose reply is lost (it ran: the key or permit is kept under the
 // holder's token, with the next holder's TTL) fails the release, and the
 // engine gives the key or permit back in the background: the next local
@@ -557,13 +544,13 @@ func (c *lostPassClient) Eval(ctx context.Context, s *registry.Script, keys []st
 func TestLostPassGivesTheKeyBack(t *testing.T) {
 	b := realBackend()
 	t.Run("lock", func(t *testing.T) {
-		c := &lostPassClient{Client: registry.NewPoolClient(b.pool(t))}
+		c := &loseReply{Client: registry.NewPoolClient(b.pool(t)), name: "pass", err: context.DeadlineExceeded}
 		r := newRegClient(t, c, registry.WithFencing(), registry.WithLogger(slogFor(&logRecorder{})))
 		l := obtain(t, r, "k")
 		mustNil(t, l.LockFor(bg(t), time.Minute))
 		w := lockAndHold(l, func() error { return l.LockFor(bg(t), time.Minute) })
 		waitFor(t, 5*time.Second, "the waiter to queue", func() bool { return l.Waiters() == 1 })
-		c.drop.Store(true)
+		c.armed.Store(true)
 		if err := l.UnlockContext(bg(t)); !errors.Is(err, registry.ErrReleaseFailed) {
 			t.Fatalf("Unlock with the pass's reply lost = %v, want ErrReleaseFailed", err)
 		}
@@ -571,7 +558,7 @@ func TestLostPassGivesTheKeyBack(t *testing.T) {
 		mustNil(t, w.unlock(t))
 	})
 	t.Run("semaphore", func(t *testing.T) {
-		c := &lostPassClient{Client: registry.NewPoolClient(b.pool(t))}
+		c := &loseReply{Client: registry.NewPoolClient(b.pool(t)), name: "sempass", err: context.DeadlineExceeded}
 		r := newRegClient(t, c, registry.WithFencing(), registry.WithLogger(slogFor(&logRecorder{})))
 		s, err := r.Semaphore("s", 1)
 		mustNil(t, err)
@@ -583,7 +570,7 @@ func TestLostPassGivesTheKeyBack(t *testing.T) {
 			got <- le
 		}()
 		waitFor(t, 5*time.Second, "the second lease to wait", func() bool { return s.Waiting() == 1 })
-		c.drop.Store(true)
+		c.armed.Store(true)
 		if err := first.Release(bg(t)); !errors.Is(err, registry.ErrReleaseFailed) {
 			t.Fatalf("Release with the pass's reply lost = %v, want ErrReleaseFailed", err)
 		}
