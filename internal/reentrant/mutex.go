@@ -316,3 +316,28 @@ func (m *Mutex) Busy() bool {
 	defer m.mu.Unlock()
 	return len(m.owners) > 0 || len(m.waiters) > 0
 }
+
+// Downgrade turns who's exclusive part of m into a shared one, at once and
+// in place: no other owner can take m in between, and the shared waiters at
+// the head of the queue join who. It returns ErrNotOwner if who does not
+// own m, and changes nothing if who's part is not the whole of m (shared,
+// or a weight).
+func (m *Mutex) Downgrade(who Owner) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i := m.find(who)
+	if i < 0 {
+		return m.notOwner(who)
+	}
+	size := m.size
+	if size == 0 {
+		size = unbounded
+	}
+	if m.owners[i].weight != size {
+		return nil
+	}
+	m.owners[i].weight = 1
+	m.held -= size - 1
+	m.wake()
+	return nil
+}

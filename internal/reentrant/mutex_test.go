@@ -527,3 +527,55 @@ func TestWeightedHandOffAndRevoke(t *testing.T) {
 		t.Fatalf("Unlock(a) = %v, want ErrRevoked", err)
 	}
 }
+
+// Downgrade lets the shared waiters at the head of the queue in beside
+// the owner, and holds the exclusive one behind them back.
+func TestDowngrade(t *testing.T) {
+	var m Mutex
+	w, r1, r2, x := NewOwner(), NewOwner(), NewOwner(), NewOwner()
+	if _, err := m.Lock(context.Background(), nil, nil, Request{}, w); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan Owner, 3)
+	for i, o := range []Owner{r1, r2} {
+		go func() {
+			if _, err := m.Lock(context.Background(), nil, nil, Request{Mode: Shared}, o); err == nil {
+				got <- o
+			}
+		}()
+		waitWaiters(t, &m, i+1) // queued in this order
+	}
+	go func() {
+		if _, err := m.Lock(context.Background(), nil, nil, Request{}, x); err == nil {
+			got <- x
+		}
+	}()
+	waitWaiters(t, &m, 3)
+	if err := m.Downgrade(NewOwner()); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("Downgrade of a stranger: %v", err)
+	}
+	if err := m.Downgrade(w); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case o := <-got:
+			if o == x {
+				t.Fatal("the exclusive waiter got in beside a shared owner")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the shared waiters did not get in beside the downgraded owner")
+		}
+	}
+	if m.Waiters() != 1 {
+		t.Fatalf("%d waiters, want the exclusive one", m.Waiters())
+	}
+	for _, o := range []Owner{w, r1, r2} {
+		if err := m.Unlock(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o := <-got; o != x {
+		t.Fatalf("got %v", o)
+	}
+}
