@@ -25,6 +25,8 @@ func kindOfType(typ string) string {
 		return kindLock
 	case "zset":
 		return kindSemaphore
+	case "hash":
+		return kindRWLock
 	}
 	return "Redis " + typ
 }

@@ -24,6 +24,7 @@ type Registry struct {
 	engine
 	mutex *mutexProto // the protocol of RedisLock and its Leases
 	sem   *semProto   // the protocol of Semaphore; nil under Redlock
+	rw    *rwProto    // the protocol of RWLock; nil under Redlock
 }
 
 // NewWithClient is New on any Client: the go-redis adapter (Sentinel,
@@ -66,6 +67,7 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 	r.mutex = newMutexProto(r.core.Exec, newScripts(r.layout, cfg), cfg, r.core.Counters, r.core.Log)
 	if one, ok := r.core.Exec.(*core.ClientExec); ok {
 		r.sem = &semProto{one: one, s: newScripts(r.layout, cfg), scriptsOnly: cfg.scriptsOnly}
+		r.rw = &rwProto{one: one, s: newScripts(r.layout, cfg)}
 	}
 	r.cache.capacity = cfg.capacity
 	r.core.Watchdog = core.NewWatchdog(&r.core, cfg.autoRenew)

@@ -1,0 +1,105 @@
+-- rwacquire: take a read-write lock's read side or write side for a
+-- holder, or queue the caller's instance in the key's wait queue and say
+-- how long it sleeps. Runs after prelude.lua and rwrules.lua.
+--
+-- KEYS[1]  read-write lock key (a hash, see rwrules.lua)
+-- KEYS[2]  wait queue (sorted set: waiter id -> when it began to wait)
+-- KEYS[3]  queue info (hash: waiter id -> how it waits)
+-- KEYS[4]  turn (unused: turns are told, as a semaphore's)
+-- KEYS[5]  pollers (sorted set, as KEYS[2])
+-- KEYS[6]  fence counter
+-- KEYS[7]  readers (sorted set: token -> expiry, server ms)
+-- ARGV[1]  token of the new hold
+-- ARGV[2]  time to live in ms
+-- ARGV[3]  waiter id of the caller's instance, ending in '/r' or '/w'
+-- ARGV[4]  0: never queued (TryAcquire, or a registry's readers asking
+--          to share their hold again); 1: queued as a poller; 2: queued
+--          as a listener (told its turn on its registry's turn channel)
+-- ARGV[5]  poll interval in ms
+-- ARGV[6]  jitter in ms, subtracted from a sleep of a whole poll interval
+-- ARGV[7]  1 to take a fencing token, 0 not to
+-- ARGV[8]  turn prefix: a listener is told its turn on the channel
+--          prefix .. its registry id .. ':' .. KEYS[1]
+-- ARGV[9]  a listening waiter's turn, in ms
+-- ARGV[10] how soon (ms) a polling waiter must be due to get a turn
+-- ARGV[11] ms added to a polling waiter's turn
+-- ARGV[12] the caller's round trip in ms
+-- ARGV[13] the side: 'r' (read) or 'w' (write)
+-- ARGV[14] 1 when the caller's entry is in line, as far as it knows: the
+--          queue is then not tested for being empty
+--
+-- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
+--        fencing); the caller's entry leaves the line. A reader's token
+--        that holds already (a registry's shared hold) keeps the later
+--        of its expiries.
+--        {0, sleep, after}: the other side holds the key (or the writer,
+--        for a writer); {2, sleep, after}: the key could be the caller's,
+--        but waiters ahead of it come first. sleep: how long the caller
+--        sleeps before it tries by itself; after: 1, the message of its
+--        own turn wakes it (-1 when not queued).
+--
+-- A writer that queues while readers hold the key tells their registries
+-- (rwrules.lua, yield), once, when its entry is new.
+-- Error: WRONGTYPE when KEYS[1] is not a hash ("WRONGTYPE rwlock key holds
+--        a TYPE", where TYPE may be read); an error when the script may
+--        not call TIME (see docs/SECURITY.md).
+local token, id, side = ARGV[1], ARGV[3], ARGV[13]
+local v = redis.pcall('HMGET', KEYS[1], 'w', 'r')
+if v.err then
+  local t = redis.pcall('TYPE', KEYS[1]) -- for the error's words: lockyard's other kinds are named by their types
+  return redis.error_reply('WRONGTYPE rwlock key holds a ' .. (t.ok or 'value that is not a hash'))
+end
+local clock, _, queueRules, permitRules = shared()
+local now = clock()
+if not now then
+  return redis.error_reply('ERR lockyard: a read-write lock needs the TIME command')
+end
+local R = queueRules()
+local RW = rwRules(R)
+local P = permitRules()
+local writer = v[1]
+local held = 0
+if not writer then
+  held = RW.readers(KEYS[1], KEYS[7], v[2], now)
+end
+local fenceKey = nil
+if ARGV[7] == '1' then
+  fenceKey = KEYS[6]
+end
+local ttl, mode = tonumber(ARGV[2]), tonumber(ARGV[4])
+local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
+local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11])}
+local fits = not writer and (side == 'r' or held == 0)
+if fits then
+  local ok, told = true, nil
+  if ARGV[14] == '1' or not queueEmpty(KEYS[2]) then
+    ok, told = RW.walk(q, now, rules, id, side, writer, held)
+    P.tell(ARGV[8], KEYS[1], told)
+  end
+  if ok then
+    R.drop(q, id)
+    return {1, RW.take(KEYS[1], KEYS[7], side, token, now, ttl, fenceKey, P)}
+  end
+end
+
+local status, pttl, turnLeft = 0, RW.soonest(KEYS[1], KEYS[7], writer, now), nil
+if fits then
+  status, pttl, turnLeft = 2, -2, rules.window
+end
+local idle, spread = tonumber(ARGV[5]), tonumber(ARGV[6])
+if mode == 0 then
+  return {status, R.pause(pttl, 2, turnLeft, idle, spread), -1}
+end
+local kind = 'p'
+if mode == 2 then
+  kind = 'l'
+end
+local fresh = side == 'w' and held > 0 and not R.qcall('ZSCORE', q.order, id)
+local ahead = R.enqueue(q, id, kind, now)
+local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
+local due = now + sleep + tonumber(ARGV[12])
+R.describe(q, id, kind, now, due, due + idle)
+if fresh then
+  RW.yield(ARGV[8], KEYS[1], KEYS[7])
+end
+return {status, sleep, 1}

@@ -1,0 +1,159 @@
+-- rwrules: the rules of a read-write lock, prepended after prelude.lua to
+-- each rw*.lua script (rwproto.go). As the prelude's, they read no KEYS or
+-- ARGV; rwRules(R) defines them when called, on the wait queue's rules R.
+--
+-- A read-write lock key is a hash: field 'w' holds the writer's token
+-- while a writer holds it (the key's TTL is then the writer's, as a lock
+-- key's), field 'r' is '1' while readers hold it. Its readers are a sorted
+-- set in its slot (the side key 'readers'): token -> the server time (ms)
+-- at which that reader's hold expires, so that a reader that dies frees
+-- its share at its own TTL, and no release scans the others. Both keys
+-- live at least as long as their latest reader. A registry's readers of a
+-- key share one token (rwlock.go), so the set holds about one entry per
+-- process that reads.
+--
+-- Waiters queue in the wait queue of a lock key (prelude.lua: q.order,
+-- q.info, q.polls; no turn key), their id ending in '/r' or '/w': the
+-- side they wait for. The line is served in order by phase: the readers at
+-- its front enter together, a writer enters alone once no reader holds,
+-- and a waiting writer holds up every reader behind it (a poller not due
+-- soon is passed over and keeps its place, as for a lock). Listeners are
+-- told their turn on their registry's turn channel (permitRules' tell).
+local function rwRules(R)
+  local ms = R.ms
+
+  -- readers returns how many readers hold key k (readers rk), pruning
+  -- the expired ones; flag is field 'r' of k. A key whose readers all
+  -- expired loses its 'r' (and so, with no writer, is deleted).
+  local function readers(k, rk, flag, now)
+    if not flag then
+      return 0
+    end
+    redis.call('ZREMRANGEBYSCORE', rk, '-inf', ms(now))
+    local n = redis.call('ZCARD', rk)
+    if n == 0 then
+      redis.call('HDEL', k, 'r')
+    end
+    return n
+  end
+
+  -- soonest returns the ms until the first holder of k expires: the
+  -- writer's PTTL, or the first reader's; -2 when nobody holds it.
+  local function soonest(k, rk, writer, now)
+    if writer then
+      return redis.call('PTTL', k)
+    end
+    local first = redis.call('ZRANGE', rk, '0', '0', 'WITHSCORES')
+    if #first == 0 then
+      return -2
+    end
+    return math.max(math.floor(tonumber(first[2]) - now), 0)
+  end
+
+  -- take gives k to token on side ('r' or 'w') for ttl ms, and returns a
+  -- new fencing token from the counter fence (nil: 0), kept alive as long
+  -- as the hold. A reader's entry that exists already (a registry's shared
+  -- hold, admitted again) keeps the later of its expiries.
+  local function take(k, rk, side, token, now, ttl, fence, P)
+    if side == 'w' then
+      redis.call('HSET', k, 'w', token)
+      redis.call('PEXPIRE', k, ttl)
+    else
+      redis.call('ZADD', rk, 'GT', ms(now + ttl), token)
+      redis.call('HSET', k, 'r', '1')
+      if redis.call('PTTL', k) < ttl then
+        redis.call('PEXPIRE', k, ttl)
+        redis.call('PEXPIRE', rk, ttl)
+      end
+    end
+    if not fence then
+      return 0
+    end
+    return P.fenced(fence, ttl)
+  end
+
+  -- sure reports whether a live waiter of kind, due at due, is sure to
+  -- try soon (prelude.lua, turnFor): a listener, or a poller due within
+  -- r.ahead ms.
+  local function sure(kind, due, now, r)
+    return kind == 'l' or due - now <= r.ahead
+  end
+
+  -- walk gives the turns of the line to the waiters at its front that may
+  -- enter now (none while writer holds k; readers, the readers before the
+  -- first waiting writer; that writer, once no reader holds or enters
+  -- before it), and reports whether self (a waiter id, or nil: a caller
+  -- not in line) may enter on side: a reader once no waiting writer is
+  -- ahead of it, a writer once nobody is. Its second result lists the
+  -- listeners given a turn, to tell. Entries that lapsed are dropped (at
+  -- most 64), and at most 64 live ones are examined, as admit does.
+  local function walk(q, now, r, self, side, writer, held)
+    local told = {}
+    if writer then
+      return false, told
+    end
+    local turns, dropped, seen, start = 0, 0, 0, 0
+    while dropped < 64 and seen < 64 do
+      local ids = R.qcall('ZRANGE', q.order, start, start + 15)
+      if not ids or #ids == 0 then
+        break
+      end
+      for _, id in ipairs(ids) do
+        if id == self then
+          return side == 'r' or (held == 0 and turns == 0), told
+        end
+        local kind, due, lapse, ended = R.waiter(q, id)
+        if R.gone(kind, lapse, ended, now, r) then
+          R.drop(q, id)
+          dropped = dropped + 1
+          if dropped >= 64 then
+            break
+          end
+        else
+          start, seen = start + 1, seen + 1
+          if string.sub(id, -1) == 'w' then
+            if held == 0 and turns == 0 then
+              local n, marked = R.turnFor(q, id, kind, due, lapse, ended, now, r)
+              if n then
+                if marked and kind == 'l' then
+                  told[#told + 1] = id
+                end
+                return false, told
+              end
+            elseif sure(kind, due, now, r) then
+              return false, told -- it waits for the readers, and holds up those behind it
+            end
+          else
+            local n, marked = R.turnFor(q, id, kind, due, lapse, ended, now, r)
+            if n then
+              turns = turns + 1
+              if marked and kind == 'l' then
+                told[#told + 1] = id
+              end
+            end
+          end
+          if seen >= 64 then
+            break
+          end
+        end
+      end
+    end
+    return side == 'r' or (held == 0 and turns == 0), told
+  end
+
+  -- yield tells the registries whose readers hold k (their tokens in rk,
+  -- at most 64) that a writer waits: each stops sharing its hold with new
+  -- readers of its own, which queue behind the writer.
+  local function yield(prefix, k, rk)
+    local seen = {}
+    for _, token in ipairs(redis.call('ZRANGE', rk, '0', '63')) do
+      local reg = string.match(token, '^(.*):')
+      if reg and not seen[reg] then
+        seen[reg] = true
+        redis.pcall('PUBLISH', prefix .. reg .. ':' .. k, k)
+      end
+    end
+  end
+
+  return {readers = readers, soonest = soonest, take = take, walk = walk, yield = yield}
+end
