@@ -49,8 +49,8 @@ func wrongKind(kind string, err error) error {
 // KeyInfo is what Redis holds for a key, as Inspect read it.
 type KeyInfo struct {
 	Key     string       // the Redis key
-	Kind    string       // "lock", "semaphore", or "" when nothing is held or waited for
-	Holders []HolderInfo // one for a lock, up to the permits for a semaphore
+	Kind    string       // "lock", "semaphore", "rwlock", or "" when nothing is held or waited for
+	Holders []HolderInfo // one for a lock, up to the permits for a semaphore, the writer or the readers of an RWLock
 	Waiters []WaiterInfo // registries waiting, oldest first
 	Fence   int64        // the fence counter now (0 without fencing)
 }
@@ -62,6 +62,7 @@ type HolderInfo struct {
 	Registry string        // the holder's registry id (from the token)
 	Label    string        // that registry's label, if it published one
 	TTL      time.Duration // remaining time to live
+	Mode     string        // an RWLock's holder: "read" or "write"; else ""
 }
 
 // WaiterInfo is one registry waiting for a key: one entry of its wait
@@ -71,6 +72,7 @@ type WaiterInfo struct {
 	Registry string
 	Label    string
 	Waiting  time.Duration // how long it has waited, by the server's clock
+	Mode     string        // an RWLock's waiter: "read" or "write"; else ""
 }
 
 // inspectMost bounds the holders, and the waiters, that Inspect lists.
@@ -97,7 +99,7 @@ func (r *Registry) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 		return KeyInfo{}, err
 	}
 	lk := r.layout.LockKey(key)
-	call := core.Call{Keys: []string{lk, r.layout.QueueKey(lk), r.layout.WaitersKey(lk), r.layout.FenceKey(lk)},
+	call := core.Call{Keys: []string{lk, r.layout.QueueKey(lk), r.layout.WaitersKey(lk), r.layout.FenceKey(lk), r.layout.ReadersKey(lk)},
 		Args: []any{inspectMost, r.cfg.turnWindow.Milliseconds()}}
 	info, typ, err := agree(lk, r.core.Exec.Eval(ctx, 0, inspectScript, call))
 	if err != nil {
@@ -114,6 +116,10 @@ func (r *Registry) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 	case typ == "zset" && len(info.Holders)+len(info.Waiters) > 0:
 		info.Kind = "semaphore"
 	case typ == "zset": // every permit expired, not yet pruned
+	case typ == "hash:r!":
+		return info, fmt.Errorf("lockyard: inspecting %q: a read-write lock's readers can be read only with TIME (see docs/SECURITY.md)", key)
+	case typ == "hash:w" || typ == "hash:r":
+		info.Kind = kindRWLock
 	case typ != "none":
 		return info, fmt.Errorf("%w: %q holds a %s", ErrForeignKey, lk, typ)
 	case len(info.Waiters) > 0: // waited for, free for a moment: the kind this registry knows it as
@@ -183,8 +189,15 @@ func decodeInspect(v any, info *KeyInfo) (string, error) {
 	if !ok || !ok2 || !ok3 {
 		return "", bad
 	}
-	if typ == "zset" && now < 0 {
-		typ = "zset!"
+	if (typ == "zset" || typ == "hash:r") && now < 0 {
+		typ += "!"
+	}
+	mode := ""
+	switch typ {
+	case "hash:w":
+		mode = "write"
+	case "hash:r":
+		mode = "read"
 	}
 	info.Fence = fence
 	rest, ok := pairs(a[3:], func(token string, ms int64) {
@@ -192,19 +205,34 @@ func decodeInspect(v any, info *KeyInfo) (string, error) {
 		if ms < 0 {
 			ttl = -1 // no TTL
 		}
-		info.Holders = append(info.Holders, HolderInfo{Token: token, Registry: wire.Holder(token), TTL: ttl})
+		info.Holders = append(info.Holders, HolderInfo{Token: token, Registry: wire.Holder(token), TTL: ttl, Mode: mode})
 	})
 	if !ok || len(rest) == 0 {
 		return "", bad
 	}
 	rest, ok = pairs(rest, func(id string, ms int64) {
-		reg, _, _ := strings.Cut(id, "/") // registry id "/" instance number
-		info.Waiters = append(info.Waiters, WaiterInfo{Registry: reg, Waiting: time.Duration(max(ms, 0)) * time.Millisecond})
+		reg, rest, _ := strings.Cut(id, "/") // registry id "/" instance number, and an RWLock's "/" side
+		info.Waiters = append(info.Waiters, WaiterInfo{Registry: reg, Waiting: time.Duration(max(ms, 0)) * time.Millisecond, Mode: sideName(rest)})
 	})
 	if !ok || len(rest) != 0 {
 		return "", bad
 	}
 	return typ, nil
+}
+
+// sideName names the side that an RWLock's waiter waits for, from the
+// end of its id ("3/r": "read"); "" for the waiters of other kinds.
+func sideName(id string) string {
+	_, s, ok := strings.Cut(id, "/")
+	switch {
+	case !ok:
+		return ""
+	case s == "r":
+		return "read"
+	case s == "w":
+		return "write"
+	}
+	return ""
 }
 
 // pairs reads a count n from a[0] and n (string, integer) pairs after it,

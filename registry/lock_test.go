@@ -295,12 +295,12 @@ func TestWrongTypeKey(t *testing.T) {
 		cp := &redistest.CountingPool{Pool: b.pool(t)}
 		r := newReg(t, cp)
 		l := obtain(t, r, "h")
-		b.do(t, "HSET", l.Key(), "f", "v")
+		b.do(t, "RPUSH", l.Key(), "v")
 		err := l.LockContext(bg(t))
 		var re redis.Error
 		if !errors.As(err, &re) || !strings.Contains(err.Error(), "WRONGTYPE") ||
-			!errors.Is(err, registry.ErrWrongKind) || !strings.Contains(err.Error(), "is a Redis hash, not a lock") {
-			t.Fatalf("LockContext on a hash = %v, want ErrWrongKind naming the hash, and a WRONGTYPE redis.Error", err)
+			!errors.Is(err, registry.ErrWrongKind) || !strings.Contains(err.Error(), "is a Redis list, not a lock") {
+			t.Fatalf("LockContext on a list = %v, want ErrWrongKind naming the list, and a WRONGTYPE redis.Error", err)
 		}
 		// One attempt: the SET finds the key taken, then one script:
 		// EVALSHA, maybe EVAL on a cold cache (and before the registry's

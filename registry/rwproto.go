@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/lockyard/lockyard/internal/core"
-	"github.com/lockyard/lockyard/internal/wire"
 )
 
 // The read-write lock's scripts (lua/rw*.lua): the writer in a hash at
@@ -37,12 +36,6 @@ var (
 	rwDowngradeScript = core.NewScript("rwdowngrade", preludeSrc+rwRulesSrc+rwDowngradeSrc)
 )
 
-// readersKey returns the sorted set of the readers of the read-write lock
-// key lk, a side key in lk's Cluster slot.
-func readersKey(layout wire.Layout, lk string) string {
-	return string(append(layout.AppendSidePrefix(nil, lk), "readers"...))
-}
-
 // rwProto is the protocol of an RWLock, on one Client (a single node, a
 // Sentinel master, or a Cluster: a read-write lock's keys share its
 // slot). It builds each script's KEYS and ARGV, and decodes the replies
@@ -57,7 +50,7 @@ var _ core.Renewer = (*rwProto)(nil)
 // keys returns the keys of every rw*.lua script but rwrenew.lua: the lock
 // key, its wait queue, the fence counter, and its readers.
 func (p *rwProto) keys(lk string) []string {
-	return append(p.s.lockKeys(lk, true), readersKey(p.s.layout, lk))
+	return append(p.s.lockKeys(lk, true), p.s.layout.ReadersKey(lk))
 }
 
 // turnArgs are the arguments that give turns: the turn prefix, a
@@ -130,7 +123,7 @@ func (p *rwProto) Renew(ctx context.Context, lk, token string, ttl time.Duration
 }
 
 func (p *rwProto) renewCall(lk, token string, ttl time.Duration) Call {
-	return Call{Keys: []string{lk, readersKey(p.s.layout, lk)}, Args: []any{token, p.s.ttlOf(ttl)}}
+	return Call{Keys: []string{lk, p.s.layout.ReadersKey(lk)}, Args: []any{token, p.s.ttlOf(ttl)}}
 }
 
 // RenewBatch renews many holds in one pipeline (the watchdog).

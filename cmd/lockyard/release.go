@@ -55,7 +55,7 @@ func cmdRelease(args []string) int {
 	if foreign {
 		foreignArg = "1"
 	}
-	v, err := redis.Values(forceRelease.Do(c, lk, w.Channel(lk), holder, foreignArg))
+	v, err := redis.Values(forceRelease.Do(c, lk, w.ReadersKey(lk), w.Channel(lk), holder, foreignArg))
 	var re redis.Error
 	switch {
 	case errors.As(err, &re) && strings.HasPrefix(string(re), "WRONGTYPE"):
@@ -72,10 +72,14 @@ func cmdRelease(args []string) int {
 		fmt.Printf("%s is held by %s, not %s: nothing removed\n", printable(lk), printable(wire.Holder(token)), printable(holder))
 		return exitFree
 	}
-	if token == "semaphore" && len(v) == 3 {
+	if (token == "semaphore" || token == "rwlock") && len(v) == 3 {
 		n, _ := redis.Int64(v[1], nil)
 		left, _ := redis.Int64(v[2], nil)
-		fmt.Printf("took %d permit(s) out of %s, %d left held; its waiters find them at their next try\n", n, printable(lk), left)
+		what := "permit(s)"
+		if token == "rwlock" {
+			what = "holder(s)"
+		}
+		fmt.Printf("took %d %s out of %s, %d left held; its waiters find them at their next try\n", n, what, printable(lk), left)
 		return 0
 	}
 	if token == "" {
@@ -91,7 +95,7 @@ func cmdRelease(args []string) int {
 // release, in one step, and returns the value and TTL it removed; or takes
 // permits out of a semaphore (every one, or one holder's), and returns how
 // many.
-var forceRelease = redis.NewScript(1, forceReleaseSrc)
+var forceRelease = redis.NewScript(2, forceReleaseSrc)
 
 //go:embed forcerelease.lua
 var forceReleaseSrc string

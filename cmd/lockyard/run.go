@@ -32,6 +32,9 @@ type runFlags struct {
 	permits   int // 0: a lock; N: one of N permits of a semaphore
 	// permitsSet: --permits was given (0 is then bad input, not the lock).
 	permitsSet bool
+	// shared, exclusive: -s and -x, the read side or the write side of
+	// the read-write lock on KEY (as flock(1)).
+	shared, exclusive bool
 }
 
 // optDuration is a duration flag that knows whether it was set.
@@ -66,8 +69,10 @@ const runUsage = `usage: lockyard run [flags] KEY [--] COMMAND [ARGS...]
 
 Runs COMMAND while holding the lock on KEY, renewed every ttl/3. With
 --permits N it holds one of N permits of the semaphore on KEY instead: at most
-N copies run at once across hosts; everything below holds for a permit as for
-the lock. Like flock(1),
+N copies run at once across hosts; with -s (--shared) it holds the read side
+of the read-write lock on KEY, beside other -s holders, and with -x
+(--exclusive) its write side, alone. Everything below holds for a permit or
+a side as for the lock. Like flock(1),
 it waits until the lock is free; -n fails at once, -w/--wait gives up after a
 while (a duration, or a number of seconds as flock's -w). The "--" is
 optional; it is needed when COMMAND or its first argument begins with "-".
@@ -86,8 +91,8 @@ Environment of COMMAND:
   LOCKYARD_TOKEN  the fencing token with --fencing, else 0
 
 Exit status: COMMAND's own (128+N if signal N killed it), or
-  64   usage error (bad flag, --ttl, --wait, --permits or REDIS_URL)
-  65   KEY is another kind in Redis (a semaphore's key taken as a lock, or the reverse)
+  64   usage error (bad flag, --ttl, --wait, --permits, -s with -x or --permits, or REDIS_URL)
+  65   KEY is another kind in Redis (a semaphore's key taken as a lock, a read-write lock's, ...)
   69   Redis unavailable or refused the command
   75   the lock was not acquired (-n, or --wait ran out)
   76   the lock was lost while COMMAND ran (COMMAND got the --on-lost signal)
@@ -112,6 +117,10 @@ func cmdRun(args []string) int {
 	fs.BoolVar(&f.pubsub, "pubsub", false, "wait with pub/sub wake-ups instead of polling")
 	fs.BoolVar(&f.fencing, "fencing", false, "take a fencing token, passed to the command as $LOCKYARD_TOKEN")
 	fs.IntVar(&f.permits, "permits", 0, "hold one of `N` permits of the semaphore on KEY instead of the lock: at most N commands run at once (all callers of KEY should agree on N)")
+	fs.BoolVar(&f.shared, "s", false, "hold the read side of the read-write lock on KEY, beside other readers (as flock -s)")
+	fs.BoolVar(&f.shared, "shared", false, "the same as -s")
+	fs.BoolVar(&f.exclusive, "x", false, "hold the write side of the read-write lock on KEY, alone (as flock -x)")
+	fs.BoolVar(&f.exclusive, "exclusive", false, "the same as -x")
 	fs.StringVar(&f.onLost, "on-lost", "TERM", "signal sent to the command if the lock is lost, or on Linux if lockyard dies (TERM, INT, KILL, HUP, or none)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), runUsage)
@@ -149,6 +158,10 @@ func (f *runFlags) check() error {
 		return fmt.Errorf("-n and --wait %v: choose one", f.wait.d)
 	case f.killAfter < 0:
 		return fmt.Errorf("--kill-after %v is negative", f.killAfter)
+	case f.shared && f.exclusive:
+		return fmt.Errorf("-s and -x: choose one side of the read-write lock")
+	case (f.shared || f.exclusive) && f.permitsSet:
+		return fmt.Errorf("--permits with -s or -x: a key is a semaphore or a read-write lock, not both")
 	case f.permitsSet && f.permits < 1:
 		return fmt.Errorf("--permits %d: a semaphore has at least 1 permit (without --permits, run takes the lock)", f.permits)
 	case f.minHold < 0 || f.minHold > registry.MaxDuration:
@@ -260,6 +273,22 @@ func (f *runFlags) taker(reg *registry.Registry, key string) (taker, error) {
 				return s.Acquire(ctx, 0)
 			}
 			return s.TryAcquire(ctx, 0)
+		}, nil
+	}
+	if f.shared || f.exclusive {
+		l, err := reg.RWLock(key)
+		if err != nil {
+			return nil, err
+		}
+		acquire, try := l.AcquireRead, l.TryAcquireRead
+		if f.exclusive {
+			acquire, try = l.AcquireWrite, l.TryAcquireWrite
+		}
+		return func(ctx context.Context, wait bool) (*registry.Lease, error) {
+			if wait {
+				return acquire(ctx, 0)
+			}
+			return try(ctx, 0)
 		}, nil
 	}
 	if _, err := reg.Obtain(key); err != nil {

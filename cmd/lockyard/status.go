@@ -155,12 +155,14 @@ type jsonHolder struct {
 	Registry string `json:"registry"`
 	Label    string `json:"label"`
 	TTLMs    int64  `json:"ttl_ms"`
+	Mode     string `json:"mode,omitempty"`
 }
 
 type jsonWaiter struct {
 	Registry  string `json:"registry"`
 	Label     string `json:"label"`
 	WaitingMs int64  `json:"waiting_ms"`
+	Mode      string `json:"mode,omitempty"`
 }
 
 // key prints what Inspect read of key k: info, or err (ErrForeignKey).
@@ -174,10 +176,10 @@ func (s *statusWriter) key(k string, info registry.KeyInfo, err error) {
 			j.Error = err.Error()
 		}
 		for _, h := range info.Holders {
-			j.Holders = append(j.Holders, jsonHolder{h.Token, h.Registry, h.Label, h.TTL.Milliseconds()})
+			j.Holders = append(j.Holders, jsonHolder{h.Token, h.Registry, h.Label, h.TTL.Milliseconds(), h.Mode})
 		}
 		for _, w := range info.Waiters {
-			j.Waiters = append(j.Waiters, jsonWaiter{w.Registry, w.Label, w.Waiting.Milliseconds()})
+			j.Waiters = append(j.Waiters, jsonWaiter{w.Registry, w.Label, w.Waiting.Milliseconds(), w.Mode})
 		}
 		_ = s.enc.Encode(j)
 		return
@@ -194,6 +196,13 @@ func (s *statusWriter) key(k string, info registry.KeyInfo, err error) {
 	switch info.Kind {
 	case "":
 		fmt.Fprintf(s.tw, "%s\tfree\t-\t%s\t-\t-\n", name, fence)
+	case "rwlock":
+		for _, h := range info.Holders {
+			fmt.Fprintf(s.tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, h.Mode, ttlString(h.TTL), fence, printable(h.Registry), label(h.Label))
+		}
+		if len(info.Holders) == 0 {
+			fmt.Fprintf(s.tw, "%s\tfree\t-\t%s\t-\t-\n", name, fence)
+		}
 	case "semaphore":
 		for _, h := range info.Holders {
 			fmt.Fprintf(s.tw, "%s\tpermit\t%s\t%s\t%s\t%s\n", name, ttlString(h.TTL), fence, printable(h.Registry), label(h.Label))
@@ -208,7 +217,11 @@ func (s *statusWriter) key(k string, info registry.KeyInfo, err error) {
 		}
 	}
 	for _, w := range info.Waiters {
-		fmt.Fprintf(s.tw, "%s\twaiting\t%s\t-\t%s\t%s\n", name, "for "+w.Waiting.Round(time.Millisecond).String(), printable(w.Registry), label(w.Label))
+		what := "waiting"
+		if w.Mode != "" {
+			what += " to " + w.Mode
+		}
+		fmt.Fprintf(s.tw, "%s\t%s\t%s\t-\t%s\t%s\n", name, what, "for "+w.Waiting.Round(time.Millisecond).String(), printable(w.Registry), label(w.Label))
 	}
 }
 

@@ -90,6 +90,11 @@ func (w Layout) WaitersKey(lk string) string { return w.sideKey(lk, "waiters") }
 // is kept for, for a few milliseconds.
 func (w Layout) TurnKey(lk string) string { return w.sideKey(lk, "turn") }
 
+// ReadersKey returns the readers of the read-write lock key lk: a sorted
+// set of the tokens of its read holds, scored by the server time in ms at
+// which each expires.
+func (w Layout) ReadersKey(lk string) string { return w.sideKey(lk, "readers") }
+
 // sideKey names a key that belongs to the lock key lk, in lk's Cluster
 // slot (see Layout).
 func (w Layout) sideKey(lk, name string) string {

@@ -2,7 +2,8 @@
 -- waits for it, without writing anything (Registry.Inspect). Runs after
 -- prelude.lua (clock).
 --
--- KEYS     lock key (or semaphore key), wait queue, queue info, fence counter
+-- KEYS     lock key (or semaphore key, or read-write lock key), wait queue,
+--          queue info, fence counter, readers (a read-write lock's)
 -- ARGV[1]  the most holders and waiters to list (each)
 -- ARGV[2]  a listening waiter's turn, in ms: an entry whose turn ended
 --          longer ago than that is gone (prelude.lua, gone)
@@ -12,7 +13,9 @@
 --        type is the lock key's type: 'none', 'string' (a lock: one
 --        holder, with its PTTL in ms, -1 when the key has none), 'zset' (a
 --        semaphore: its permits that have not expired by the server's
---        clock, each with the ms it has left, soonest first), or another
+--        clock, each with the ms it has left, soonest first), 'hash:w' (a
+--        read-write lock's writer, with its PTTL), 'hash:r' (its readers
+--        that have not expired, as a semaphore's permits), or another
 --        (not a key of ours: no holders), named by TYPE if the script may
 --        call it. The type is found by GET and ZRANGE themselves, so that
 --        an ACL for locks alone need not allow TYPE. fence is the fence counter, 0
@@ -54,8 +57,25 @@ elseif type(v) == 'table' and v.err then
   elseif string.sub(permits.err, 1, 9) ~= 'WRONGTYPE' then
     return permits -- the error reply
   else
-    local t = redis.pcall('TYPE', KEYS[1])
-    out[1] = type(t) == 'table' and t.ok or 'value of another type'
+    local rw = redis.pcall('HMGET', KEYS[1], 'w', 'r')
+    if not rw.err and rw[1] then
+      out[1], out[4] = 'hash:w', 1
+      out[5] = rw[1]
+      out[6] = redis.call('PTTL', KEYS[1])
+    elseif not rw.err and rw[2] and now then
+      out[1] = 'hash:r'
+      local readers = redis.call('ZRANGE', KEYS[5], '(' .. string.format('%d', now), '+inf', 'BYSCORE', 'LIMIT', 0, most, 'WITHSCORES')
+      out[4] = #readers / 2
+      for i = 1, #readers, 2 do
+        out[#out + 1] = readers[i]
+        out[#out + 1] = math.floor(tonumber(readers[i + 1]) - now)
+      end
+    elseif not rw.err and rw[2] then
+      out[1] = 'hash:r'
+    else
+      local t = redis.pcall('TYPE', KEYS[1])
+      out[1] = type(t) == 'table' and t.ok or 'value of another type'
+    end
   end
 end
 
