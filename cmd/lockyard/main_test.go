@@ -579,3 +579,31 @@ func TestReleaseForcePermits(t *testing.T) {
 		t.Fatalf("release --force --holder alive of its lock: exit %d: %s (key left: %v)", code, out, exists(t, key))
 	}
 }
+
+// `lockyard run -s` holds the read side of a read-write lock, as flock -s:
+// three such runs overlap; `-x` runs alone; -s with -x or --permits is a
+// usage error, and -x on a lock's key is the other kind (65).
+func TestRunSharedExclusive(t *testing.T) {
+	key := newKey(t)
+	words := runLogged(t, 3, 0.4, "-s", "--wait", "20s", "--pubsub", key)
+	if strings.Join(words[:3], " ") != "start start start" {
+		t.Fatalf("three -s runs did not overlap: %v", words)
+	}
+	words = runLogged(t, 3, 0.2, "--exclusive", "--wait", "20s", "--pubsub", key)
+	if strings.Join(words, " ") != "start end start end start end" {
+		t.Fatalf("-x runs overlapped: %v", words)
+	}
+	if exists(t, key) {
+		t.Fatal("the read-write lock is still held after the last run")
+	}
+	for _, args := range [][]string{{"-s", "-x"}, {"-s", "--permits", "2"}, {"--exclusive", "--permits", "1"}} {
+		if code, out := exitCode(t, lockyard(append(append([]string{"run"}, args...), key, "--", "true")...)); code != exitUsage {
+			t.Fatalf("run %v: exit %d (%s), want %d", args, code, out, exitUsage)
+		}
+	}
+	release := holdElsewhere(t, key)
+	defer release()
+	if code, out := exitCode(t, lockyard("run", "-x", "-n", key, "--", "true")); code != exitWrongKind || !strings.Contains(out, "is a lock, not a rwlock") {
+		t.Fatalf("run -x on a lock's key: exit %d, %q; want 65 naming both kinds", code, out)
+	}
+}
