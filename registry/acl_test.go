@@ -27,6 +27,7 @@ func aclFor(t *testing.T, registryKey string) []any {
 		"+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+publish",
 		"+zadd", "+zrank", "+zrem", "+zrange", "+zcard", "+zscore", "+zcount", "+hget", "+hset", "+hdel", "+time",
 		"+type", "+zremrangebyscore", "+exists", // a semaphore's, and the native release's
+		"+hmget", // a read-write lock's
 		"+command|info", "+command|docs"} // the native commands' probe
 	// The native deletes, where the server has them (an ACL may not name a
 	// command the server lacks).
@@ -241,6 +242,37 @@ func TestLeastPrivilegeACLSemaphore(t *testing.T) {
 	mustNil(t, c.Release(bg(t)))
 	d := recvWithin(t, ours, 3*time.Second, "the local lease")
 	mustNil(t, d.Release(bg(t)))
+	assertNoKeys(t, b, pfx)
+}
+
+// A read-write lock under the ACL: readers and a writer wait their turns,
+// renewals and Downgrade are allowed, tokens increase, nothing is left.
+func TestLeastPrivilegeACLRWLock(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	b.do(t, "ACL", append([]any{"SETUSER", pfx}, aclFor(t, pfx)...)...)
+	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
+	opts := []registry.Option{registry.WithFencing(), registry.WithAutoRenew(), registry.WithExpireAfter(time.Second),
+		registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
+	l1 := rwlock(t, newRegPrefix(t, userPool(t, pfx), pfx, opts...), "k")
+	l2 := rwlock(t, newRegPrefix(t, userPool(t, pfx), pfx, opts...), "k")
+	r, err := l1.AcquireRead(bg(t), 0)
+	mustNil(t, err)
+	w := acquireRW(bg(t), l2, true)
+	notWithin(t, r.Lost(), 1300*time.Millisecond, "Lost under the ACL: renewals denied?")
+	mustNil(t, r.Release(bg(t)))
+	wl := recvWithin(t, w, 3*time.Second, "the writer woken by the release")
+	if wl == nil || wl.Token() <= r.Token() {
+		t.Fatalf("write lease %v under the ACL", wl)
+	}
+	rd := acquireRW(bg(t), l1, false)
+	mustNil(t, wl.Downgrade(bg(t)))
+	r2 := recvWithin(t, rd, 3*time.Second, "the reader, after Downgrade")
+	if r2 == nil {
+		t.Fatal("AcquireRead failed under the ACL")
+	}
+	mustNil(t, r2.Release(bg(t)))
+	mustNil(t, wl.Release(bg(t)))
 	assertNoKeys(t, b, pfx)
 }
 
