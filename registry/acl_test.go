@@ -27,7 +27,7 @@ func aclFor(t *testing.T, registryKey string) []any {
 		"+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+publish",
 		"+zadd", "+zrank", "+zrem", "+zrange", "+zcard", "+zscore", "+zcount", "+hget", "+hset", "+hdel", "+time",
 		"+type", "+zremrangebyscore", "+exists", // a semaphore's, and the native release's
-		"+hmget", // a read-write lock's
+		"+hmget",                         // a read-write lock's
 		"+command|info", "+command|docs"} // the native commands' probe
 	// The native deletes, where the server has them (an ACL may not name a
 	// command the server lacks).

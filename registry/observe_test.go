@@ -131,12 +131,24 @@ func TestStatsOutcomesAndObserver(t *testing.T) {
 			t.Fatalf("a permit held: Held %d", s.Held)
 		}
 		mustNil(t, p.Release(bg(t)))
-		want := []string{"waiting lock", "acquired lock", "released lock", "waiting lock", "waiting semaphore", "acquired semaphore", "released semaphore"}
+		// And a read-write lock's leases, the read ones sharing one hold.
+		rw := rwlock(t, r, "rw")
+		r1, err := rw.AcquireRead(bg(t), 0)
+		mustNil(t, err)
+		r2, err := rw.TryAcquireRead(bg(t), 0)
+		mustNil(t, err)
+		if s := r.Stats(); s.Held != 2 {
+			t.Fatalf("two read leases held: Held %d", s.Held)
+		}
+		mustNil(t, r1.Release(bg(t)))
+		mustNil(t, r2.Release(bg(t)))
+		want := []string{"waiting lock", "acquired lock", "released lock", "waiting lock", "waiting semaphore", "acquired semaphore", "released semaphore",
+			"waiting rwlock", "acquired rwlock", "acquired rwlock", "released rwlock", "released rwlock"}
 		if got := ev.names(); !equalStrings(got, want) {
 			t.Errorf("events %v, want %v", got, want)
 		}
-		if s := r.Stats(); s.Held != 0 || s.Holds != 2 {
-			t.Errorf("after the permit's release: Held %d, Holds %d; want 0, 2", s.Held, s.Holds)
+		if s := r.Stats(); s.Held != 0 || s.Holds != 4 {
+			t.Errorf("after the leases' release: Held %d, Holds %d; want 0, 4", s.Held, s.Holds)
 		}
 	})
 }
