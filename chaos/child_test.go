@@ -40,6 +40,11 @@ func runChild(role string) int {
 		if err = json.Unmarshal(args, &a); err == nil {
 			err = semHold(a)
 		}
+	case "rwcontend":
+		var a semArgs
+		if err = json.Unmarshal(args, &a); err == nil {
+			err = rwContend(a)
+		}
 	case "hold":
 		var a holdArgs
 		if err = json.Unmarshal(args, &a); err == nil {

@@ -1,0 +1,194 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+// Scenario 19: a read-write lock under faults. Three processes, each with a
+// PubSubLock and a SpinLock registry of four goroutines, take the read side
+// (80%) or the write side (20%) of one fenced RWLock and enter a resource
+// that counts who is inside: a writer that enters beside anyone, or a
+// reader beside a writer, is an overlap.
+//   - no fault, CLIENT KILL of every client connection every 150 ms, and
+//     SCRIPT FLUSH every 150 ms: no overlap, and afterwards a writer takes
+//     the key within its TTL (every lease free).
+
+// rwResSrc enters (ARGV[1] 'r' or 'w') the resource of a read-write lock,
+// or leaves it (ARGV[2] '-'): KEYS readers inside, writers inside,
+// overlaps.
+const rwResSrc = `
+local k = KEYS[1]
+if ARGV[1] == 'w' then k = KEYS[2] end
+if ARGV[2] == '-' then return redis.call('DECR', k) end
+local r, w = tonumber(redis.call('GET', KEYS[1]) or '0'), tonumber(redis.call('GET', KEYS[2]) or '0')
+if w > 0 or (ARGV[1] == 'w' and r > 0) then redis.call('INCR', KEYS[3]) end
+return redis.call('INCR', k)`
+
+var rwRes = redis.NewScript(3, rwResSrc)
+
+func rwResKeys() []any { return []any{"rw:readers", "rw:writers", "rw:overlaps"} }
+
+// rwContend is a child: two registries of four goroutines each take the
+// read or the write side until Deadline, enter the resource while they hold
+// it (unless Lost closed first), and report their counts.
+func rwContend(a semArgs) error {
+	pool, res := newPool(a.Addr), newPool(a.Res)
+	defer pool.Close()
+	defer res.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), a.Deadline)
+	defer cancel()
+	var (
+		reads, writes, lost, errs atomic.Int64
+		wg                        sync.WaitGroup
+	)
+	for i := range 2 {
+		r, err := semRegistry(a, pool, i == 1)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		l, err := r.RWLock("table")
+		if err != nil {
+			return err
+		}
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := res.Get()
+				defer c.Close()
+				for ctx.Err() == nil {
+					side, acquire := "r", l.AcquireRead
+					if rand.IntN(5) == 0 {
+						side, acquire = "w", l.AcquireWrite
+					}
+					le, err := acquire(ctx, 0)
+					if err != nil {
+						if ctx.Err() == nil {
+							errs.Add(1)
+						}
+						continue
+					}
+					select {
+					case <-le.Lost(): // checked right before entering
+						lost.Add(1)
+					default:
+						if _, err := rwRes.Do(c, append(rwResKeys(), side, "+")...); err != nil {
+							errs.Add(1)
+							break
+						}
+						time.Sleep(time.Duration(1+rand.IntN(2)) * time.Millisecond)
+						_, _ = rwRes.Do(c, append(rwResKeys(), side, "-")...)
+						if side == "w" {
+							writes.Add(1)
+						} else {
+							reads.Add(1)
+						}
+					}
+					switch err := le.Release(context.Background()); {
+					case errors.Is(err, registry.ErrLockLost):
+						lost.Add(1)
+					case err != nil:
+						errs.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	emit(map[string]any{"event": "done", "reads": reads.Load(), "writes": writes.Load(), "lost": lost.Load(), "errors": errs.Load()})
+	return nil
+}
+
+// rwRun runs three contending processes for d while fault runs, and
+// returns their summed counts and the resource's overlaps.
+func rwRun(t *testing.T, srvAddr, resAddr, prefix string, d time.Duration, fault func(stop <-chan struct{})) (sum map[string]int64, overlaps int) {
+	t.Helper()
+	var kids []*child
+	for range 3 {
+		kids = append(kids, spawn(t, "rwcontend", semArgs{Addr: srvAddr, Res: resAddr, Prefix: prefix, TTL: time.Second, Deadline: d}))
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); fault(stop) }()
+	sum = map[string]int64{}
+	for _, k := range kids {
+		ev := k.event(t, d+30*time.Second, "done")
+		for _, f := range []string{"reads", "writes", "lost", "errors"} {
+			sum[f] += int64(ev[f].(float64))
+		}
+		mustNil(t, k.wait(t, 10*time.Second))
+	}
+	close(stop)
+	<-done
+	overlaps, _ = redis.Int(do(t, resAddr, "GET", "rw:overlaps"), nil)
+	return sum, overlaps
+}
+
+// rwFree checks that a writer takes the key within ttl + 2s of the end of
+// the faults: no lease is left held longer than its TTL.
+func rwFree(t *testing.T, addr, prefix string, ttl time.Duration) time.Duration {
+	t.Helper()
+	r := newRegistry(t, newPool(addr), prefix, registry.WithFencing(), registry.WithIdleBetweenTries(20*time.Millisecond))
+	l, err := r.RWLock("table")
+	mustNil(t, err)
+	start := time.Now()
+	le, err := l.AcquireWrite(ctxFor(t, ttl+2*time.Second), 0)
+	mustNil(t, err)
+	took := time.Since(start)
+	mustNil(t, le.Release(ctxFor(t, time.Second)))
+	return took
+}
+
+func TestRWLockFaults(t *testing.T) {
+	const d = 3 * time.Second
+	every := func(srvAddr string, n *atomic.Int64, cmd ...any) func(stop <-chan struct{}) {
+		return func(stop <-chan struct{}) {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(150 * time.Millisecond):
+					if _, err := redistest.Do(srvAddr, cmd[0].(string), cmd[1:]...); err == nil {
+						n.Add(1)
+					}
+					if cmd[0] == "CLIENT" {
+						_, _ = redistest.Do(srvAddr, "CLIENT", "KILL", "TYPE", "pubsub")
+					}
+				}
+			}
+		}
+	}
+	for i, tc := range []struct {
+		name string
+		cmd  []any
+	}{{"no fault", nil}, {"client kill", []any{"CLIENT", "KILL", "TYPE", "normal"}}, {"script flush", []any{"SCRIPT", "FLUSH"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, res := startServer(t), startServer(t)
+			prefix := "chaos19" + string(rune('a'+i))
+			var n atomic.Int64
+			fault := func(<-chan struct{}) {}
+			if tc.cmd != nil {
+				fault = every(srv.Addr, &n, tc.cmd...)
+			}
+			sum, overlaps := rwRun(t, srv.Addr, res.Addr, prefix, d, fault)
+			if overlaps != 0 || sum["reads"] == 0 || sum["writes"] == 0 {
+				t.Fatalf("%s: %v, %d overlaps", tc.name, sum, overlaps)
+			}
+			back := rwFree(t, srv.Addr, prefix, time.Second)
+			figure(t, 19, "read-write lock, 3 processes x 8 goroutines (80%% reads), %s (%d rounds), %v: %d reads, %d writes, %d overlaps, %d lost, %d errors; a writer got the key %s after (TTL 1s)",
+				tc.name, n.Load(), d, sum["reads"], sum["writes"], overlaps, sum["lost"], sum["errors"], ms(back))
+		})
+	}
+}
