@@ -45,6 +45,11 @@ func runChild(role string) int {
 		if err = json.Unmarshal(args, &a); err == nil {
 			err = rwContend(a)
 		}
+	case "rwhold":
+		var a semArgs
+		if err = json.Unmarshal(args, &a); err == nil {
+			err = rwHold(a)
+		}
 	case "hold":
 		var a holdArgs
 		if err = json.Unmarshal(args, &a); err == nil {

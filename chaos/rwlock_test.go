@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"golang.org/x/sys/unix"
 
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/registry"
@@ -22,7 +24,11 @@ import (
 // reader beside a writer, is an overlap.
 //   - no fault, CLIENT KILL of every client connection every 150 ms, and
 //     SCRIPT FLUSH every 150 ms: no overlap, and afterwards a writer takes
-//     the key within its TTL (every lease free).
+//     the key within its TTL (every lease free);
+//   - a reader SIGKILLed (TTL 1 s, renewed): a waiting writer gets in
+//     within its TTL and a poll;
+//   - a writer SIGSTOPped past its TTL: resumed, it sees Lost before its
+//     next write, and that fenced write is refused.
 
 // rwResSrc enters (ARGV[1] 'r' or 'w') the resource of a read-write lock,
 // or leaves it (ARGV[2] '-'): KEYS readers inside, writers inside,
@@ -191,4 +197,88 @@ func TestRWLockFaults(t *testing.T) {
 				tc.name, n.Load(), d, sum["reads"], sum["writes"], overlaps, sum["lost"], sum["errors"], ms(back))
 		})
 	}
+}
+
+// rwHold is a child: it holds the read side (Permits 0) or the write side
+// (Permits 1) of a fenced RWLock, renewed, until it sees Lost; then it
+// writes to the fenced resource of scenario 18 once.
+func rwHold(a semArgs) error {
+	pool, res := newPool(a.Addr), newPool(a.Res)
+	defer pool.Close()
+	defer res.Close()
+	r, err := semRegistry(a, pool, false)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	l, err := r.RWLock("table")
+	if err != nil {
+		return err
+	}
+	acquire := l.AcquireRead
+	if a.Permits == 1 {
+		acquire = l.AcquireWrite
+	}
+	le, err := acquire(context.Background(), 0)
+	if err != nil {
+		return err
+	}
+	emit(map[string]any{"event": "held", "token": le.Token()})
+	<-le.Lost()
+	emit(map[string]any{"event": "lost", "at": mono()})
+	c := res.Get()
+	ok, err := redis.Int(semFence.Do(c, append(semFenceKeys(), le.Token(), 1)...))
+	c.Close()
+	emit(map[string]any{"event": "write", "accepted": ok == 1, "err": fmt.Sprint(err)})
+	return nil
+}
+
+func TestRWLockCrash(t *testing.T) {
+	t.Run("SIGKILL reader", func(t *testing.T) {
+		srv, res := startServer(t), startServer(t)
+		const ttl, idle = time.Second, 20 * time.Millisecond
+		h := spawn(t, "rwhold", semArgs{Addr: srv.Addr, Res: res.Addr, Prefix: "chaos19k", TTL: ttl})
+		h.event(t, 10*time.Second, "held")
+		time.Sleep(ttl / 2) // renewed at least once
+		mustNil(t, h.cmd.Process.Kill())
+		killed := time.Now()
+		r := newRegistry(t, newPool(srv.Addr), "chaos19k", registry.WithFencing(), registry.WithIdleBetweenTries(idle))
+		l, err := r.RWLock("table")
+		mustNil(t, err)
+		le, err := l.AcquireWrite(ctxFor(t, 10*time.Second), 0)
+		mustNil(t, err)
+		took := time.Since(killed)
+		mustNil(t, le.Release(ctxFor(t, time.Second)))
+		if took > ttl+idle+100*time.Millisecond {
+			t.Fatalf("the writer got in %v after the reader was killed, want within TTL %v + poll %v", took, ttl, idle)
+		}
+		figure(t, 19, "read-write lock: a SIGKILLed reader (TTL %v, renewed); a waiting writer got in %s after the kill (bound TTL + poll %v)", ttl, ms(took), idle)
+	})
+	t.Run("SIGSTOP writer", func(t *testing.T) {
+		srv, res := startServer(t), startServer(t)
+		const ttl = 900 * time.Millisecond
+		h := spawn(t, "rwhold", semArgs{Addr: srv.Addr, Res: res.Addr, Prefix: "chaos19s", TTL: ttl, Permits: 1})
+		h.event(t, 10*time.Second, "held")
+		mustNil(t, h.cmd.Process.Signal(unix.SIGSTOP))
+		r := newRegistry(t, newPool(srv.Addr), "chaos19s", registry.WithFencing())
+		l, err := r.RWLock("table")
+		mustNil(t, err)
+		le, err := l.AcquireWrite(ctxFor(t, 10*time.Second), 0)
+		mustNil(t, err)
+		c := newPool(res.Addr).Get()
+		ok, err := redis.Int(semFence.Do(c, append(semFenceKeys(), le.Token(), 1)...))
+		c.Close()
+		if err != nil || ok != 1 {
+			t.Fatalf("the new writer's write: %d, %v", ok, err)
+		}
+		resumed := mono()
+		mustNil(t, h.cmd.Process.Signal(unix.SIGCONT))
+		lostAt := h.event(t, 5*time.Second, "lost")
+		learned := time.Duration(int64(lostAt["at"].(float64)) - resumed)
+		if w := h.event(t, 5*time.Second, "write"); w["accepted"] != false {
+			t.Fatalf("the resumed writer's write was accepted: %v", w)
+		}
+		mustNil(t, le.Release(ctxFor(t, time.Second)))
+		figure(t, 19, "read-write lock: a writer SIGSTOPped past its TTL (%v): resumed, it saw Lost %s after SIGCONT, and its fenced write was refused", ttl, ms(learned))
+	})
 }
