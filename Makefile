@@ -52,8 +52,9 @@ demo: ## the oversell story on an embedded Redis (or REDIS_ADDR)
 
 FAIRFLAGS ?= -reps 1
 SEMFLAGS ?= -reps 5 -dur 2s -peer sem/peer
+RWFLAGS ?= -reps 3 -dur 2s
 
-bench: redis-server servers ## micro-benchmarks, lockyard vs redsync and bsm/redislock (bench/, about 6 min on Redis 7.0, then scenarios u and r on Redis 8.6 and Valkey 9.1 and scenario 4 on rueidis on 8.6, about 4 min), the fairness scenarios (bench/fair, about 2.5 min; FAIRFLAGS='-base REV' runs them against REV too, interleaved), then the semaphore against npm redis-semaphore (bench/sem, about 3 min; needs node and npm; SEMFLAGS='-base REV' runs lockyard at REV too)
+bench: redis-server servers ## micro-benchmarks, lockyard vs redsync and bsm/redislock (bench/, about 6 min on Redis 7.0, then scenarios u and r on Redis 8.6 and Valkey 9.1 and scenario 4 on rueidis on 8.6, about 4 min), the fairness scenarios (bench/fair, about 2.5 min; FAIRFLAGS='-base REV' runs them against REV too, interleaved), then the semaphore against npm redis-semaphore (bench/sem, about 3 min; needs node and npm; SEMFLAGS='-base REV' runs lockyard at REV too), then the read-write lock on Redis 7.0 and 8.6 (bench/rw, about 2 min; RWFLAGS='-base REV')
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./internal/reentrant/ ./registry/
 	cd goredis && $(GO) test -run '^$$' -bench . -count 1 .
 	cd rueidis && $(GO) test -run '^$$' -bench . -count 1 .
@@ -65,6 +66,8 @@ bench: redis-server servers ## micro-benchmarks, lockyard vs redsync and bsm/red
 	cd bench && $(GO) run ./fair $(FAIRFLAGS)
 	cd bench/sem/peer && npm ci --no-audit --no-fund --loglevel=error
 	cd bench && $(GO) run ./sem $(SEMFLAGS)
+	cd bench && $(GO) run ./rw $(RWFLAGS)
+	cd bench && LOCKYARD_REDIS_SERVER=$(SERVERS_DIR)/redis-8.6/redis-server $(GO) run ./rw $(RWFLAGS)
 
 CHAOS_REPORT ?= $(CURDIR)/chaos/figures.txt
 
