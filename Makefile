@@ -85,8 +85,9 @@ lint: ## go vet and staticcheck
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-fuzz: ## fuzz the key handling for 60s
+fuzz: ## fuzz the key handling for 60s, and a read-write lock's for 30s
 	$(GO) test -run '^$$' -fuzz FuzzKeys -fuzztime 60s ./registry/
+	$(GO) test -run '^$$' -fuzz 'FuzzRWLockKeys$$' -fuzztime 30s ./registry/
 
 redis-server: ## install Debian's redis-server and redis-sentinel if missing (the real-Redis test tiers need them)
 	@command -v redis-server >/dev/null 2>&1 && command -v redis-sentinel >/dev/null 2>&1 || { \

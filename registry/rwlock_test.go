@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
@@ -369,5 +370,55 @@ func TestRWLockInspect(t *testing.T) {
 			t.Fatalf("Inspect with a reader: %+v", info)
 		}
 		mustNil(t, r.Release(ctx))
+	})
+}
+
+// FuzzRWLockKeys: any key either fails validation with ErrInvalidKey, or
+// names a read-write lock whose hold lands at exactly its key (and its
+// readers beside it) in Redis; two keys exclude each other's writers only
+// when they are equal.
+func FuzzRWLockKeys(f *testing.F) {
+	for i, k := range oddKeys {
+		f.Add(k, oddKeys[(i+1)%len(oddKeys)])
+		f.Add(k, k)
+	}
+	f.Add("", "x")
+	mr := newMiniredis(f)
+	pool := redistest.NewPool(mr.Addr())
+	defer pool.Close()
+	f.Fuzz(func(t *testing.T, a, b string) {
+		r1, err := registry.New(pool, "fuzzrw")
+		mustNil(t, err)
+		defer r1.Close()
+		r2, err := registry.New(pool, "fuzzrw")
+		mustNil(t, err)
+		defer r2.Close()
+		la, err := r1.RWLock(a)
+		if a == "" || len(a) > registry.MaxKeyLen {
+			mustIs(t, err, registry.ErrInvalidKey)
+			return
+		}
+		mustNil(t, err)
+		if la.Key() != "fuzzrw:"+a {
+			t.Fatalf("Key() = %q, want %q", la.Key(), "fuzzrw:"+a)
+		}
+		le, err := la.TryAcquireRead(context.Background(), 0)
+		mustNil(t, err)
+		defer le.Release(context.Background())
+		if !mr.Exists("fuzzrw:"+a) || !mr.Exists(wire.Layout{Registry: "fuzzrw"}.ReadersKey("fuzzrw:"+a)) {
+			t.Fatalf("key %q or its readers not in Redis", "fuzzrw:"+a)
+		}
+		lb, err := r2.RWLock(b)
+		if err != nil {
+			mustIs(t, err, registry.ErrInvalidKey)
+			return
+		}
+		w, err := lb.TryAcquireWrite(context.Background(), 0)
+		if got := err == nil; got == (a == b) {
+			t.Fatalf("keys %q and %q: TryAcquireWrite beside a reader = %v", a, b, err)
+		}
+		if w != nil {
+			mustNil(t, w.Release(context.Background()))
+		}
 	})
 }
