@@ -73,7 +73,7 @@ func main() {
 		worker = flag.String("worker", "", "internal: run one process (JSON spec)")
 		base   = flag.String("base", "", "also run lockyard built at this git revision (A/B)")
 		only   = flag.String("scenarios", "writer,readers,mix", "scenarios to run")
-		spin   = flag.Bool("spin", false, "SpinLock registries (polling, 100 ms) instead of PubSubLock")
+		lock   = flag.String("lock", "pubsub", "the registries' lock type: pubsub, spin (polling every 100 ms), or mixed (every other process polls; the writer listens)")
 	)
 	flag.Parse()
 	if *worker != "" {
@@ -83,13 +83,14 @@ func main() {
 		}
 		return
 	}
-	if err := run(*reps, *dur, *base, *only, !*spin); err != nil {
+	if err := run(*reps, *dur, *base, *only, *lock); err != nil {
 		fmt.Fprintln(os.Stderr, "rw:", err)
 		os.Exit(1)
 	}
 }
 
-func run(reps int, dur time.Duration, base, only string, pubsub bool) error {
+func run(reps int, dur time.Duration, base, only, lock string) error {
+	pubsub := lock != "spin"
 	srv, err := redistest.Start()
 	if err != nil {
 		return err
@@ -117,7 +118,7 @@ func run(reps int, dur time.Duration, base, only string, pubsub bool) error {
 	if i := strings.Index(version, "redis_version:"); i >= 0 {
 		version = strings.Fields(version[i+len("redis_version:"):])[0]
 	}
-	fmt.Printf("read-write lock bench: %d reps of %v per scenario and contender, alternating; redis-server %s at %s, pubsub %v\n", reps, dur, version, srv.Addr, pubsub)
+	fmt.Printf("read-write lock bench: %d reps of %v per scenario and contender, alternating; redis-server %s at %s, lock type %s\n", reps, dur, version, srv.Addr, lock)
 	sp := spec{Addr: srv.Addr, Inflight: 4, Dur: dur, PubSub: pubsub}
 	type job struct {
 		name  string
@@ -125,9 +126,10 @@ func run(reps int, dur time.Duration, base, only string, pubsub bool) error {
 	}
 	readers := func(kind string, writes float64, sec time.Duration) []spec {
 		var ps []spec
-		for range 4 {
+		for i := range 4 {
 			s := sp
 			s.Kind, s.Writes, s.Read, s.Write = kind, writes, sec, sec
+			s.PubSub = pubsub && (lock != "mixed" || i%2 == 0)
 			ps = append(ps, s)
 		}
 		return ps
