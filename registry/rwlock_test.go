@@ -422,3 +422,34 @@ func FuzzRWLockKeys(f *testing.F) {
 		}
 	})
 }
+
+// Bad input is an error matching its sentinel, and nothing is sent: a TTL
+// out of range, a bad key, a Redlock registry.
+func TestRWLockBadInput(t *testing.T) {
+	b := realBackend()
+	cp := &redistest.CountingPool{Pool: b.pool(t)}
+	r := newReg(t, cp)
+	l := rwlock(t, r, "k")
+	for _, ttl := range []time.Duration{time.Millisecond, registry.MaxDuration + time.Hour} {
+		for name, acquire := range map[string]func(context.Context, time.Duration) (*registry.Lease, error){
+			"AcquireRead": l.AcquireRead, "AcquireWrite": l.AcquireWrite, "TryAcquireRead": l.TryAcquireRead, "TryAcquireWrite": l.TryAcquireWrite} {
+			if _, err := acquire(bg(t), ttl); !errors.Is(err, registry.ErrInvalidConfig) {
+				t.Fatalf("%s with ttl %v: %v, want ErrInvalidConfig", name, ttl, err)
+			}
+		}
+	}
+	if _, err := r.RWLock(""); !errors.Is(err, registry.ErrInvalidKey) {
+		t.Fatalf("RWLock(\"\"): %v", err)
+	}
+	if n := len(cp.Commands()); n != 0 {
+		t.Fatalf("bad input sent %d commands: %v", n, cp.Commands())
+	}
+	var clients []registry.Client
+	for range 3 {
+		clients = append(clients, registry.NewPoolClient(b.pool(t)))
+	}
+	rl := newRedlock(t, clients, prefix(t))
+	if _, err := rl.RWLock("k"); !errors.Is(err, registry.ErrInvalidConfig) {
+		t.Fatalf("RWLock on Redlock: %v", err)
+	}
+}
