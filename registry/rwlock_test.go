@@ -453,3 +453,60 @@ func TestRWLockBadInput(t *testing.T) {
 		t.Fatalf("RWLock on Redlock: %v", err)
 	}
 }
+
+// readLoop runs n goroutines on l, each taking back-to-back read leases of
+// section, staggered, until stop.
+func readLoop(ctx context.Context, l *registry.RWLock, n int, section, offset time.Duration, stop chan struct{}, wg *sync.WaitGroup) {
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(offset + time.Duration(i)*section/time.Duration(n))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				le, err := l.AcquireRead(ctx, 0)
+				if err != nil {
+					return
+				}
+				time.Sleep(section) // a long read, always overlapping another
+				_ = le.Release(context.Background())
+			}
+		}()
+	}
+}
+
+// A writer that polls is not starved by readers whose long sections always
+// overlap: once readers hold the key, its entry holds up the readers
+// behind it whether or not its poll is due (an adversarial review found a
+// SpinLock writer kept out for good when only a writer due soon did).
+func TestRWLockPollingWriterNotStarved(t *testing.T) {
+	for _, c := range [][2]registry.LockType{{registry.SpinLock, registry.SpinLock}, {registry.PubSubLock, registry.SpinLock}, {registry.SpinLock, registry.PubSubLock}} {
+		rt, wt := c[0], c[1]
+		t.Run("readers "+rt.String()+" writer "+wt.String(), func(t *testing.T) {
+			b := realBackend()
+			pfx := prefix(t)
+			ctx := bg(t)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range 3 {
+				readLoop(ctx, rwlock(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(rt)), "k"), 6, 200*time.Millisecond, time.Duration(i)*20*time.Millisecond, stop, &wg)
+			}
+			defer func() { close(stop); wg.Wait() }()
+			time.Sleep(100 * time.Millisecond)
+			w := rwlock(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(wt)), "k")
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			t0 := time.Now()
+			le, err := w.AcquireWrite(wctx, 0)
+			if err != nil {
+				t.Fatalf("a %v writer kept out by %v readers for %v: %v", wt, rt, time.Since(t0), err)
+			}
+			t.Logf("the writer got in after %v", time.Since(t0))
+			mustNil(t, le.Release(ctx))
+		})
+	}
+}

@@ -72,13 +72,6 @@ local function rwRules(R)
     return P.fenced(fence, ttl)
   end
 
-  -- sure reports whether a live waiter of kind, due at due, is sure to
-  -- try soon (prelude.lua, turnFor): a listener, or a poller due within
-  -- r.ahead ms.
-  local function sure(kind, due, now, r)
-    return kind == 'l' or due - now <= r.ahead
-  end
-
   -- walk gives the turns of the line to the waiters at its front that may
   -- enter now (none while writer holds k; readers, the readers before the
   -- first waiting writer; that writer, once no reader holds or enters
@@ -120,8 +113,12 @@ local function rwRules(R)
                 end
                 return false, told
               end
-            elseif sure(kind, due, now, r) then
-              return false, told -- it waits for the readers, and holds up those behind it
+            else
+              -- It waits for the readers that hold the key, and holds up
+              -- those behind it, even a poller not due soon: the key is
+              -- busy meanwhile, and readers that kept coming would keep it
+              -- out for good.
+              return false, told
             end
           else
             local n, marked = R.turnFor(q, id, kind, due, lapse, ended, now, r)
