@@ -96,19 +96,42 @@ func (l *RWLock) downgrade(ctx context.Context, p *rwHold, le *Lease) error {
 	case h.Lost(r.core.Now()):
 		return fmt.Errorf("%w: the write hold of %q was lost", ErrLockLost, l.key)
 	}
+	// The script is safe to run again (a token that reads already is
+	// downgraded): a reply lost to a timeout is asked again, a few times,
+	// even once ctx is done. If the outcome is still unknown, the lease is
+	// a reader's from now on, since it may be one in Redis, with readers
+	// beside it: the error says so, and the caller must not write.
 	var ok bool
-	_, _, err := r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
-		var err error
-		ok, err = l.proto.downgrade(ctx, l.key, h.Token, h.TTL())
-		return ok, err
-	})
+	var err error
+	for try := 0; try < 3; try++ {
+		_, _, err = r.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
+			var err error
+			ok, err = l.proto.downgrade(ctx, l.key, h.Token, h.TTL())
+			return ok, err
+		})
+		if err == nil || !core.IsAmbiguous(err) {
+			break
+		}
+	}
 	switch {
+	case err != nil && core.IsAmbiguous(err):
+		l.becomeReader(p, le)
+		return core.WrapKey("downgrading (the lease may read beside other readers now: it no longer writes)", l.key, err)
 	case err != nil:
 		return core.WrapKey("downgrading", l.key, err)
 	case !ok:
 		h.Lose()
 		return fmt.Errorf("%w: the write hold of %q expired or was taken", ErrLockLost, l.key)
 	}
+	l.becomeReader(p, le)
+	return nil
+}
+
+// becomeReader makes le, a lease on the write hold p that Redis holds as a
+// read hold now, a reader locally: new readers of this registry join it,
+// and the local queue lets those queued behind it in.
+func (l *RWLock) becomeReader(p *rwHold, le *Lease) {
+	r := l.eng
 	l.mu.Lock()
 	p.write, p.asked = false, r.core.Now()
 	if !l.proto.s.fencing && (l.shared == nil || l.shared.closed) {
@@ -119,5 +142,4 @@ func (l *RWLock) downgrade(ctx context.Context, p *rwHold, le *Lease) error {
 	if l.pubsub {
 		r.turns.Listen(l.wake)
 	}
-	return nil
 }

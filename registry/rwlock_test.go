@@ -510,3 +510,34 @@ func TestRWLockPollingWriterNotStarved(t *testing.T) {
 		})
 	}
 }
+
+// A Downgrade whose reply is lost to a timeout asks again (the script is
+// safe to run twice) and succeeds; one whose outcome stays unknown leaves
+// the lease a reader's, and says so: never a writer beside readers (an
+// adversarial review found the lease still a writer's, with another
+// registry's reader in).
+func TestRWLockDowngradeReplyLost(t *testing.T) {
+	b := realBackend()
+	ctx := bg(t)
+	pfx := prefix(t)
+	lc := &loseReply{Client: registry.NewPoolClient(b.pool(t)), name: "rwdowngrade", err: context.DeadlineExceeded}
+	a := rwlock(t, newRegClientPrefix(t, lc, pfx), "k")
+	c := rwlock(t, newRegPrefix(t, b.pool(t), pfx), "k")
+	w, err := a.AcquireWrite(ctx, 0)
+	mustNil(t, err)
+	lc.armed.Store(true)
+	mustNil(t, w.Downgrade(ctx))
+	r, err := c.TryAcquireRead(ctx, 0)
+	mustNil(t, err) // beside the downgraded lease
+	local, err := a.TryAcquireRead(ctx, 0)
+	mustNil(t, err) // this registry's readers join it
+	if _, err := c.TryAcquireWrite(ctx, 0); !errors.Is(err, registry.ErrNotObtained) {
+		t.Fatalf("a writer beside the downgraded lease: %v", err)
+	}
+	if err := w.Downgrade(ctx); !errors.Is(err, registry.ErrNotOwner) {
+		t.Fatalf("Downgrade of a read lease: %v", err)
+	}
+	for _, le := range []*registry.Lease{r, local, w} {
+		mustNil(t, le.Release(ctx))
+	}
+}
