@@ -122,10 +122,13 @@ func (r *Registry) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 		info.Kind = kindRWLock
 	case typ != "none":
 		return info, fmt.Errorf("%w: %q holds a %s", ErrForeignKey, lk, typ)
-	case len(info.Waiters) > 0: // waited for, free for a moment: the kind this registry knows it as
+	case len(info.Waiters) > 0: // waited for, free for a moment: the kind its waiters say, or that this registry knows it as
 		info.Kind = kindLock
 		if e, ok := r.cache.peek(key); ok {
 			info.Kind = e.kind()
+		}
+		if info.Waiters[0].Mode != "" { // an RWLock's waiters wait for a side
+			info.Kind = kindRWLock
 		}
 	}
 	r.readLabels(ctx, &info)

@@ -70,10 +70,11 @@ local ttl, mode = tonumber(ARGV[2]), tonumber(ARGV[4])
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
 local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11])}
 local fits = not writer and (side == 'r' or held == 0)
+local behindWriter = false
 if fits then
   local ok, told = true, nil
   if ARGV[14] == '1' or not queueEmpty(KEYS[2]) then
-    ok, told = RW.walk(q, now, rules, id, side, writer, held)
+    ok, told, behindWriter = RW.walk(q, now, rules, id, side, writer, held)
     P.tell(ARGV[8], KEYS[1], told)
   end
   if ok then
@@ -82,9 +83,15 @@ if fits then
   end
 end
 
+-- A waiter behind turns just given tries when they end; one behind a
+-- writer that waits for readers, or behind the other side, when the first
+-- holder's expiry comes or its poll (a release tells a listener sooner).
 local status, pttl, turnLeft = 0, RW.soonest(KEYS[1], KEYS[7], writer, now), nil
 if fits then
-  status, pttl, turnLeft = 2, -2, rules.window
+  status = 2
+  if not behindWriter then
+    pttl, turnLeft = -2, rules.window
+  end
 end
 local idle, spread = tonumber(ARGV[5]), tonumber(ARGV[6])
 if mode == 0 then

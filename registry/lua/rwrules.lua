@@ -78,7 +78,9 @@ local function rwRules(R)
   -- before it), and reports whether self (a waiter id, or nil: a caller
   -- not in line) may enter on side: a reader once no waiting writer is
   -- ahead of it, a writer once nobody is. Its second result lists the
-  -- listeners given a turn, to tell. Entries that lapsed are dropped (at
+  -- listeners given a turn, to tell; its third is true when a waiting
+  -- writer that cannot enter yet stopped it (the readers that hold the key
+  -- go first). Entries that lapsed are dropped (at
   -- most 64), and at most 64 live ones are examined, as admit does.
   local function walk(q, now, r, self, side, writer, held)
     local told = {}
@@ -118,7 +120,7 @@ local function rwRules(R)
               -- those behind it, even a poller not due soon: the key is
               -- busy meanwhile, and readers that kept coming would keep it
               -- out for good.
-              return false, told
+              return false, told, true
             end
           else
             local n, marked = R.turnFor(q, id, kind, due, lapse, ended, now, r)
