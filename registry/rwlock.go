@@ -51,7 +51,10 @@ func (l *RWLock) Key() string { return l.key }
 // two thirds of ttl from now (the hold is renewed to ttl when it has
 // less). The Lease works as a lock's: Token (WithFencing), Lost, Renew,
 // Release and ReleaseAfter, from any goroutine, and WithAutoRenew renews
-// it. Transient Redis errors are retried until ctx ends; other errors
+// it. Renew of a lease on the shared hold renews that hold: a TTL shorter
+// than the hold's shortens it for every lease on it (renew to the
+// longest TTL the readers need, or use WithFencing, under which each read
+// lease has a hold of its own). Transient Redis errors are retried until ctx ends; other errors
 // (ErrWrongKind: the key is another kind's) return at once; on error
 // nothing is held.
 func (l *RWLock) AcquireRead(ctx context.Context, ttl time.Duration) (*Lease, error) {
