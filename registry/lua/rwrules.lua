@@ -77,7 +77,8 @@ local function rwRules(R)
   -- first waiting writer; that writer, once no reader holds or enters
   -- before it), and reports whether self (a waiter id, or nil: a caller
   -- not in line) may enter on side: a reader once no waiting writer is
-  -- ahead of it, a writer once nobody is. Its second result lists the
+  -- ahead of it (a writer that polls holds up the readers once it is due
+  -- soon or has waited a poll), a writer once nobody is. Its second result lists the
   -- listeners given a turn, to tell; its third is true when a waiting
   -- writer that cannot enter yet stopped it (the readers that hold the key
   -- go first). Entries that lapsed are dropped (at
@@ -89,11 +90,12 @@ local function rwRules(R)
     end
     local turns, dropped, seen, start = 0, 0, 0, 0
     while dropped < 64 and seen < 64 do
-      local ids = R.qcall('ZRANGE', q.order, start, start + 15)
+      local ids = R.qcall('ZRANGE', q.order, start, start + 15, 'WITHSCORES')
       if not ids or #ids == 0 then
         break
       end
-      for _, id in ipairs(ids) do
+      for i = 1, #ids, 2 do
+        local id, since = ids[i], tonumber(ids[i + 1])
         if id == self then
           return side == 'r' or (held == 0 and turns == 0), told
         end
@@ -115,11 +117,13 @@ local function rwRules(R)
                 end
                 return false, told
               end
-            else
+            elseif kind == 'l' or due - now <= r.ahead or now - since >= lapse - due then
               -- It waits for the readers that hold the key, and holds up
-              -- those behind it, even a poller not due soon: the key is
-              -- busy meanwhile, and readers that kept coming would keep it
-              -- out for good.
+              -- those behind it: a listener, a poller due soon, and a
+              -- poller that has waited a poll interval already (lapse -
+              -- due) whatever its due, or readers that kept coming would
+              -- keep it out for good. A poller that began to wait less
+              -- than a poll ago and is not due soon is passed over.
               return false, told, true
             end
           else
