@@ -593,3 +593,39 @@ func TestRWLockReaderBehindWaitingWriterSleeps(t *testing.T) {
 	le = recvWithin(t, rl, 5*time.Second, "the reader, told by the writer's release")
 	mustNil(t, le.Release(ctx))
 }
+
+// A reader that takes the key in the script that pruned its last expired
+// reader marks the key as read again: a writer does not get in beside it.
+func TestRWLockReaderAfterExpiredReaders(t *testing.T) {
+	b := realBackend()
+	ctx := bg(t)
+	pfx := prefix(t)
+	a := rwlock(t, newRegPrefix(t, b.pool(t), pfx), "k")
+	w := rwlock(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k")
+	c := rwlock(t, newRegPrefix(t, b.pool(t), pfx), "k") // polls: due at the dead reader's expiry
+	x, err := rwlock(t, newRegPrefix(t, b.pool(t), pfx), "k").AcquireRead(ctx, 10*time.Second) // keeps the key's TTL long
+	mustNil(t, err)
+	_, err = a.AcquireRead(ctx, 60*time.Millisecond) // dies: never released nor renewed
+	mustNil(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 40*time.Millisecond)
+	defer cancel()
+	wl := acquireRW(wctx, w, true)
+	waitFor(t, 5*time.Second, "the writer in line", func() bool { return queueLen(t, b, a.Key(), false) == 1 })
+	rl := acquireRW(ctx, c, false)
+	waitFor(t, 5*time.Second, "the reader in line", func() bool { return queueLen(t, b, a.Key(), false) == 2 })
+	mustNil(t, x.Release(ctx))
+	if le := recvWithin(t, wl, 5*time.Second, "the writer to give up"); le != nil {
+		t.Fatal("the writer got in beside a reader")
+	}
+	r := recvWithin(t, rl, 5*time.Second, "the reader, after the dead reader's TTL")
+	if r == nil {
+		t.Fatal("AcquireRead failed")
+	}
+	if n := b.do(t, "HEXISTS", a.Key(), "r"); n != int64(1) {
+		t.Fatalf("the key is not marked read while a reader holds it: HEXISTS %v", n)
+	}
+	if _, err := w.TryAcquireWrite(ctx, 0); !errors.Is(err, registry.ErrNotObtained) {
+		t.Fatalf("a writer beside the reader: %v", err)
+	}
+	mustNil(t, r.Release(ctx))
+}

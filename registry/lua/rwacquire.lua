@@ -58,9 +58,14 @@ local R = queueRules()
 local RW = rwRules(R)
 local P = permitRules()
 local writer = v[1]
-local held = 0
-if not writer then
-  held = RW.readers(KEYS[1], KEYS[7], v[2], now)
+-- held counts the readers that hold the key (pruning the expired ones):
+-- a writer needs it, a reader only when the line is not empty.
+local held = nil
+local function readers()
+  if held == nil then
+    held = writer and 0 or RW.readers(KEYS[1], KEYS[7], v[2], now)
+  end
+  return held
 end
 local fenceKey = nil
 if ARGV[7] == '1' then
@@ -69,17 +74,18 @@ end
 local ttl, mode = tonumber(ARGV[2]), tonumber(ARGV[4])
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
 local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11])}
-local fits = not writer and (side == 'r' or held == 0)
+local fits = not writer and (side == 'r' or readers() == 0)
 local behindWriter = false
 if fits then
   local ok, told = true, nil
   if ARGV[14] == '1' or not queueEmpty(KEYS[2]) then
-    ok, told, behindWriter = RW.walk(q, now, rules, id, side, writer, held)
+    ok, told, behindWriter = RW.walk(q, now, rules, id, side, writer, readers())
     P.tell(ARGV[8], KEYS[1], told)
   end
   if ok then
     R.drop(q, id)
-    return {1, RW.take(KEYS[1], KEYS[7], side, token, now, ttl, fenceKey, P)}
+    -- 'r' is set still unless readers() found every reader expired.
+    return {1, RW.take(KEYS[1], KEYS[7], side, token, now, ttl, fenceKey, P, v[2] and held ~= 0)}
   end
 end
 
@@ -101,7 +107,7 @@ local kind = 'p'
 if mode == 2 then
   kind = 'l'
 end
-local fresh = side == 'w' and held > 0 and not R.qcall('ZSCORE', q.order, id)
+local fresh = side == 'w' and readers() > 0 and not R.qcall('ZSCORE', q.order, id)
 local ahead = R.enqueue(q, id, kind, now)
 local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
 local due = now + sleep + tonumber(ARGV[12])

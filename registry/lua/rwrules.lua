@@ -53,14 +53,17 @@ local function rwRules(R)
   -- take gives k to token on side ('r' or 'w') for ttl ms, and returns a
   -- new fencing token from the counter fence (nil: 0), kept alive as long
   -- as the hold. A reader's entry that exists already (a registry's shared
-  -- hold, admitted again) keeps the later of its expiries.
-  local function take(k, rk, side, token, now, ttl, fence, P)
+  -- hold, admitted again) keeps the later of its expiries. reading is
+  -- field 'r' of k as the caller read it.
+  local function take(k, rk, side, token, now, ttl, fence, P, reading)
     if side == 'w' then
       redis.call('HSET', k, 'w', token)
       redis.call('PEXPIRE', k, ttl)
     else
       redis.call('ZADD', rk, 'GT', ms(now + ttl), token)
-      redis.call('HSET', k, 'r', '1')
+      if not reading then
+        redis.call('HSET', k, 'r', '1')
+      end
       if redis.call('PTTL', k) < ttl then
         redis.call('PEXPIRE', k, ttl)
         redis.call('PEXPIRE', rk, ttl)
