@@ -602,7 +602,7 @@ func TestRWLockReaderAfterExpiredReaders(t *testing.T) {
 	pfx := prefix(t)
 	a := rwlock(t, newRegPrefix(t, b.pool(t), pfx), "k")
 	w := rwlock(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k")
-	c := rwlock(t, newRegPrefix(t, b.pool(t), pfx), "k") // polls: due at the dead reader's expiry
+	c := rwlock(t, newRegPrefix(t, b.pool(t), pfx), "k")                                       // polls: due at the dead reader's expiry
 	x, err := rwlock(t, newRegPrefix(t, b.pool(t), pfx), "k").AcquireRead(ctx, 10*time.Second) // keeps the key's TTL long
 	mustNil(t, err)
 	_, err = a.AcquireRead(ctx, 60*time.Millisecond) // dies: never released nor renewed

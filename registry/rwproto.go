@@ -128,18 +128,5 @@ func (p *rwProto) renewCall(lk, token string, ttl time.Duration) Call {
 
 // RenewBatch renews many holds in one pipeline (the watchdog).
 func (p *rwProto) RenewBatch(ctx context.Context, calls []core.RenewCall) []core.RenewReply {
-	batch := make([]Call, len(calls))
-	for i, x := range calls {
-		batch[i] = p.renewCall(x.Key, x.Token, x.TTL)
-	}
-	res := p.one.EvalBatch(ctx, 0, rwRenewScript, batch)[0]
-	out := make([]core.RenewReply, len(calls))
-	for i := range calls {
-		if i >= len(res) { // a Client that broke its contract
-			out[i].Err = core.ErrShortBatch
-			continue
-		}
-		out[i].OK, out[i].Err = core.DecodeDone(res[i].Reply, res[i].Err)
-	}
-	return out
+	return renewBatchOn(ctx, p.one, rwRenewScript, calls, func(x core.RenewCall) Call { return p.renewCall(x.Key, x.Token, x.TTL) })
 }

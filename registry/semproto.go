@@ -190,11 +190,20 @@ func (p *semProto) Renew(ctx context.Context, lk, token string, ttl time.Duratio
 
 // RenewBatch renews many permits in one pipeline (the watchdog).
 func (p *semProto) RenewBatch(ctx context.Context, calls []core.RenewCall) []core.RenewReply {
+	return renewBatchOn(ctx, p.one, semRenewScript, calls, func(x core.RenewCall) Call {
+		return Call{Keys: []string{x.Key}, Args: []any{x.Token, p.s.ttlOf(x.TTL)}}
+	})
+}
+
+// renewBatchOn renews many holds in one pipeline of script s on one node
+// (a semaphore's or a read-write lock's watchdog batch), call making each
+// hold's call, and decodes the replies in order.
+func renewBatchOn(ctx context.Context, one *core.ClientExec, s *Script, calls []core.RenewCall, call func(core.RenewCall) Call) []core.RenewReply {
 	batch := make([]Call, len(calls))
 	for i, x := range calls {
-		batch[i] = Call{Keys: []string{x.Key}, Args: []any{x.Token, p.s.ttlOf(x.TTL)}}
+		batch[i] = call(x)
 	}
-	res := p.one.EvalBatch(ctx, 0, semRenewScript, batch)[0]
+	res := one.EvalBatch(ctx, 0, s, batch)[0]
 	out := make([]core.RenewReply, len(calls))
 	for i := range calls {
 		if i >= len(res) { // a Client that broke its contract
