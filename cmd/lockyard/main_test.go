@@ -601,9 +601,43 @@ func TestRunSharedExclusive(t *testing.T) {
 			t.Fatalf("run %v: exit %d (%s), want %d", args, code, out, exitUsage)
 		}
 	}
-	release := holdElsewhere(t, key)
+	// status shows the readers, and a writer waiting, with their sides.
+	pool := server.Pool()
+	t.Cleanup(func() { _ = pool.Close() })
+	reg, err := registry.New(pool, "lockyard", registry.WithLockType(registry.PubSubLock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reg.Close() })
+	l, err := reg.RWLock(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.AcquireRead(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := lockyard("run", "-x", "--wait", "20s", key, "--", "true")
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	waitFor(t, 10*time.Second, "status to show the waiting writer", func() bool {
+		_, out = exitCode(t, lockyard("status", key))
+		return strings.Contains(out, "waiting to write")
+	})
+	if !strings.Contains(out, " read ") {
+		t.Fatalf("status of a read-write lock with a reader and a waiting writer:\n%s", out)
+	}
+	if err := r.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(); err != nil {
+		t.Fatalf("run -x after the reader left: %v", err)
+	}
+	release := holdElsewhere(t, key+"-lock")
 	defer release()
-	if code, out := exitCode(t, lockyard("run", "-x", "-n", key, "--", "true")); code != exitWrongKind || !strings.Contains(out, "is a lock, not a rwlock") {
+	if code, out := exitCode(t, lockyard("run", "-x", "-n", key+"-lock", "--", "true")); code != exitWrongKind || !strings.Contains(out, "is a lock, not a rwlock") {
 		t.Fatalf("run -x on a lock's key: exit %d, %q; want 65 naming both kinds", code, out)
 	}
 }
