@@ -54,9 +54,8 @@ local now = clock()
 if not now then
   return redis.error_reply('ERR lockyard: a read-write lock needs the TIME command')
 end
-local R = queueRules()
-local RW = rwRules(R)
-local P = permitRules()
+local RW = rwRules()
+local R = nil -- the wait queue's rules, defined once the line matters
 local writer = v[1]
 -- held counts the readers that hold the key (pruning the expired ones):
 -- a writer needs it, a reader only when the line is not empty.
@@ -67,9 +66,9 @@ local function readers()
   end
   return held
 end
-local fenceKey = nil
+local fenceKey, P = nil, nil
 if ARGV[7] == '1' then
-  fenceKey = KEYS[6]
+  fenceKey, P = KEYS[6], permitRules()
 end
 local ttl, mode = tonumber(ARGV[2]), tonumber(ARGV[4])
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
@@ -79,11 +78,17 @@ local behindWriter = false
 if fits then
   local ok, told = true, nil
   if ARGV[14] == '1' or not queueEmpty(KEYS[2]) then
-    ok, told, behindWriter = RW.walk(q, now, rules, id, side, writer, readers())
-    P.tell(ARGV[8], KEYS[1], told)
+    R = queueRules()
+    ok, told, behindWriter = RW.walk(R, q, now, rules, id, side, writer, readers())
+    if #told > 0 then
+      P = P or permitRules()
+      P.tell(ARGV[8], KEYS[1], told)
+    end
   end
   if ok then
-    R.drop(q, id)
+    if R then
+      R.drop(q, id)
+    end
     -- 'r' is set still unless readers() found every reader expired.
     return {1, RW.take(KEYS[1], KEYS[7], side, token, now, ttl, fenceKey, P, v[2] and held ~= 0)}
   end
@@ -100,6 +105,7 @@ if fits then
   end
 end
 local idle, spread = tonumber(ARGV[5]), tonumber(ARGV[6])
+R = R or queueRules()
 if mode == 0 then
   return {status, R.pause(pttl, 2, turnLeft, idle, spread), -1}
 end

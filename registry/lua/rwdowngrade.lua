@@ -32,13 +32,15 @@ local ttl = tonumber(ARGV[2])
 redis.call('HDEL', KEYS[1], 'w')
 redis.call('DEL', KEYS[7])
 local R = queueRules()
-local RW = rwRules(R)
+local RW = rwRules()
 RW.take(KEYS[1], KEYS[7], 'r', ARGV[1], now, ttl, nil, nil)
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[7], ttl)
 if not queueEmpty(KEYS[2]) then
   local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
-  local _, told = RW.walk(q, now, {window = tonumber(ARGV[4]), ahead = tonumber(ARGV[5]), slack = tonumber(ARGV[6])}, nil, 'r', false, 1)
-  permitRules().tell(ARGV[3], KEYS[1], told)
+  local _, told = RW.walk(R, q, now, {window = tonumber(ARGV[4]), ahead = tonumber(ARGV[5]), slack = tonumber(ARGV[6])}, nil, 'r', false, 1)
+  if #told > 0 then
+    permitRules().tell(ARGV[3], KEYS[1], told)
+  end
 end
 return 1

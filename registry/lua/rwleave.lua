@@ -22,8 +22,10 @@ local now = clock()
 if v.err or v[1] or not now or queueEmpty(KEYS[2]) then
   return 1
 end
-local RW = rwRules(R)
+local RW = rwRules()
 local held = RW.readers(KEYS[1], KEYS[7], v[2], now)
-local _, told = RW.walk(q, now, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])}, nil, 'r', false, held)
-permitRules().tell(ARGV[2], KEYS[1], told)
+local _, told = RW.walk(R, q, now, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])}, nil, 'r', false, held)
+if #told > 0 then
+  permitRules().tell(ARGV[2], KEYS[1], told)
+end
 return 1

@@ -37,12 +37,14 @@ if queueEmpty(KEYS[2]) then
   return -1
 end
 local R = queueRules()
-local RW = rwRules(R)
+local RW = rwRules()
 local held = 0
 if not v[1] then
   held = RW.readers(KEYS[1], KEYS[7], v[2], now)
 end
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
-local _, told = RW.walk(q, now, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])}, nil, 'r', v[1], held)
-permitRules().tell(ARGV[2], KEYS[1], told)
+local _, told = RW.walk(R, q, now, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])}, nil, 'r', v[1], held)
+if #told > 0 then
+  permitRules().tell(ARGV[2], KEYS[1], told)
+end
 return -1

@@ -38,12 +38,14 @@ if not now then
   return 2
 end
 local R = queueRules()
-local RW = rwRules(R)
+local RW = rwRules()
 local held = 0
 if not writer then
   held = RW.readers(KEYS[1], KEYS[7], v[2], now)
 end
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
-local _, told = RW.walk(q, now, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])}, nil, 'r', writer, held)
-permitRules().tell(ARGV[2], KEYS[1], told)
+local _, told = RW.walk(R, q, now, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])}, nil, 'r', writer, held)
+if #told > 0 then
+  permitRules().tell(ARGV[2], KEYS[1], told)
+end
 return 2

@@ -2,6 +2,11 @@
 -- each rw*.lua script (rwproto.go). As the prelude's, they read no KEYS or
 -- ARGV; rwRules(R) defines them when called, on the wait queue's rules R.
 --
+-- rwRules defines nothing that the fast paths do not need but its own few
+-- functions: the wait queue's rules (prelude.lua, queueRules) are passed
+-- to walk, which alone uses them, so that an uncontended acquisition
+-- defines no queue rules.
+--
 -- A read-write lock key is a hash: field 'w' holds the writer's token
 -- while a writer holds it (the key's TTL is then the writer's, as a lock
 -- key's), field 'r' is '1' while readers hold it. Its readers are a sorted
@@ -19,8 +24,10 @@
 -- and a waiting writer holds up every reader behind it (a poller not due
 -- soon is passed over and keeps its place, as for a lock). Listeners are
 -- told their turn on their registry's turn channel (permitRules' tell).
-local function rwRules(R)
-  local ms = R.ms
+local function rwRules()
+  local function ms(n)
+    return string.format('%d', n)
+  end
 
   -- readers returns how many readers hold key k (readers rk), pruning
   -- the expired ones; flag is field 'r' of k. A key whose readers all
@@ -72,10 +79,10 @@ local function rwRules(R)
     if not fence then
       return 0
     end
-    return P.fenced(fence, ttl)
+    return P.fenced(fence, ttl) -- P: permitRules()
   end
 
-  -- walk gives the turns of the line to the waiters at its front that may
+  -- walk (on the wait queue's rules R) gives the turns of the line to the waiters at its front that may
   -- enter now (none while writer holds k; readers, the readers before the
   -- first waiting writer; that writer, once no reader holds or enters
   -- before it), and reports whether self (a waiter id, or nil: a caller
@@ -86,7 +93,7 @@ local function rwRules(R)
   -- writer that cannot enter yet stopped it (the readers that hold the key
   -- go first). Entries that lapsed are dropped (at
   -- most 64), and at most 64 live ones are examined, as admit does.
-  local function walk(q, now, r, self, side, writer, held)
+  local function walk(R, q, now, r, self, side, writer, held)
     local told = {}
     if writer then
       return false, told
