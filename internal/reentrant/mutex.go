@@ -55,6 +55,10 @@ type Mutex struct {
 	mu      sync.Mutex
 	held    int64     // weight held by all owners
 	owners  []holding // who holds m: one for an exclusive owner
+	// index maps each owner to its place in owners while there are many
+	// (more than indexFrom: shared owners, a read-write lock's leases), so
+	// that finding one costs the same however many hold m.
+	index map[Owner]int
 	waiters []*waiter
 	// revoked counts the holds of owners whose ownership was revoked: each
 	// later Leave or Unlock of theirs consumes one. An entry stays until
@@ -116,6 +120,12 @@ func (m *Mutex) free() int64 {
 
 // find returns the index of who in owners, or -1. mu must be held.
 func (m *Mutex) find(who Owner) int {
+	if m.index != nil {
+		if i, ok := m.index[who]; ok {
+			return i
+		}
+		return -1
+	}
 	for i := range m.owners {
 		if m.owners[i].who == who {
 			return i

@@ -3,6 +3,7 @@ package reentrant
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -577,5 +578,43 @@ func TestDowngrade(t *testing.T) {
 	}
 	if o := <-got; o != x {
 		t.Fatalf("got %v", o)
+	}
+}
+
+// Many shared owners (more than are scanned, so they are indexed): each
+// is found, re-enters, and unlocks in any order, and the mutex is free
+// after the last, for an exclusive owner.
+func TestManySharedOwners(t *testing.T) {
+	var m Mutex
+	owners := make([]Owner, 3*indexFrom)
+	for i := range owners {
+		owners[i] = NewOwner()
+		if ok, _, err := m.TryLock(Request{Mode: Shared}, owners[i]); !ok || err != nil {
+			t.Fatalf("shared owner %d: %v %v", i, ok, err)
+		}
+	}
+	for _, i := range []int{5, len(owners) - 1, 0, 2 * indexFrom} {
+		if _, re, _ := m.TryLock(Request{Mode: Shared}, owners[i]); !re || m.Depth(owners[i]) != 2 {
+			t.Fatalf("owner %d did not re-enter: depth %d", i, m.Depth(owners[i]))
+		}
+		if err := m.Unlock(owners[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, i := range rand.Perm(len(owners)) {
+		if err := m.Unlock(owners[i]); err != nil {
+			t.Fatalf("unlock %d (owner %d): %v", k, i, err)
+		}
+		if err := m.Unlock(owners[i]); !errors.Is(err, ErrNotOwner) {
+			t.Fatalf("a second unlock of owner %d: %v", i, err)
+		}
+		for _, j := range rand.Perm(len(owners))[:4] {
+			if got := m.Depth(owners[j]); got != 0 && got != 1 {
+				t.Fatalf("owner %d: depth %d", j, got)
+			}
+		}
+	}
+	if ok, _, _ := m.TryLock(Request{}, NewOwner()); !ok {
+		t.Fatal("not free after the last shared owner")
 	}
 }

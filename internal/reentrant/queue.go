@@ -19,9 +19,22 @@ func (m *Mutex) notOwner(who Owner) error {
 	return ErrRevoked
 }
 
+// indexFrom is how many owners m holds before it indexes them (find): a
+// scan of a few is cheaper than a map.
+const indexFrom = 16
+
 // grant makes who an owner of weight w, once. mu must be held.
 func (m *Mutex) grant(who Owner, w int64) {
 	m.owners = append(m.owners, holding{who: who, weight: w, depth: 1})
+	switch {
+	case m.index != nil:
+		m.index[who] = len(m.owners) - 1
+	case len(m.owners) > indexFrom:
+		m.index = make(map[Owner]int, 2*len(m.owners))
+		for i, o := range m.owners {
+			m.index[o.who] = i
+		}
+	}
 	m.held += w
 	m.setSole()
 }
@@ -30,6 +43,15 @@ func (m *Mutex) grant(who Owner, w int64) {
 func (m *Mutex) drop(i int) {
 	m.held -= m.owners[i].weight
 	last := len(m.owners) - 1
+	if m.index != nil {
+		delete(m.index, m.owners[i].who)
+		if i != last {
+			m.index[m.owners[last].who] = i
+		}
+		if last <= indexFrom/2 {
+			m.index = nil
+		}
+	}
 	m.owners[i] = m.owners[last]
 	m.owners[last] = holding{}
 	m.owners = m.owners[:last]
