@@ -52,13 +52,13 @@ type Mutex struct {
 	size int64 // 0: unbounded
 
 	// mu guards the following.
-	mu      sync.Mutex
-	held    int64     // weight held by all owners
-	owners  []holding // who holds m: one for an exclusive owner
+	mu     sync.Mutex
+	held   int64     // weight held by all owners
+	owners []holding // who holds m: one for an exclusive owner
 	// index maps each owner to its place in owners while there are many
 	// (more than indexFrom: shared owners, a read-write lock's leases), so
 	// that finding one costs the same however many hold m.
-	index map[Owner]int
+	index   map[Owner]int
 	waiters []*waiter
 	// revoked counts the holds of owners whose ownership was revoked: each
 	// later Leave or Unlock of theirs consumes one. An entry stays until
