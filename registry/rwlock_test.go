@@ -629,3 +629,59 @@ func TestRWLockReaderAfterExpiredReaders(t *testing.T) {
 	}
 	mustNil(t, r.Release(ctx))
 }
+
+// ReleaseAfter leaves a write hold in Redis for d: another registry's
+// writer gets in once it has expired, not before;
+// a read lease that is not the last on its registry's hold keeps the hold
+// at least d after the others leave.
+func TestRWLockReleaseAfter(t *testing.T) {
+	b := realBackend()
+	ctx := bg(t)
+	pfx := prefix(t)
+	a := rwlock(t, newRegPrefix(t, b.pool(t), pfx), "k")
+	c := rwlock(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10*time.Second)), "k")
+	w, err := a.AcquireWrite(ctx, 0)
+	mustNil(t, err)
+	start := time.Now()
+	mustNil(t, w.ReleaseAfter(ctx, 300*time.Millisecond))
+	got := acquireRW(ctx, c, true)
+	le := recvWithin(t, got, 5*time.Second, "the writer, after the write hold expired")
+	if d := time.Since(start); d < 250*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("the writer got in %v after ReleaseAfter(300ms) (it sleeps until the expiry it was told)", d)
+	}
+	mustNil(t, le.Release(ctx))
+
+	r1, err := a.AcquireRead(ctx, 0)
+	mustNil(t, err)
+	r2, err := a.AcquireRead(ctx, 0) // joins r1's hold
+	mustNil(t, err)
+	mustNil(t, r1.ReleaseAfter(ctx, 300*time.Millisecond))
+	start = time.Now()
+	mustNil(t, r2.Release(ctx)) // the last lease: the hold stays for what r1 asked
+	got = acquireRW(ctx, c, true)
+	le = recvWithin(t, got, 5*time.Second, "the writer, after the kept read hold expired")
+	if d := time.Since(start); d < 200*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("the writer got in %v after the last read lease left, want the kept 300ms", d)
+	}
+	mustNil(t, le.Release(ctx))
+}
+
+// With WithHashTag, and with a brace key in the default form, every key of
+// a read-write lock lies in its key's Cluster slot.
+func TestRWLockKeysInOneSlot(t *testing.T) {
+	b := realBackend()
+	ctx := bg(t)
+	for _, opts := range [][]registry.Option{nil, {registry.WithHashTag()}} {
+		pfx := prefix(t)
+		r := newRegPrefix(t, b.pool(t), pfx, opts...)
+		l := rwlock(t, r, "user:{42}")
+		le, err := l.AcquireRead(ctx, 0)
+		mustNil(t, err)
+		w := wire.Layout{Registry: pfx, HashTag: len(opts) > 0}
+		rk := w.ReadersKey(l.Key())
+		if b.do(t, "EXISTS", rk) != int64(1) || wire.Slot(rk) != wire.Slot(l.Key()) || wire.Slot(w.QueueKey(l.Key())) != wire.Slot(l.Key()) {
+			t.Fatalf("hash tag %v: readers %q (slot %d) beside %q (slot %d)", len(opts) > 0, rk, wire.Slot(rk), l.Key(), wire.Slot(l.Key()))
+		}
+		mustNil(t, le.Release(ctx))
+	}
+}
