@@ -22,6 +22,7 @@ type engine struct {
 	obs    observing // Stats and the Observer (observe.go)
 
 	cache      cache
+	watch      watchers    // waiters on several keys (watch.go)
 	subscriber *subscriber // release messages
 	turns      *subscriber // semaphore turns, told to this registry alone
 	eviction   eviction

@@ -25,6 +25,7 @@ type Registry struct {
 	mutex *mutexProto // the protocol of RedisLock and its Leases
 	sem   *semProto   // the protocol of Semaphore; nil under Redlock
 	rw    *rwProto    // the protocol of RWLock; nil under Redlock
+	multi *multiProto // the protocol of AcquireAll's leases; nil under Redlock
 }
 
 // NewWithClient is New on any Client: the go-redis adapter (Sentinel,
@@ -68,6 +69,7 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 	if one, ok := r.core.Exec.(*core.ClientExec); ok {
 		r.sem = &semProto{one: one, s: newScripts(r.layout, cfg), scriptsOnly: cfg.scriptsOnly}
 		r.rw = &rwProto{one: one, s: newScripts(r.layout, cfg)}
+		r.multi = &multiProto{one: one, s: newScripts(r.layout, cfg)}
 	}
 	r.cache.capacity = cfg.capacity
 	r.core.Watchdog = core.NewWatchdog(&r.core, cfg.autoRenew)
@@ -75,7 +77,7 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 		r.core.OnRenewalFailed, r.core.OnLost = r.obs.renewalFailed, r.obs.lost
 	}
 	r.core.ServerLost = r.labels.lost
-	r.subscriber = newReleaseSubscriber(&r.core, &r.cache, r.layout, &r.cfg)
+	r.subscriber = newReleaseSubscriber(&r.core, &r.cache, &r.watch, r.layout, &r.cfg)
 	r.turns = newTurnSubscriber(&r.core, &r.cache, r.layout, &r.cfg)
 	return r, nil
 }

@@ -50,6 +50,9 @@ type subscriber struct {
 	wide    string
 	lockKey func(ch string) (lk string, ok bool) // the lock key that channel ch names, if it is for this registry
 	wakes   wakeup                               // the waiters it wakes: those woken by the messages it hears
+	// watch, if set, are the waiters on several keys that it wakes too
+	// (the release subscriber's: AcquireAll).
+	watch *watchers
 	// refused is set while the server refuses both pattern and wide: the
 	// waiters it would wake queue as pollers meanwhile (a listener that
 	// hears nothing would be given turns it misses).
@@ -59,8 +62,8 @@ type subscriber struct {
 
 // newReleaseSubscriber returns r's subscriber to release messages, which
 // wake locks (a semaphore hears turn messages only).
-func newReleaseSubscriber(c *core.Core, cache *cache, layout wire.Layout, cfg *config) *subscriber {
-	return &subscriber{c: c, cache: cache, layout: layout, retry: cfg.refusedRetry,
+func newReleaseSubscriber(c *core.Core, cache *cache, watch *watchers, layout wire.Layout, cfg *config) *subscriber {
+	return &subscriber{c: c, cache: cache, watch: watch, layout: layout, retry: cfg.refusedRetry,
 		pattern: layout.ChannelPattern(), lockKey: layout.LockKeyOfChannel, wakes: byRelease}
 }
 
@@ -184,6 +187,9 @@ func (s *subscriber) deliver(ch string) {
 		if e, ok := s.cache.peek(name); ok {
 			e.signal(1)
 		}
+		if s.watch != nil {
+			s.watch.signal(name, 1)
+		}
 	}
 }
 
@@ -195,6 +201,9 @@ func (s *subscriber) wakeAll() {
 			e.signal(core.EveryTurn)
 		}
 	})
+	if s.watch != nil {
+		s.watch.all()
+	}
 }
 
 // Listen starts the subscriber after a failed attempt of a lock or

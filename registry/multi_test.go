@@ -1,0 +1,320 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/registry"
+)
+
+// A multi-key lease holds every key as the mutex does: a RedisLock, a lease
+// and a Spring client of any of them are kept out, and after its release
+// every key is free and nothing is left in Redis.
+func TestAcquireAllExcludesTheMutex(t *testing.T) {
+	for _, lt := range []registry.LockType{registry.SpinLock, registry.PubSubLock} {
+		t.Run(lt.String(), func(t *testing.T) {
+			forBackends(t, func(t *testing.T, b *backend) {
+				pfx, ctx := prefix(t), bg(t)
+				r1 := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(lt))
+				r2 := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(lt))
+				le, err := r1.AcquireAll(ctx, []string{"c", "a", "b"}, 0)
+				mustNil(t, err)
+				keys := le.Keys()
+				if len(keys) != 3 || keys[0] != pfx+":c" || le.Key() != keys[0] {
+					t.Fatalf("Keys() = %q, Key() = %q", keys, le.Key())
+				}
+				if err := obtain(t, r2, "a").TryLockContext(ctx); !errors.Is(err, registry.ErrNotObtained) {
+					t.Fatalf("TryLock of a held key: %v", err)
+				}
+				if _, err := r2.TryAcquire(ctx, "b", 0); !errors.Is(err, registry.ErrNotObtained) {
+					t.Fatalf("TryAcquire of a held key: %v", err)
+				}
+				if v := b.do(t, "SET", pfx+":c", "spring", "NX", "PX", 1000); v != nil {
+					t.Fatalf("a Spring client's SET NX took a held key: %v", v)
+				}
+				if _, err := r2.TryAcquireAll(ctx, []string{"x", "b"}, 0); !errors.Is(err, registry.ErrNotObtained) {
+					t.Fatalf("TryAcquireAll over a held key: %v", err)
+				}
+				if n := b.do(t, "EXISTS", pfx+":x"); n != int64(0) {
+					t.Fatal("TryAcquireAll took a key of a set it did not get")
+				}
+				// A waiting RedisLock gets its key at the release.
+				got := lockInBackground(t, obtain(t, r2, "b"))
+				notWithin(t, got, 100*time.Millisecond, "a lock of a held key")
+				mustNil(t, le.Release(ctx))
+				if err := recvWithin(t, got, 5*time.Second, "the lock, after the release"); err != nil {
+					t.Fatal(err)
+				}
+				for _, k := range []string{"a", "c"} {
+					if n := b.do(t, "EXISTS", pfx+":"+k); n != int64(0) {
+						t.Fatalf("%s is left after the release", k)
+					}
+				}
+				if err := le.Release(ctx); !errors.Is(err, registry.ErrNotOwner) {
+					t.Fatalf("a second Release: %v", err)
+				}
+			})
+		})
+	}
+}
+
+// All or nothing: while one key is held, a waiting AcquireAll takes none
+// of the others, and gets them all once it is free.
+func TestAcquireAllAllOrNothing(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx, ctx := prefix(t), bg(t)
+		r1, r2 := newRegPrefix(t, b.pool(t), pfx), newRegPrefix(t, b.pool(t), pfx)
+		held, err := r2.Acquire(ctx, "b", 0)
+		mustNil(t, err)
+		got := make(chan *registry.Lease, 1)
+		go func() {
+			le, err := r1.AcquireAll(ctx, []string{"a", "b", "c"}, 0)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- le
+		}()
+		notWithin(t, got, 150*time.Millisecond, "AcquireAll beside a held key")
+		for _, k := range []string{"a", "c"} {
+			if n := b.do(t, "EXISTS", pfx+":"+k); n != int64(0) {
+				t.Fatalf("a waiting AcquireAll holds %s", k)
+			}
+			// The free keys stay free for others meanwhile.
+			other, err := r2.TryAcquire(ctx, k, 0)
+			mustNil(t, err)
+			mustNil(t, other.Release(ctx))
+		}
+		mustNil(t, held.Release(ctx))
+		le := recvWithin(t, got, 5*time.Second, "AcquireAll, once the key was free")
+		for _, k := range []string{"a", "b", "c"} {
+			if v, _ := redis.String(b.do(t, "GET", pfx+":"+k), nil); v == "" {
+				t.Fatalf("%s is not held", k)
+			}
+		}
+		mustNil(t, le.Release(ctx))
+	})
+}
+
+// Bad input is refused before anything is sent, with clear errors; a key
+// of another kind in Redis is ErrWrongKind naming the key, and nothing is
+// taken.
+func TestAcquireAllBadInput(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx, ctx := prefix(t), bg(t)
+		r := newRegPrefix(t, b.pool(t), pfx)
+		many := make([]string, registry.MaxKeys+1)
+		for i := range many {
+			many[i] = fmt.Sprint("k", i)
+		}
+		semaphore(t, r, "sem", 2)
+		for name, keys := range map[string][]string{
+			"no keys": nil, "a duplicate": {"a", "b", "a"}, "too many": many, "an empty key": {"a", ""},
+			"a key cached as a semaphore": {"a", "sem"},
+		} {
+			if _, err := r.AcquireAll(ctx, keys, 0); !errors.Is(err, registry.ErrInvalidKey) {
+				t.Errorf("%s: %v, want ErrInvalidKey", name, err)
+			}
+			if _, err := r.TryAcquireAll(ctx, keys, 0); !errors.Is(err, registry.ErrInvalidKey) {
+				t.Errorf("TryAcquireAll, %s: %v, want ErrInvalidKey", name, err)
+			}
+		}
+		if _, err := r.AcquireAll(ctx, []string{"a"}, time.Microsecond); !errors.Is(err, registry.ErrInvalidConfig) {
+			t.Errorf("a TTL below MinExpireAfter: %v", err)
+		}
+		b.do(t, "RPUSH", pfx+":list", "x")
+		for _, try := range []bool{false, true} {
+			acquire := r.AcquireAll
+			if try {
+				acquire = r.TryAcquireAll
+			}
+			_, err := acquire(ctx, []string{"a", "list", "c"}, 0)
+			if !errors.Is(err, registry.ErrWrongKind) || !strings.Contains(err.Error(), pfx+":list") {
+				t.Fatalf("a list among the keys (try %v): %v, want ErrWrongKind naming it", try, err)
+			}
+		}
+		if n := b.do(t, "EXISTS", pfx+":a", pfx+":c"); n != int64(0) {
+			t.Fatal("a refused AcquireAll took keys")
+		}
+		if keys, _ := redis.Strings(b.do(t, "KEYS", pfx+"*"), nil); len(keys) != 1 {
+			t.Fatalf("left in Redis: %q", keys)
+		}
+	})
+}
+
+// Release frees every key it still holds when one was lost, and names the
+// lost one; Lost closes when a renewal finds a key gone.
+func TestAcquireAllLostKey(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx, ctx := prefix(t), bg(t)
+		r := newRegPrefix(t, b.pool(t), pfx)
+		le, err := r.AcquireAll(ctx, []string{"a", "b", "c"}, 0)
+		mustNil(t, err)
+		b.do(t, "DEL", pfx+":b")
+		err = le.Release(ctx)
+		if !errors.Is(err, registry.ErrLockLost) || !strings.Contains(err.Error(), pfx+":b") || strings.Contains(err.Error(), pfx+":a\"") {
+			t.Fatalf("Release after a key was lost: %v, want ErrLockLost naming it alone", err)
+		}
+		if n := b.do(t, "EXISTS", pfx+":a", pfx+":c"); n != int64(0) {
+			t.Fatal("the keys still held were not released")
+		}
+
+		r2 := newRegPrefix(t, b.pool(t), pfx, registry.WithAutoRenew(), registry.WithExpireAfter(300*time.Millisecond))
+		le, err = r2.AcquireAll(ctx, []string{"a", "b"}, 0)
+		mustNil(t, err)
+		lost := le.Lost()
+		if b.mr != nil {
+			// miniredis's clock: renewals are what keep the keys.
+			waitFor(t, 5*time.Second, "a renewal", func() bool { return r2.Stats().Renewals > 0 })
+		} else {
+			time.Sleep(450 * time.Millisecond) // past the TTL: renewed
+		}
+		for _, k := range []string{"a", "b"} {
+			if n := b.do(t, "EXISTS", pfx+":"+k); n != int64(1) {
+				t.Fatalf("%s expired under WithAutoRenew", k)
+			}
+		}
+		mustNil(t, le.Renew(ctx, 0))
+		b.do(t, "DEL", pfx+":a")
+		recvWithin(t, lost, 5*time.Second, "Lost, after a key was deleted")
+		if err := le.Renew(ctx, 0); !errors.Is(err, registry.ErrLockLost) {
+			t.Fatalf("Renew of a lost lease: %v", err)
+		}
+		if err := le.Release(ctx); !errors.Is(err, registry.ErrLockLost) || !strings.Contains(err.Error(), pfx+":a") {
+			t.Fatalf("Release of a lost lease: %v", err)
+		}
+		if n := b.do(t, "EXISTS", pfx+":b"); n != int64(0) {
+			t.Fatal("the key still held was not released")
+		}
+	})
+}
+
+// With WithFencing each key's token is larger than every earlier hold's of
+// that key, a RedisLock's included, and a RedisLock after it gets a
+// larger one.
+func TestAcquireAllFencing(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx, ctx := prefix(t), bg(t)
+		r := newRegPrefix(t, b.pool(t), pfx, registry.WithFencing())
+		first, err := r.Acquire(ctx, "b", 0)
+		mustNil(t, err)
+		tb := first.Token()
+		mustNil(t, first.Release(ctx))
+		le, err := r.AcquireAll(ctx, []string{"a", "b"}, 0)
+		mustNil(t, err)
+		tokens := le.Tokens()
+		if len(tokens) != 2 || tokens[0] <= 0 || tokens[1] <= tb || le.Token() != tokens[0] {
+			t.Fatalf("Tokens() = %v after b's %d; Token() = %d", tokens, tb, le.Token())
+		}
+		mustNil(t, le.Release(ctx))
+		if got := le.Tokens(); got[0] != 0 || got[1] != 0 {
+			t.Fatalf("Tokens() after Release = %v", got)
+		}
+		after, err := r.Acquire(ctx, "a", 0)
+		mustNil(t, err)
+		if after.Token() <= tokens[0] {
+			t.Fatalf("a lease after the multi-key one got %d, not above %d", after.Token(), tokens[0])
+		}
+		mustNil(t, after.Release(ctx))
+	})
+}
+
+// Callers that name the same keys in opposite orders never deadlock and
+// never overlap, and every call returns.
+func TestAcquireAllNoDeadlock(t *testing.T) {
+	b := realBackend()
+	pfx, ctx := prefix(t), bg(t)
+	sets := [][]string{{"a", "b", "c"}, {"c", "b", "a"}, {"b", "d"}, {"d", "a"}}
+	inside := map[string]*atomic.Int32{"a": {}, "b": {}, "c": {}, "d": {}}
+	var overlaps, done atomic.Int32
+	var wg sync.WaitGroup
+	for i, keys := range sets {
+		r := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType([]registry.LockType{registry.SpinLock, registry.PubSubLock}[i%2]))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 40 {
+				c, cancel := context.WithTimeout(ctx, 10*time.Second)
+				le, err := r.AcquireAll(c, keys, 0)
+				cancel()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, k := range keys {
+					if inside[k].Add(1) > 1 {
+						overlaps.Add(1)
+					}
+				}
+				time.Sleep(time.Millisecond) // the critical section
+				for _, k := range keys {
+					inside[k].Add(-1)
+				}
+				mustNil(t, le.Release(ctx))
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if overlaps.Load() != 0 || done.Load() != 160 {
+		t.Fatalf("%d overlaps, %d of 160 acquisitions", overlaps.Load(), done.Load())
+	}
+}
+
+// A multi-key waiter is not starved by single-key lockers that keep each
+// of its keys busy in turn: it takes its turn in each key's line, and
+// gathers them.
+func TestAcquireAllNotStarved(t *testing.T) {
+	for _, lt := range []registry.LockType{registry.SpinLock, registry.PubSubLock} {
+		t.Run(lt.String(), func(t *testing.T) {
+			b := realBackend()
+			pfx := prefix(t)
+			ctx, cancel := context.WithTimeout(bg(t), 3*time.Second)
+			defer cancel()
+			keys := []string{"a", "b", "c", "d"}
+			var wg sync.WaitGroup
+			for _, k := range keys {
+				r := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(lt))
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for ctx.Err() == nil {
+						le, err := r.Acquire(ctx, k, 0)
+						if err != nil {
+							return
+						}
+						time.Sleep(time.Millisecond)
+						_ = le.Release(bg(t))
+					}
+				}()
+			}
+			m := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(lt))
+			var got int
+			var longest time.Duration
+			for ctx.Err() == nil && got < 10 {
+				start := time.Now()
+				le, err := m.AcquireAll(ctx, keys, 0)
+				if err != nil {
+					break
+				}
+				longest = max(longest, time.Since(start))
+				got++
+				mustNil(t, le.Release(bg(t)))
+				time.Sleep(20 * time.Millisecond)
+			}
+			cancel()
+			wg.Wait()
+			t.Logf("%d multi-key acquisitions, the longest wait %v", got, longest)
+			if got < 10 || longest > 500*time.Millisecond {
+				t.Fatalf("%d multi-key acquisitions in 3 s beside single-key lockers, the longest wait %v; want 10, within 500ms", got, longest)
+			}
+		})
+	}
+}

@@ -1,0 +1,151 @@
+package registry
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockyard/lockyard/internal/core"
+)
+
+// The multi-key lock's scripts (lua/multi*.lua): each runs on the keys of
+// one Cluster slot (all the keys, on a server that is no Cluster), which
+// are the mutex's keys, queues and turns.
+var (
+	//go:embed lua/multiacquire.lua
+	multiAcquireSrc string
+	//go:embed lua/multirelease.lua
+	multiReleaseSrc string
+	//go:embed lua/multirenew.lua
+	multiRenewSrc string
+	//go:embed lua/multileave.lua
+	multiLeaveSrc string
+
+	multiAcquireScript = core.NewScript("multiacquire", preludeSrc+multiAcquireSrc)
+	multiReleaseScript = core.NewScript("multirelease", preludeSrc+multiReleaseSrc)
+	multiRenewScript   = core.NewScript("multirenew", multiRenewSrc)
+	multiLeaveScript   = core.NewScript("multileave", preludeSrc+multiLeaveSrc)
+)
+
+// multiProto is the protocol of AcquireAll's leases, on one Client. It
+// runs each script on a group of lock keys that one node holds, and learns
+// from the server whether it is a Cluster: the first CROSSSLOT reply makes
+// it split every later acquisition by slot (cluster).
+type multiProto struct {
+	one     *core.ClientExec
+	s       scripts
+	cluster atomic.Bool
+}
+
+// multiGrant is multiacquire.lua's reply: fences (one per key) when
+// acquired; else the sleep, the messages to wait for (grant), and how many
+// of the keys blocked it.
+type multiGrant struct {
+	ok      bool
+	fences  []int64
+	held    bool // another holder has one of the keys (not only a turn)
+	sleep   time.Duration
+	after   int
+	blocked int
+}
+
+// acquire runs multiacquire.lua on the lock keys lks of one group.
+// gather: the caller keeps the turns it has, and takes those of the
+// other keys as they free.
+func (p *multiProto) acquire(ctx context.Context, lks []string, token string, ttl time.Duration, h hint, gather bool) (multiGrant, error) {
+	s := &p.s
+	keys := make([]string, 0, 6*len(lks))
+	for _, lk := range lks {
+		keys = append(keys, s.lockKeys(lk, true)...)
+	}
+	c := Call{Keys: keys, Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
+		s.fenceArg, s.layout.Channel(""), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), flag(gather)}}
+	v, err := p.one.One(ctx, multiAcquireScript, c)
+	if err != nil {
+		return multiGrant{}, err
+	}
+	x, err := replyList(v)
+	switch {
+	case err != nil:
+	case x[0] == 1 && len(x) == len(lks)+1:
+		return multiGrant{ok: true, fences: x[1:]}, nil
+	case x[0] != 1 && len(x) == 4:
+		return multiGrant{held: x[0] == 0, sleep: time.Duration(x[1]) * time.Millisecond, after: int(x[2]), blocked: int(x[3])}, nil
+	default:
+		err = fmt.Errorf("lockyard: unexpected reply %v to multiacquire", v)
+	}
+	return multiGrant{}, err
+}
+
+// release runs multirelease.lua on lks: which of them token held, and so
+// released.
+func (p *multiProto) release(ctx context.Context, lks []string, token string) ([]bool, error) {
+	s := &p.s
+	keys := make([]string, 0, 5*len(lks))
+	for _, lk := range lks {
+		keys = append(keys, s.lockKeys(lk, false)...)
+	}
+	v, err := p.one.One(ctx, multiReleaseScript, Call{Keys: keys, Args: []any{token, s.layout.Channel(""), s.windowArg, s.aheadArg, s.slackArg}})
+	if err != nil {
+		return nil, err
+	}
+	x, err := replyList(v)
+	if err == nil && len(x) != len(lks) {
+		err = fmt.Errorf("lockyard: unexpected reply %v to multirelease", v)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(x))
+	for i, n := range x {
+		out[i] = n == 1
+	}
+	return out, nil
+}
+
+// renew runs multirenew.lua on lks: how many token still held.
+func (p *multiProto) renew(ctx context.Context, lks []string, token string, ttl time.Duration) (int, error) {
+	v, err := p.one.One(ctx, multiRenewScript, Call{Keys: lks, Args: []any{token, p.s.ttlOf(ttl)}})
+	if err != nil {
+		return 0, err
+	}
+	n, err := core.ReplyInt(v)
+	return int(n), err
+}
+
+// leave runs multileave.lua: waiter leaves the line of each of lks.
+func (p *multiProto) leave(ctx context.Context, lks []string, waiter string) error {
+	s := &p.s
+	keys := make([]string, 0, 5*len(lks))
+	for _, lk := range lks {
+		keys = append(keys, s.lockKeys(lk, false)...)
+	}
+	_, err := p.one.One(ctx, multiLeaveScript, Call{Keys: keys, Args: []any{waiter, s.layout.Channel(""), s.windowArg, s.aheadArg, s.slackArg}})
+	return err
+}
+
+// replyList returns the reply v, an array of integers.
+func replyList(v any) ([]int64, error) {
+	x, ok := v.([]any)
+	if !ok || len(x) == 0 {
+		return nil, fmt.Errorf("lockyard: unexpected reply %v (%T), want integers", v, v)
+	}
+	out := make([]int64, len(x))
+	for i, e := range x {
+		if out[i], ok = e.(int64); !ok {
+			return nil, fmt.Errorf("lockyard: unexpected reply %v (%T), want integers", v, v)
+		}
+	}
+	return out, nil
+}
+
+// isCrossSlot reports whether err is a Cluster's refusal of a script
+// whose keys lie in more than one slot.
+func isCrossSlot(err error) bool {
+	var re *core.ReplyError
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "CROSSSLOT")
+}
