@@ -3,7 +3,7 @@ module github.com/lockyard/lockyard/bench
 go 1.26.0
 
 require (
-	github.com/bsm/redislock v0.9.4
+	github.com/bsm/redislock v0.10.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/gomodule/redigo v1.9.3
 	github.com/lockyard/lockyard v0.1.0

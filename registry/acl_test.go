@@ -28,6 +28,7 @@ func aclFor(t *testing.T, registryKey string) []any {
 		"+zadd", "+zrank", "+zrem", "+zrange", "+zcard", "+zscore", "+zcount", "+hget", "+hset", "+hdel", "+time",
 		"+type", "+zremrangebyscore", "+exists", // a semaphore's, and the native release's
 		"+hmget",                         // a read-write lock's
+		"+mget",                          // AcquireAll's quick scripts
 		"+command|info", "+command|docs"} // the native commands' probe
 	// The native deletes, where the server has them (an ACL may not name a
 	// command the server lacks).
@@ -274,6 +275,39 @@ func TestLeastPrivilegeACLRWLock(t *testing.T) {
 	mustNil(t, r2.Release(bg(t)))
 	mustNil(t, wl.Release(bg(t)))
 	assertNoKeys(t, b, pfx)
+}
+
+// AcquireAll under the ACL: fenced, renewed past its TTL, a waiter of
+// another registry woken by the release, nothing left.
+func TestLeastPrivilegeACLMulti(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	b.do(t, "ACL", append([]any{"SETUSER", pfx}, aclFor(t, pfx)...)...)
+	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
+	opts := []registry.Option{registry.WithFencing(), registry.WithAutoRenew(), registry.WithExpireAfter(time.Second),
+		registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
+	r1 := newRegPrefix(t, userPool(t, pfx), pfx, opts...)
+	r2 := newRegPrefix(t, userPool(t, pfx), pfx, opts...)
+	le, err := r1.AcquireAll(bg(t), []string{"a", "b", "c"}, 0)
+	mustNil(t, err)
+	got := make(chan *registry.Lease, 1)
+	go func() {
+		w, err := r2.AcquireAll(bg(t), []string{"c", "d"}, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	notWithin(t, le.Lost(), 1300*time.Millisecond, "Lost under the ACL: renewals denied?")
+	mustNil(t, le.Release(bg(t)))
+	w := recvWithin(t, got, 3*time.Second, "the waiter woken by the release")
+	if w == nil || w.Tokens()[0] <= le.Tokens()[2] {
+		t.Fatalf("the waiter's lease %v under the ACL, after %v", w, le.Tokens())
+	}
+	mustNil(t, w.Release(bg(t)))
+	if n := b.do(t, "EXISTS", pfx+":a", pfx+":b", pfx+":c", pfx+":d"); n != int64(0) {
+		t.Fatalf("%v lock keys left after the releases", n)
+	}
 }
 
 // A semaphore under the ACL that this page gave before the turn channels

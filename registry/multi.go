@@ -5,8 +5,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockyard/lockyard/internal/core"
@@ -153,18 +153,25 @@ func (r *Registry) newMulti(keys []string, ttl time.Duration) (*multiLock, time.
 	}
 	m.desc = describeKeys(m.lks)
 	m.wake = core.NewWaker(r.cfg.lockType == PubSubLock)
+	if m.wake != nil {
+		m.keys, m.counts = make([]*keyWake, len(keys)), make([]signaler, len(keys))
+		for i := range keys {
+			m.keys[i] = &keyWake{parent: m.wake, pending: &m.pending}
+			m.counts[i] = m.keys[i]
+		}
+	}
 	return m, ttl, nil
 }
 
-// describeKeys names lks in errors and logs: the first three, and how
-// many more.
+// describeKeys names lks in errors and logs (which quote it): the first
+// three, and how many more.
 func describeKeys(lks []string) string {
 	var b strings.Builder
 	for i, lk := range lks[:min(len(lks), 3)] {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(strconv.Quote(lk))
+		b.WriteString(lk)
 	}
 	if len(lks) > 3 {
 		fmt.Fprintf(&b, " and %d more", len(lks)-3)
@@ -191,6 +198,12 @@ type multiLock struct {
 	since  int64 // when it was acquired, on the registry clock (observe.go)
 	waiter core.Waiter
 	wake   *core.Waker
+	// keys count each key's release messages for the waiter (nil without
+	// wake: a SpinLock registry's waiter polls); counts is the same, as
+	// what the engine's watchers signal.
+	keys    []*keyWake
+	counts  []signaler
+	pending atomic.Int32 // keyWake.pending
 	// gather is until when (registry clock) its attempts keep the turns of
 	// the free keys (multiacquire.go); blocked, how many keys blocked the
 	// last attempt.

@@ -24,11 +24,17 @@ var (
 	multiRenewSrc string
 	//go:embed lua/multileave.lua
 	multiLeaveSrc string
+	//go:embed lua/multitake.lua
+	multiTakeSrc string
+	//go:embed lua/multidrop.lua
+	multiDropSrc string
 
 	multiAcquireScript = core.NewScript("multiacquire", preludeSrc+multiAcquireSrc)
 	multiReleaseScript = core.NewScript("multirelease", preludeSrc+multiReleaseSrc)
 	multiRenewScript   = core.NewScript("multirenew", multiRenewSrc)
 	multiLeaveScript   = core.NewScript("multileave", preludeSrc+multiLeaveSrc)
+	multiTakeScript    = core.NewScript("multitake", preludeSrc+multiTakeSrc)
+	multiDropScript    = core.NewScript("multidrop", multiDropSrc)
 )
 
 // multiProto is the protocol of AcquireAll's leases, on one Client. It
@@ -51,6 +57,10 @@ type multiGrant struct {
 	sleep   time.Duration
 	after   int
 	blocked int
+	// afters: per key, the release messages of that key after which the
+	// caller's turn at it may have come; 0 for a key it does not wait for
+	// (empty when it is not queued).
+	afters []int64
 }
 
 // acquire runs multiacquire.lua on the lock keys lks of one group.
@@ -58,6 +68,19 @@ type multiGrant struct {
 // other keys as they free.
 func (p *multiProto) acquire(ctx context.Context, lks []string, token string, ttl time.Duration, h hint, gather bool) (multiGrant, error) {
 	s := &p.s
+	if !h.waits { // in no line: the quick script first
+		keys := make([]string, 0, 4*len(lks))
+		for _, lk := range lks {
+			keys = append(keys, lk, s.layout.TurnKey(lk), s.layout.QueueKey(lk), s.layout.FenceKey(lk))
+		}
+		v, err := p.one.One(ctx, multiTakeScript, Call{Keys: keys, Args: []any{token, s.ttlOf(ttl), s.fenceArg, s.idleArg, h.spread.Milliseconds()}})
+		if err != nil {
+			return multiGrant{}, err
+		}
+		if g, ok, err := decodeMulti(v, len(lks)); ok || err != nil {
+			return g, err
+		}
+	}
 	keys := make([]string, 0, 6*len(lks))
 	for _, lk := range lks {
 		keys = append(keys, s.lockKeys(lk, true)...)
@@ -68,17 +91,28 @@ func (p *multiProto) acquire(ctx context.Context, lks []string, token string, tt
 	if err != nil {
 		return multiGrant{}, err
 	}
+	g, ok, err := decodeMulti(v, len(lks))
+	if !ok && err == nil {
+		err = fmt.Errorf("lockyard: unexpected reply %v to multiacquire", v)
+	}
+	return g, err
+}
+
+// decodeMulti decodes the reply of multiacquire.lua or multitake.lua on n
+// keys; ok is false for multitake.lua's {3}: multiacquire.lua decides.
+func decodeMulti(v any, n int) (g multiGrant, ok bool, err error) {
 	x, err := replyList(v)
 	switch {
 	case err != nil:
-	case x[0] == 1 && len(x) == len(lks)+1:
-		return multiGrant{ok: true, fences: x[1:]}, nil
-	case x[0] != 1 && len(x) == 4:
-		return multiGrant{held: x[0] == 0, sleep: time.Duration(x[1]) * time.Millisecond, after: int(x[2]), blocked: int(x[3])}, nil
-	default:
-		err = fmt.Errorf("lockyard: unexpected reply %v to multiacquire", v)
+		return g, false, err
+	case x[0] == 1 && len(x) == n+1:
+		return multiGrant{ok: true, fences: x[1:]}, true, nil
+	case (x[0] == 0 || x[0] == 2) && (len(x) == 4 || len(x) == 4+n):
+		return multiGrant{held: x[0] == 0, sleep: time.Duration(x[1]) * time.Millisecond, after: int(x[2]), blocked: int(x[3]), afters: x[4:]}, true, nil
+	case x[0] == 3 && len(x) == 1:
+		return g, false, nil
 	}
-	return multiGrant{}, err
+	return g, false, fmt.Errorf("lockyard: unexpected reply %v to a multi-key acquisition", v)
 }
 
 // release runs multirelease.lua on lks: which of them token held, and so
@@ -87,11 +121,20 @@ func (p *multiProto) release(ctx context.Context, lks []string, token string) ([
 	s := &p.s
 	keys := make([]string, 0, 5*len(lks))
 	for _, lk := range lks {
-		keys = append(keys, s.lockKeys(lk, false)...)
+		keys = append(keys, lk, s.layout.QueueKey(lk))
 	}
-	v, err := p.one.One(ctx, multiReleaseScript, Call{Keys: keys, Args: []any{token, s.layout.Channel(""), s.windowArg, s.aheadArg, s.slackArg}})
+	v, err := p.one.One(ctx, multiDropScript, Call{Keys: keys, Args: []any{token, s.layout.Channel("")}})
 	if err != nil {
 		return nil, err
+	}
+	if x, err := replyList(v); err == nil && len(x) == 1 && x[0] == -1 { // someone is in line: the turns are given
+		keys = keys[:0]
+		for _, lk := range lks {
+			keys = append(keys, s.lockKeys(lk, false)...)
+		}
+		if v, err = p.one.One(ctx, multiReleaseScript, Call{Keys: keys, Args: []any{token, s.layout.Channel(""), s.windowArg, s.aheadArg, s.slackArg}}); err != nil {
+			return nil, err
+		}
 	}
 	x, err := replyList(v)
 	if err == nil && len(x) != len(lks) {

@@ -14,35 +14,34 @@ import (
 // engine: a kind that waits on many keys registers its waker here for as
 // long as it waits.
 type watchers struct {
-	n  atomic.Int32 // how many wakers are registered: deliver skips the lock when none
+	n  atomic.Int32 // how many are registered: deliver skips the lock when none
 	mu sync.Mutex
-	by map[string][]*core.Waker // user key -> the wakers that wait on it
+	by map[string][]signaler // user key -> what waits on it
 }
 
-// add registers w for each of names until remove.
-func (ws *watchers) add(names []string, w *core.Waker) {
-	if w == nil {
-		return
-	}
+// signaler counts the messages of one key for a waiter (core.Waker, or a
+// kind's own count that wakes one).
+type signaler interface{ Signal(k int64) }
+
+// add registers ss[i] for the messages of names[i], until remove.
+func (ws *watchers) add(names []string, ss []signaler) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if ws.by == nil {
-		ws.by = make(map[string][]*core.Waker)
+		ws.by = make(map[string][]signaler)
 	}
-	for _, k := range names {
-		ws.by[k] = append(ws.by[k], w)
+	for i, k := range names {
+		ws.by[k] = append(ws.by[k], ss[i])
 	}
 	ws.n.Add(1)
 }
 
 // remove undoes add.
-func (ws *watchers) remove(names []string, w *core.Waker) {
-	if w == nil {
-		return
-	}
+func (ws *watchers) remove(names []string, ss []signaler) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	for _, k := range names {
+	for j, k := range names {
+		w := ss[j]
 		list := ws.by[k]
 		for i, x := range list {
 			if x == w {

@@ -15,4 +15,5 @@ func TestClusterSlotMigration(t *testing.T)       { clienttest.ClusterSlotMigrat
 func TestClusterReleaseMidMigration(t *testing.T) { clienttest.ClusterReleaseMidMigration(t, adapter) }
 func TestClusterSemaphore(t *testing.T)           { clienttest.ClusterSemaphore(t, adapter) }
 func TestClusterInspect(t *testing.T)             { clienttest.ClusterInspect(t, adapter) }
+func TestClusterMultiKey(t *testing.T)            { clienttest.ClusterMultiKey(t, adapter) }
 func TestSentinelFailover(t *testing.T)           { clienttest.SentinelFailover(t, adapter) }

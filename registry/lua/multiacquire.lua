@@ -39,12 +39,17 @@
 --        sleep: ms until the caller tries again by itself; after: the
 --        release messages (of all its keys together) after which a turn
 --        may have come to it, -1 when it is not queued; blocked: how many
---        of the keys it could not take.
+--        of the keys it could not take. When it is queued, one more
+--        integer per key follows: the release messages of that key after
+--        which its turn at it may have come, 0 for a key it does not wait
+--        for (it could take it). When it does not queue and another
+--        holder has a key, one integer per key follows too: 1 for each
+--        key another holder has.
 -- Error: WRONGTYPE when a lock key holds something other than a string:
 --        "WRONGTYPE lock key #I, the key holds a TYPE" (I: its place in
 --        KEYS, from 1).
 local token, id, n, fencing = ARGV[1], ARGV[3], #KEYS / 6, ARGV[7] == '1'
-local values, mine, clear = {}, 0, true
+local values, mine, clear, taken = {}, 0, true, 0
 for i = 1, n do
   local lk = KEYS[6 * i - 5]
   local v = redis.pcall('GET', lk)
@@ -55,11 +60,23 @@ for i = 1, n do
   values[i] = v
   if v == token then
     mine = mine + 1
-  elseif v or redis.pcall('GET', KEYS[6 * i - 2]) or not queueEmpty(KEYS[6 * i - 4]) then
+  elseif v then
+    clear, taken = false, taken + 1
+  elseif redis.pcall('GET', KEYS[6 * i - 2]) or not queueEmpty(KEYS[6 * i - 4]) then
     clear = false
   end
 end
 
+if taken > 0 and ARGV[4] == '0' then
+  -- Another holder has a key, and the caller does not queue: nothing to
+  -- do with the lines of the free keys (their waiters are told when their
+  -- turns come, by the releases).
+  local reply = {0, math.max(1, tonumber(ARGV[5]) - tonumber(ARGV[6])), -1, taken}
+  for i = 1, n do
+    reply[4 + i] = (values[i] and values[i] ~= token) and 1 or 0
+  end
+  return reply
+end
 local clock, nextFence, queueRules = shared()
 local reply = {1}
 if mine == n then -- a resend after a lost reply: already the caller's
@@ -153,7 +170,7 @@ if mode == 0 or not now then
   return {status, math.max(1, idle - spread), -1, count}
 end
 local sleep, after = idle, nil
-local kinds = {}
+local kinds, afters = {}, {}
 for i = 1, n do
   local q = qs[i]
   local kind = 'p'
@@ -177,6 +194,7 @@ for i = 1, n do
     if not after or a < after then
       after = a
     end
+    afters[i] = a
   end
 end
 local due = now + sleep + tonumber(ARGV[12]) -- when its next try reaches the server
@@ -199,4 +217,8 @@ for i = 1, n do
     R.describe(q, id, kinds[i], now, due, due + idle)
   end
 end
-return {status, sleep, after or -1, count}
+local reply = {status, sleep, after or -1, count}
+for i = 1, n do
+  reply[4 + i] = afters[i] or 0
+end
+return reply

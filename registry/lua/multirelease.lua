@@ -14,9 +14,11 @@
 --
 -- Reply: one integer per lock key, in order: 1 released, 0 the key was
 --        gone or another holder's (nothing changed).
-local out, R, now = {}, nil, nil
+local n = #KEYS / 5
+local out = {}
+local R, now = nil, nil
 local rules = {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5]), look = 4}
-for i = 1, #KEYS / 5 do
+for i = 1, n do
   local b = 5 * i - 4
   local lk = KEYS[b]
   out[i] = 0
@@ -32,10 +34,10 @@ for i = 1, #KEYS / 5 do
         R = queueRules()
       end
       local q = {order = KEYS[b + 1], info = KEYS[b + 2], turn = KEYS[b + 3], polls = KEYS[b + 4]}
-      local next, n, moved
-      next, n, now, moved = R.nextTurn(q, now, rules)
+      local next, k, moved
+      next, k, now, moved = R.nextTurn(q, now, rules)
       if next then
-        R.grant(q, next, n)
+        R.grant(q, next, k)
       end
       R.announce(channel, lk, moved + 1)
     end

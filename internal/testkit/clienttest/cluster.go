@@ -3,7 +3,10 @@ package clienttest
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -465,6 +468,105 @@ func ClusterInspect(t *testing.T, a Adapter) {
 				t.Errorf("Inspect(%q): %+v, want one permit of holder, fence %d", k+"-sem", info, p.Token())
 			}
 			redistest.MustNil(t, p.Release(redistest.CtxFor(t, 5*time.Second)))
+		}
+	}
+}
+
+// ClusterMultiKey: AcquireAll on keys of every master (3 slots and more)
+// and on keys that share a slot by a hash tag, in both key forms: no
+// CROSSSLOT reaches the caller; TryAcquireAll refused by a key of a later
+// slot gives back what it took of the earlier ones; and registries that
+// lock random overlapping sets, in any order, never overlap and never
+// deadlock.
+func ClusterMultiKey(t *testing.T, a Adapter) {
+	c := redistest.SharedCluster(t)
+	rc := a.cluster(t, c.Addrs)
+	var spread []string
+	for _, ks := range c.KeysPerMaster(t, 2) {
+		spread = append(spread, ks...)
+	}
+	for _, hashTag := range []bool{false, true} {
+		var opts []registry.Option
+		if hashTag {
+			opts = append(opts, registry.WithHashTag())
+		}
+		opts = append(opts, registry.WithLockType(registry.PubSubLock), registry.WithFencing())
+		pfx := prefix(t)
+		r1, r2 := NewRegistry(t, rc, pfx, opts...), NewRegistry(t, rc, pfx, opts...)
+		ctx := redistest.CtxFor(t, 30*time.Second)
+		tagged := []string{"acct:{7}:1", "acct:{7}:2", "acct:{7}:3"}
+		le, err := r1.AcquireAll(ctx, append(slices.Clone(spread), tagged...), 0)
+		redistest.MustNil(t, err)
+		if n := len(le.Tokens()); n != len(spread)+3 || slices.Contains(le.Tokens(), 0) {
+			t.Fatalf("tokens %v", le.Tokens())
+		}
+		if _, err := r2.TryAcquireAll(ctx, []string{spread[len(spread)-1]}, 0); !errors.Is(err, registry.ErrNotObtained) {
+			t.Fatalf("TryAcquireAll of a held key: %v", err)
+		}
+		redistest.MustNil(t, le.Release(ctx))
+		// Refused by the last slot's key: the earlier slots' keys are given back.
+		last := spread[len(spread)-1]
+		held, err := r2.Acquire(ctx, last, 0)
+		redistest.MustNil(t, err)
+		if _, err := r1.TryAcquireAll(ctx, spread, 0); !errors.Is(err, registry.ErrNotObtained) {
+			t.Fatalf("TryAcquireAll beside a held key: %v", err)
+		}
+		for _, k := range spread[:len(spread)-1] {
+			redistest.WaitFor(t, 5*time.Second, "the keys taken before the refusal given back", func() bool {
+				tl, err := r2.TryAcquire(ctx, k, 0)
+				if err != nil {
+					return false
+				}
+				redistest.MustNil(t, tl.Release(ctx))
+				return true
+			})
+		}
+		redistest.MustNil(t, held.Release(ctx))
+
+		// Random overlapping sets, 3 registries x 2 goroutines.
+		keys := append(slices.Clone(spread), tagged...)
+		inside := make([]atomic.Int32, len(keys))
+		var overlaps, done atomic.Int32
+		var wg sync.WaitGroup
+		for p := range 3 {
+			reg := NewRegistry(t, rc, pfx, opts...)
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 15 {
+						idx := rand.Perm(len(keys))[:3]
+						set := make([]string, 3)
+						for i, k := range idx {
+							set[i] = keys[k]
+						}
+						le, err := reg.AcquireAll(ctx, set, 0)
+						if err != nil {
+							t.Errorf("registry %d: %v", p, err)
+							return
+						}
+						for _, k := range idx {
+							if inside[k].Add(1) > 1 {
+								overlaps.Add(1)
+							}
+						}
+						time.Sleep(2 * time.Millisecond)
+						for _, k := range idx {
+							inside[k].Add(-1)
+						}
+						if err := le.Release(ctx); err != nil {
+							t.Error(err)
+						}
+						done.Add(1)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		t.Logf("FIGURE cluster multi-key (hash tag %v): %d acquisitions of 3 of %d keys on 3 masters by 6 goroutines, %d overlaps",
+			hashTag, done.Load(), len(keys), overlaps.Load())
+		if overlaps.Load() != 0 || done.Load() != 90 {
+			t.Fatalf("%d overlaps, %d of 90 acquisitions", overlaps.Load(), done.Load())
 		}
 	}
 }

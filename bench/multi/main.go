@@ -1,0 +1,473 @@
+// Command multi measures Registry.AcquireAll on one private redis-server
+// against bsm/redislock's ObtainMulti (v0.10.0, which only retries: every
+// -peer-retry), each process a client of its own, the contenders
+// interleaved in short alternating runs, medians over the repetitions:
+//
+//   - random: 8 processes x 2 goroutines, each locking a random 3 of 12
+//     keys for 2 ms: overlaps (from every section's span, per key), calls
+//     that failed or timed out (10 s), throughput, the smallest goroutine's
+//     share of the acquisitions against the mean, Redis CPU per acquisition.
+//   - starve: one goroutine locking 4 keys (1 ms, then 50 ms off), beside 4
+//     single-key lockers each keeping one of those keys busy back to back
+//     (1 ms sections): the multi-key acquisitions, their longest wait, and
+//     the single-key lockers' throughput against the same lockers alone.
+//   - uncontended: one goroutine locking 5 free keys and releasing them,
+//     back to back: scripts and commands per acquisition (each a round
+//     trip), Redis CPU per acquire-release cycle.
+//
+// Run it from bench/: go run ./multi.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bsm/redislock"
+	redigo "github.com/gomodule/redigo/redis"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/lockyard/lockyard/bench/internal/stat"
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
+	"github.com/lockyard/lockyard/registry"
+)
+
+// spec is one process's job.
+type spec struct {
+	Addr, Pfx string
+	// Impl: "lockyard" (AcquireAll; a single-key locker: Acquire) or
+	// "redislock" (ObtainMulti; Obtain).
+	Impl     string
+	Keys     []string // the keys it picks from
+	Pick     int      // keys per acquisition (a random Pick of Keys); 0: all of them
+	Inflight int
+	Hold     time.Duration // the section
+	Pause    time.Duration // after each section
+	Retry    time.Duration // the peer's retry interval
+	Dur      time.Duration
+}
+
+// report is what a process prints.
+type report struct {
+	Counts []int                 // acquisitions per goroutine
+	Waits  []float64             // ms, each acquisition's
+	Spans  map[string][][2]int64 // per key: each section's start and end, unix µs
+	Errors int
+}
+
+// contender is one implementation and the name it is reported by.
+type contender struct{ name, impl string }
+
+func main() {
+	var (
+		reps   = flag.Int("reps", 5, "repetitions of every scenario per contender, alternating")
+		dur    = flag.Duration("dur", 3*time.Second, "length of one run")
+		worker = flag.String("worker", "", "internal: run one process (JSON spec)")
+		only   = flag.String("scenarios", "random,starve,uncontended", "scenarios to run")
+		retry  = flag.Duration("peer-retry", 10*time.Millisecond, "ObtainMulti's retry interval (LinearBackoff)")
+	)
+	flag.Parse()
+	if *worker != "" {
+		if err := runWorker(*worker); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(*reps, *dur, *only, *retry); err != nil {
+		fmt.Fprintln(os.Stderr, "multi:", err)
+		os.Exit(1)
+	}
+}
+
+func keys(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprint("k", i)
+	}
+	return out
+}
+
+func run(reps int, dur time.Duration, only string, retry time.Duration) error {
+	srv, err := redistest.Start()
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	conn, err := redigo.Dial("tcp", srv.Addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	version, _ := redigo.String(conn.Do("INFO", "server"))
+	if i := strings.Index(version, "redis_version:"); i >= 0 {
+		version = strings.Fields(version[i+len("redis_version:"):])[0]
+	}
+	fmt.Printf("multi-key bench: %d reps of %v per scenario and contender, alternating; redis-server %s at %s; ObtainMulti retries every %v\n",
+		reps, dur, version, srv.Addr, retry)
+	cs := []contender{{"lockyard", "lockyard"}, {"ObtainMulti", "redislock"}}
+	sp := spec{Addr: srv.Addr, Dur: dur, Retry: retry}
+	type job struct {
+		name  string
+		procs func(impl string) []spec
+	}
+	random := func(impl string) []spec {
+		var ps []spec
+		for range 8 {
+			s := sp
+			s.Impl, s.Keys, s.Pick, s.Inflight, s.Hold = impl, keys(12), 3, 2, 2*time.Millisecond
+			ps = append(ps, s)
+		}
+		return ps
+	}
+	singles := func(impl string) []spec {
+		var ps []spec
+		for _, k := range keys(4) {
+			s := sp
+			s.Impl, s.Keys, s.Inflight, s.Hold = impl, []string{k}, 1, time.Millisecond
+			ps = append(ps, s)
+		}
+		return ps
+	}
+	starve := func(impl string) []spec {
+		s := sp
+		s.Impl, s.Keys, s.Inflight, s.Hold, s.Pause = impl, keys(4), 1, time.Millisecond, 50*time.Millisecond
+		return append(singles(impl), s)
+	}
+	uncontended := func(impl string) []spec {
+		s := sp
+		s.Impl, s.Keys, s.Inflight = impl, keys(5), 1
+		return []spec{s}
+	}
+	jobs := map[string][]job{
+		"random":      {{"random 3 of 12", random}},
+		"starve":      {{"singles + multi", starve}, {"singles alone", singles}},
+		"uncontended": {{"5 keys", uncontended}},
+	}
+	for _, sc := range strings.Split(only, ",") {
+		res := map[string][]result{}
+		var names []string
+		for rep := range reps {
+			order := slices.Clone(cs)
+			if rep%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, c := range order {
+				for _, j := range jobs[sc] {
+					name := c.name + " " + j.name
+					if rep == 0 && !slices.Contains(names, name) {
+						names = append(names, name)
+					}
+					r, err := measure(conn, self, fmt.Sprintf("%s%d-%d", sc, rep, rand.N(1<<30)), j.procs(c.impl))
+					if err != nil {
+						return fmt.Errorf("%s, %s: %w", sc, name, err)
+					}
+					res[name] = append(res[name], r)
+				}
+			}
+		}
+		print(sc, names, res)
+	}
+	return nil
+}
+
+// result is one run of one job.
+type result struct {
+	acqPerSec                 float64
+	overlaps, errors          int
+	minShare                  float64 // the smallest goroutine's count / the mean
+	multi                     int     // acquisitions of the multi-key goroutine (starve)
+	singlesPerSec             float64 // the single-key lockers' (starve)
+	longest, p99              float64 // waits, ms (of the multi-key goroutine in starve)
+	scripts, cmds, cpuPerAcq  float64 // per acquisition
+	scriptsPerAcq, cmdsPerAcq float64
+}
+
+func measure(conn redigo.Conn, exe, pfx string, procs []spec) (result, error) {
+	calls0, scripts0 := redistest.CommandCalls(conn, func(n string) bool { return n != "info" }), redistest.CommandCalls(conn, isScript)
+	cpu0, _ := redistest.ServerCPU(conn)
+	st0, _ := redistest.CommandStatsOn(conn)
+	if *debug {
+		defer func() {
+			st1, _ := redistest.CommandStatsOn(conn)
+			for n, c := range st1 {
+				if d := c.Calls - st0[n].Calls; d > 0 {
+					fmt.Fprintf(os.Stderr, "%s %d %.0fus; ", n, d, c.Usec-st0[n].Usec)
+				}
+			}
+			fmt.Fprintln(os.Stderr)
+		}()
+	}
+	cmds := make([]*exec.Cmd, len(procs))
+	outs := make([]*strings.Builder, len(procs))
+	for i, sp := range procs {
+		sp.Pfx = "bench-" + pfx
+		b, _ := json.Marshal(sp)
+		cmds[i] = exec.Command(exe, "-worker", string(b))
+		outs[i] = &strings.Builder{}
+		cmds[i].Stdout, cmds[i].Stderr = outs[i], os.Stderr
+		if err := cmds[i].Start(); err != nil {
+			return result{}, err
+		}
+	}
+	var (
+		r      result
+		counts []int
+		spans  = map[string][][2]int64{}
+		acq    int
+		dur    time.Duration
+	)
+	var waits []float64
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			return result{}, fmt.Errorf("process %d: %w", i, err)
+		}
+		var rep report
+		if err := json.Unmarshal([]byte(strings.TrimSpace(outs[i].String())), &rep); err != nil {
+			return result{}, fmt.Errorf("process %d: %w: %q", i, err, outs[i].String())
+		}
+		n := 0
+		for _, c := range rep.Counts {
+			n += c
+		}
+		acq += n
+		counts = append(counts, rep.Counts...)
+		for k, s := range rep.Spans {
+			spans[k] = append(spans[k], s...)
+		}
+		r.errors += rep.Errors
+		dur = procs[i].Dur
+		switch {
+		case len(procs[i].Keys) > 1 && procs[i].Pick == 0 && len(procs) > 1: // starve: the multi-key goroutine
+			r.multi, waits = n, rep.Waits
+		case len(procs[i].Keys) == 1:
+			r.singlesPerSec += float64(n) / dur.Seconds()
+		default:
+			waits = append(waits, rep.Waits...)
+		}
+	}
+	if acq == 0 {
+		return result{}, fmt.Errorf("no acquisition")
+	}
+	calls := redistest.CommandCalls(conn, func(n string) bool { return n != "info" }) - calls0 - 2
+	scripts := redistest.CommandCalls(conn, isScript) - scripts0
+	cpu1, _ := redistest.ServerCPU(conn)
+	r.acqPerSec = float64(acq) / dur.Seconds()
+	r.scriptsPerAcq, r.cmdsPerAcq = float64(scripts)/float64(acq), float64(calls)/float64(acq)
+	r.cpuPerAcq = float64((cpu1 - cpu0).Microseconds()) / float64(acq)
+	mean := float64(acq) / float64(len(counts))
+	r.minShare = float64(slices.Min(counts)) / mean
+	for _, s := range spans {
+		r.overlaps += overlaps(s)
+	}
+	if len(waits) > 0 {
+		r.longest, r.p99 = slices.Max(waits), stat.Percentile(waits, 99)
+	}
+	return r, nil
+}
+
+var debug = flag.Bool("debug", false, "print the commands of each run")
+
+func isScript(n string) bool { return n == "evalsha" || n == "eval" }
+
+// overlaps counts the sections of one key that began before the one
+// before them ended.
+func overlaps(spans [][2]int64) int {
+	slices.SortFunc(spans, func(a, b [2]int64) int { return int(a[0] - b[0]) })
+	n := 0
+	var end int64
+	for i, s := range spans {
+		if i > 0 && s[0] < end {
+			n++
+		}
+		end = max(end, s[1])
+	}
+	return n
+}
+
+func print(sc string, names []string, res map[string][]result) {
+	fmt.Printf("\n#### %s (medians)\n\n", sc)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "| job\t acq/s\t overlaps\t errors\t min share\t multi-key acq\t longest wait ms\t wait p99 ms\t single-key acq/s\t scripts/acq\t commands/acq\t Redis CPU µs/acq\t")
+	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t")
+	med := func(name string, f func(result) float64) float64 {
+		var xs []float64
+		for _, r := range res[name] {
+			xs = append(xs, f(r))
+		}
+		return stat.Median(xs)
+	}
+	most := func(name string, f func(result) int) int {
+		n := 0
+		for _, r := range res[name] {
+			n = max(n, f(r))
+		}
+		return n
+	}
+	for _, n := range names {
+		fmt.Fprintf(tw, "| %s\t %.0f\t %d\t %d\t %.2f\t %.0f\t %.1f\t %.1f\t %.0f\t %.2f\t %.2f\t %.1f\t\n", n,
+			med(n, func(r result) float64 { return r.acqPerSec }), most(n, func(r result) int { return r.overlaps }),
+			most(n, func(r result) int { return r.errors }), med(n, func(r result) float64 { return r.minShare }),
+			med(n, func(r result) float64 { return float64(r.multi) }), med(n, func(r result) float64 { return r.longest }),
+			med(n, func(r result) float64 { return r.p99 }), med(n, func(r result) float64 { return r.singlesPerSec }),
+			med(n, func(r result) float64 { return r.scriptsPerAcq }), med(n, func(r result) float64 { return r.cmdsPerAcq }),
+			med(n, func(r result) float64 { return r.cpuPerAcq }))
+	}
+	_ = tw.Flush()
+	ratio := func(a, b string, f func(result) float64, what string) {
+		if _, ok := res[a]; !ok {
+			return
+		}
+		if _, ok := res[b]; !ok {
+			return
+		}
+		fmt.Printf("- %s: %s / %s = %.2f\n", what, a, b, med(a, f)/med(b, f))
+	}
+	switch sc {
+	case "random":
+		ratio("lockyard random 3 of 12", "ObtainMulti random 3 of 12", func(r result) float64 { return r.acqPerSec }, "throughput")
+		ratio("lockyard random 3 of 12", "ObtainMulti random 3 of 12", func(r result) float64 { return r.cpuPerAcq }, "Redis CPU per acquisition")
+	case "starve":
+		for _, c := range []string{"lockyard", "ObtainMulti"} {
+			ratio(c+" singles + multi", c+" singles alone", func(r result) float64 { return r.singlesPerSec }, "single-key lockers' throughput beside the multi-key one")
+		}
+	case "uncontended":
+		ratio("lockyard 5 keys", "ObtainMulti 5 keys", func(r result) float64 { return r.cpuPerAcq }, "Redis CPU per acquisition")
+	}
+}
+
+// locker takes and releases keys for one process.
+type locker interface {
+	take(ctx context.Context, keys []string) (release func() error, err error)
+}
+
+type lockyardLocker struct{ reg *registry.Registry }
+
+func (l lockyardLocker) take(ctx context.Context, keys []string) (func() error, error) {
+	var le *registry.Lease
+	var err error
+	if len(keys) == 1 {
+		le, err = l.reg.Acquire(ctx, keys[0], 0)
+	} else {
+		le, err = l.reg.AcquireAll(ctx, keys, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func() error { return le.Release(context.Background()) }, nil
+}
+
+type peerLocker struct {
+	c     *redislock.Client
+	pfx   string
+	retry time.Duration
+}
+
+func (l peerLocker) take(ctx context.Context, keys []string) (func() error, error) {
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		full[i] = l.pfx + ":" + k
+	}
+	lk, err := l.c.ObtainMulti(ctx, full, 30*time.Second, &redislock.Options{RetryStrategy: redislock.LinearBackoff(l.retry)})
+	if err != nil {
+		return nil, err
+	}
+	return func() error { return lk.Release(context.Background()) }, nil
+}
+
+// runWorker runs one process for Dur.
+func runWorker(js string) error {
+	var sp spec
+	if err := json.Unmarshal([]byte(js), &sp); err != nil {
+		return err
+	}
+	var l locker
+	switch sp.Impl {
+	case "lockyard":
+		pool := &redigo.Pool{MaxIdle: sp.Inflight + 2, Dial: func() (redigo.Conn, error) { return redigo.Dial("tcp", sp.Addr) }}
+		defer pool.Close()
+		reg, err := registry.New(pool, sp.Pfx, registry.WithLockType(registry.PubSubLock), registry.WithAutoRenew())
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		l = lockyardLocker{reg}
+	case "redislock":
+		c := goredis.NewClient(&goredis.Options{Addr: sp.Addr, PoolSize: sp.Inflight + 2})
+		defer c.Close()
+		l = peerLocker{c: redislock.New(c), pfx: sp.Pfx, retry: sp.Retry}
+	default:
+		return fmt.Errorf("impl %q", sp.Impl)
+	}
+	var (
+		mu  sync.Mutex
+		rep = report{Counts: make([]int, sp.Inflight), Spans: map[string][][2]int64{}}
+		wg  sync.WaitGroup
+	)
+	end := time.Now().Add(sp.Dur)
+	for g := range sp.Inflight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				ks := sp.Keys
+				if sp.Pick > 0 {
+					ks = slices.Clone(sp.Keys)
+					rand.Shuffle(len(ks), func(i, j int) { ks[i], ks[j] = ks[j], ks[i] })
+					ks = ks[:sp.Pick]
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				t0 := time.Now()
+				release, err := l.take(ctx, ks)
+				cancel()
+				if err != nil {
+					mu.Lock()
+					rep.Errors++
+					mu.Unlock()
+					if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redislock.ErrNotObtained) {
+						continue
+					}
+					return
+				}
+				got := time.Now()
+				if sp.Hold > 0 {
+					time.Sleep(sp.Hold)
+				}
+				left := time.Now()
+				if err := release(); err != nil {
+					mu.Lock()
+					rep.Errors++
+					mu.Unlock()
+				}
+				mu.Lock()
+				rep.Counts[g]++
+				rep.Waits = append(rep.Waits, float64(got.Sub(t0).Microseconds())/1000)
+				if sp.Hold > 0 {
+					for _, k := range ks {
+						rep.Spans[k] = append(rep.Spans[k], [2]int64{got.UnixMicro(), left.UnixMicro()})
+					}
+				}
+				mu.Unlock()
+				if sp.Pause > 0 {
+					time.Sleep(sp.Pause)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return json.NewEncoder(os.Stdout).Encode(rep)
+}
