@@ -30,7 +30,9 @@
 //
 // The command runs with LOCKYARD_KEY set to the lock's full Redis key
 // (REGISTRY:KEY, not the KEY argument) and, with --fencing, LOCKYARD_TOKEN
-// to its fencing token (0 without). If the lock is lost, the command gets
+// to its fencing token (0 without). run KEY1 KEY2... -- COMMAND takes every
+// key at once (Registry.AcquireAll), and adds LOCKYARD_KEYS (one Redis key
+// per line) and LOCKYARD_TOKENS (their tokens, separated by spaces). If the lock is lost, the command gets
 // the --on-lost signal (SIGTERM), and SIGKILL if it still runs
 // --kill-after (10s) later, as timeout(1) does.
 //

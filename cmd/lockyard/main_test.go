@@ -641,3 +641,51 @@ func TestRunSharedExclusive(t *testing.T) {
 		t.Fatalf("run -x on a lock's key: exit %d, %q; want 65 naming both kinds", code, out)
 	}
 }
+
+// `lockyard run KEY1 KEY2 ... -- cmd` takes every key at once: runs that
+// share a key never overlap, runs on disjoint keys do; the command sees
+// every key and its token; bad input is a usage error.
+func TestRunSeveralKeys(t *testing.T) {
+	a, b, c := newKey(t), newKey(t), newKey(t)
+	words := runLogged(t, 2, 0.3, "--wait", "20s", "--pubsub", a, b)
+	if strings.Join(words, " ") != "start end start end" {
+		t.Fatalf("runs on the same keys overlapped: %v", words)
+	}
+	// {a, b} and {b, c} share b: never at once.
+	log := filepath.Join(t.TempDir(), "log")
+	script := fmt.Sprintf(`echo start >> %[1]s; sleep 0.3; echo end >> %[1]s`, log)
+	var cmds []*exec.Cmd
+	for _, keys := range [][]string{{a, b}, {c, b}} {
+		cmd := lockyard(append(append([]string{"run", "--wait", "20s"}, keys...), "--", "sh", "-c", script)...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := os.ReadFile(log); strings.Join(strings.Fields(string(got)), " ") != "start end start end" {
+		t.Fatalf("runs sharing a key overlapped: %q", got)
+	}
+	if code, out := exitCode(t, lockyard("run", "--fencing", a, c, "--", "sh", "-c",
+		`test "$LOCKYARD_KEYS" = "$(printf 'lockyard:%s\nlockyard:%s' "$1" "$2")" && test $(echo $LOCKYARD_TOKENS | wc -w) = 2 && test "$LOCKYARD_KEY" = "lockyard:$1"`, "sh", a, c)); code != 0 {
+		t.Fatalf("the command's environment: exit %d, %s", code, out)
+	}
+	// Held elsewhere: -n fails at once, and takes none of the others.
+	release := holdElsewhere(t, c)
+	if code, _ := exitCode(t, lockyard("run", "-n", a, c, "--", "true")); code != exitNotAcquired {
+		t.Fatalf("run -n beside a held key: exit %d, want %d", code, exitNotAcquired)
+	}
+	release()
+	if exists(t, a) || exists(t, b) || exists(t, c) {
+		t.Fatal("a key is still held after the runs")
+	}
+	for _, args := range [][]string{{a, a}, {"--permits", "2", a, b}, {"-s", a, b}, {"-x", a, b}} {
+		if code, out := exitCode(t, lockyard(append(append([]string{"run"}, args...), "--", "true")...)); code != exitUsage {
+			t.Fatalf("run %v: exit %d (%s), want %d", args, code, out, exitUsage)
+		}
+	}
+}

@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,6 +34,8 @@ type runFlags struct {
 	permits   int // 0: a lock; N: one of N permits of a semaphore
 	// permitsSet: --permits was given (0 is then bad input, not the lock).
 	permitsSet bool
+	// keys: the keys before a "--", when there are several (AcquireAll).
+	keys []string
 	// shared, exclusive: -s and -x, the read side or the write side of
 	// the read-write lock on KEY (as flock(1)).
 	shared, exclusive bool
@@ -66,8 +70,12 @@ func (o *optDuration) Set(s string) error {
 }
 
 const runUsage = `usage: lockyard run [flags] KEY [--] COMMAND [ARGS...]
+       lockyard run [flags] KEY1 KEY2... -- COMMAND [ARGS...]
 
 Runs COMMAND while holding the lock on KEY, renewed every ttl/3. With
+several keys before a "--" it holds the lock on each of them, taken all at
+once (Registry.AcquireAll: all or none, in one script where the keys share
+a node; at most 64 keys). With
 --permits N it holds one of N permits of the semaphore on KEY instead: at most
 N copies run at once across hosts; with -s (--shared) it holds the read side
 of the read-write lock on KEY, beside other -s holders, and with -x
@@ -89,9 +97,12 @@ not its children: a script should exec its last command.
 Environment of COMMAND:
   LOCKYARD_KEY    the lock's Redis key: REGISTRY:KEY, or REGISTRY:{KEY} with --hash-tag
   LOCKYARD_TOKEN  the fencing token with --fencing, else 0
+  LOCKYARD_KEYS   with several keys, their Redis keys, one per line (LOCKYARD_KEY is the first)
+  LOCKYARD_TOKENS with several keys, their fencing tokens, separated by spaces, in that order
 
 Exit status: COMMAND's own (128+N if signal N killed it), or
-  64   usage error (bad flag, --ttl, --wait, --permits, -s with -x or --permits, or REDIS_URL)
+  64   usage error (bad flag, --ttl, --wait, --permits, -s with -x or --permits,
+       several keys with --permits, -s or -x, a key given twice, or REDIS_URL)
   65   KEY is another kind in Redis (a semaphore's key taken as a lock, a read-write lock's, ...)
   69   Redis unavailable or refused the command
   75   the lock was not acquired (-n, or --wait ran out)
@@ -131,12 +142,15 @@ func cmdRun(args []string) int {
 	}
 	fs.Visit(func(fl *flag.Flag) { f.permitsSet = f.permitsSet || fl.Name == "permits" })
 	rest := fs.Args()
-	if len(rest) >= 2 && rest[1] == "--" {
-		rest = append(rest[:1], rest[2:]...)
+	keys := rest[:min(len(rest), 1)]
+	if i := slices.Index(rest, "--"); i >= 1 {
+		keys, rest = rest[:i], rest[i:] // KEY... -- COMMAND
+		rest[0] = keys[0]               // the slot of the "--", for the single-key path below
 	}
 	if len(rest) < 2 {
-		return fail("run", exitUsage, errors.New("need KEY [--] COMMAND [ARGS...]"))
+		return fail("run", exitUsage, errors.New("need KEY [--] COMMAND [ARGS...], or KEY1 KEY2... -- COMMAND [ARGS...]"))
 	}
+	f.keys = keys
 	lostSig, err := parseSignal(f.onLost)
 	if err != nil {
 		return fail("run", exitUsage, err)
@@ -164,6 +178,8 @@ func (f *runFlags) check() error {
 		return fmt.Errorf("--permits with -s or -x: a key is a semaphore or a read-write lock, not both")
 	case f.permitsSet && f.permits < 1:
 		return fmt.Errorf("--permits %d: a semaphore has at least 1 permit (without --permits, run takes the lock)", f.permits)
+	case len(f.keys) > 1 && (f.permitsSet || f.shared || f.exclusive):
+		return fmt.Errorf("several keys with --permits, -s or -x: only locks are taken several at once")
 	case f.minHold < 0 || f.minHold > registry.MaxDuration:
 		return fmt.Errorf("--min-hold %v out of range [0, %v]", f.minHold, registry.MaxDuration)
 	}
@@ -231,7 +247,11 @@ func (f *runFlags) run(key string, argv []string, lostSig os.Signal) int {
 	if err != nil {
 		return fail("run", exitUsage, err)
 	}
-	le, code := f.acquire(take, f.layout().LockKey(key), sigs)
+	lk := f.layout().LockKey(key)
+	if len(f.keys) > 1 {
+		lk = fmt.Sprintf("%s and %d more", lk, len(f.keys)-1)
+	}
+	le, code := f.acquire(take, lk, sigs)
 	if le == nil {
 		return code
 	}
@@ -289,6 +309,26 @@ func (f *runFlags) taker(reg *registry.Registry, key string) (taker, error) {
 				return acquire(ctx, 0)
 			}
 			return try(ctx, 0)
+		}, nil
+	}
+	if len(f.keys) > 1 {
+		keys := f.keys
+		if len(keys) > registry.MaxKeys {
+			return nil, fmt.Errorf("%d keys: at most %d", len(keys), registry.MaxKeys)
+		}
+		for i, k := range keys {
+			if slices.Contains(keys[:i], k) {
+				return nil, fmt.Errorf("key %q given twice", k)
+			}
+			if _, err := reg.Obtain(k); err != nil {
+				return nil, err
+			}
+		}
+		return func(ctx context.Context, wait bool) (*registry.Lease, error) {
+			if wait {
+				return reg.AcquireAll(ctx, keys, 0)
+			}
+			return reg.TryAcquireAll(ctx, keys, 0)
 		}, nil
 	}
 	if _, err := reg.Obtain(key); err != nil {
@@ -371,6 +411,13 @@ func (f *runFlags) exec(le *registry.Lease, argv []string, lostSig os.Signal, si
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), "LOCKYARD_KEY="+le.Key(), fmt.Sprintf("LOCKYARD_TOKEN=%d", le.Token()))
+	if keys := le.Keys(); len(keys) > 1 {
+		tokens := make([]string, len(keys))
+		for i, t := range le.Tokens() {
+			tokens[i] = strconv.FormatInt(t, 10)
+		}
+		cmd.Env = append(cmd.Env, "LOCKYARD_KEYS="+strings.Join(keys, "\n"), "LOCKYARD_TOKENS="+strings.Join(tokens, " "))
+	}
 	grace := f.ttl / 2 // the key lives at least 2/3 of its TTL past the last renewal
 	if f.killAfter > 0 {
 		grace = min(grace, f.killAfter)
