@@ -54,7 +54,7 @@ FAIRFLAGS ?= -reps 1
 SEMFLAGS ?= -reps 5 -dur 2s -peer sem/peer
 RWFLAGS ?= -reps 3 -dur 2s
 
-bench: redis-server servers ## micro-benchmarks, lockyard vs redsync and bsm/redislock (bench/, about 6 min on Redis 7.0, then scenarios u and r on Redis 8.6 and Valkey 9.1 and scenario 4 on rueidis on 8.6, about 4 min), the fairness scenarios (bench/fair, about 2.5 min; FAIRFLAGS='-base REV' runs them against REV too, interleaved), then the semaphore against npm redis-semaphore (bench/sem, about 3 min; needs node and npm; SEMFLAGS='-base REV' runs lockyard at REV too), then the read-write lock on Redis 7.0 and 8.6 (bench/rw, about 2 min; RWFLAGS='-base REV')
+bench: redis-server servers ## micro-benchmarks, lockyard vs redsync and bsm/redislock (bench/, about 6 min on Redis 7.0, then scenarios u and r on Redis 8.6 and Valkey 9.1 and scenario 4 on rueidis on 8.6, about 4 min), the fairness scenarios (bench/fair, about 2.5 min; FAIRFLAGS='-base REV' runs them against REV too, interleaved), then the semaphore against npm redis-semaphore (bench/sem, about 3 min; needs node and npm; SEMFLAGS='-base REV' runs lockyard at REV too), then the read-write lock on Redis 7.0 and 8.6 (bench/rw, about 2 min; RWFLAGS='-base REV'), then several keys at once against bsm/redislock ObtainMulti (bench/multi, about 4 min; MULTIFLAGS)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./internal/reentrant/ ./registry/
 	cd goredis && $(GO) test -run '^$$' -bench . -count 1 .
 	cd rueidis && $(GO) test -run '^$$' -bench . -count 1 .
@@ -68,6 +68,7 @@ bench: redis-server servers ## micro-benchmarks, lockyard vs redsync and bsm/red
 	cd bench && $(GO) run ./sem $(SEMFLAGS)
 	cd bench && $(GO) run ./rw $(RWFLAGS)
 	cd bench && LOCKYARD_REDIS_SERVER=$(SERVERS_DIR)/redis-8.6/redis-server $(GO) run ./rw $(RWFLAGS)
+	cd bench && $(GO) run ./multi $(MULTIFLAGS)
 
 CHAOS_REPORT ?= $(CURDIR)/chaos/figures.txt
 
@@ -85,9 +86,10 @@ lint: ## go vet and staticcheck
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-fuzz: ## fuzz the key handling for 60s, and a read-write lock's for 30s
+fuzz: ## fuzz the key handling for 60s, a read-write lock's for 30s and AcquireAll's for 30s
 	$(GO) test -run '^$$' -fuzz FuzzKeys -fuzztime 60s ./registry/
 	$(GO) test -run '^$$' -fuzz 'FuzzRWLockKeys$$' -fuzztime 30s ./registry/
+	$(GO) test -run '^$$' -fuzz 'FuzzAcquireAllKeys$$' -fuzztime 30s ./registry/
 
 redis-server: ## install Debian's redis-server and redis-sentinel if missing (the real-Redis test tiers need them)
 	@command -v redis-server >/dev/null 2>&1 && command -v redis-sentinel >/dev/null 2>&1 || { \

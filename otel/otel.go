@@ -10,7 +10,7 @@
 //
 // The key of a lock is a span attribute (lockyard.key) and never a metric
 // attribute: a metric labelled by key has one series per key. The
-// observer's histograms carry lockyard.kind ("lock", "semaphore" or "rwlock") and
+// observer's histograms carry lockyard.kind ("lock", "semaphore", "rwlock" or "multi") and
 // nothing else; the instruments of RegisterMetrics carry no attribute
 // (they count the whole registry, as registry.Stats does). Spans are
 // recorded when the wait or hold ends, with their real start time; an
@@ -35,7 +35,7 @@ const ScopeName = "github.com/lockyard/lockyard/otel"
 
 // Attribute keys.
 const (
-	KeyKind  = attribute.Key("lockyard.kind")  // "lock", "semaphore" or "rwlock"
+	KeyKind  = attribute.Key("lockyard.kind")  // "lock", "semaphore", "rwlock" or "multi"
 	KeyKey   = attribute.Key("lockyard.key")   // the Redis key (spans only)
 	KeyFence = attribute.Key("lockyard.fence") // the fencing token (spans only)
 )

@@ -79,7 +79,10 @@
 // A Semaphore (Registry.Semaphore) admits at most N holders of a key at
 // once across every registry: each Acquire returns a Lease that is one
 // permit, with its own TTL and fencing token, expiring by the server's
-// clock, so that a crashed holder's permit comes back after its TTL.
+// clock, so that a crashed holder's permit comes back after its TTL. An
+// RWLock (Registry.RWLock) admits many readers or one writer.
+// Registry.AcquireAll takes several lock keys at once, all or none, and
+// returns one Lease that holds them all (Lease.Keys, Lease.Tokens).
 //
 // # TTL and validity
 //

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -317,4 +318,40 @@ func TestAcquireAllNotStarved(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Arbitrary keys: AcquireAll refuses what it must (an empty or too long
+// key, a key given twice) with ErrInvalidKey and takes the rest, each at
+// its own lock key; a RedisLock of any of them is kept out.
+func FuzzAcquireAllKeys(f *testing.F) {
+	for i, k := range oddKeys {
+		f.Add(k, oddKeys[(i+1)%len(oddKeys)])
+		f.Add(k, k)
+	}
+	f.Add("", "x")
+	mr := newMiniredis(f)
+	pool := redistest.NewPool(mr.Addr())
+	defer pool.Close()
+	f.Fuzz(func(t *testing.T, a, b string) {
+		r, err := registry.New(pool, "fuzzmulti")
+		mustNil(t, err)
+		defer r.Close()
+		le, err := r.TryAcquireAll(context.Background(), []string{a, b}, 0)
+		bad := func(k string) bool { return k == "" || len(k) > registry.MaxKeyLen }
+		if bad(a) || bad(b) || a == b {
+			mustIs(t, err, registry.ErrInvalidKey)
+			return
+		}
+		mustNil(t, err)
+		defer func() { mustNil(t, le.Release(context.Background())) }()
+		if keys := le.Keys(); len(keys) != 2 || keys[0] != "fuzzmulti:"+a || keys[1] != "fuzzmulti:"+b || !mr.Exists(keys[0]) || !mr.Exists(keys[1]) {
+			t.Fatalf("keys %q in Redis: %v %v", le.Keys(), mr.Exists("fuzzmulti:"+a), mr.Exists("fuzzmulti:"+b))
+		}
+		r2, err := registry.New(pool, "fuzzmulti")
+		mustNil(t, err)
+		defer r2.Close()
+		if err := obtain(t, r2, b).TryLockContext(context.Background()); !errors.Is(err, registry.ErrNotObtained) {
+			t.Fatalf("TryLock of %q beside a multi-key lease: %v", b, err)
+		}
+	})
 }

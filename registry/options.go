@@ -341,7 +341,7 @@ type Observer struct {
 // Event is what an Observer is told.
 type Event struct {
 	Key   string        // the Redis key
-	Kind  string        // "lock" (a RedisLock or its Lease), "semaphore" or "rwlock"
+	Kind  string        // "lock" (a RedisLock or its Lease), "semaphore", "rwlock" or "multi" (AcquireAll; Key is its first key)
 	Token string        // the value in Redis ("" while waiting)
 	Fence int64         // the fencing token (0 without WithFencing)
 	Wait  time.Duration // Acquired: how long it waited

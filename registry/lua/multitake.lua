@@ -3,7 +3,7 @@
 -- key for the token if each is free (or the token's) with nobody's turn
 -- and nobody in line; say which keys other holders have; and leave every
 -- other case to multiacquire.lua, which knows the lines. It declares
--- three keys per lock key, not six: the uncontended acquisition costs the
+-- four keys per lock key, not six: the uncontended acquisition costs the
 -- server less.
 --
 -- KEYS     four per lock key, in the caller's order: lock key, turn, wait
