@@ -205,10 +205,8 @@ type multiLock struct {
 	counts  []signaler
 	pending atomic.Int32 // keyWake.pending
 	// gather is until when (registry clock) its attempts keep the turns of
-	// the free keys (multiacquire.go); blocked, how many keys blocked the
-	// last attempt.
-	gather  int64
-	blocked int
+	// the free keys (multiacquire.go).
+	gather int64
 }
 
 // group sorts the keys in the global order, and groups them by slot on a
@@ -255,15 +253,25 @@ var _ core.Renewer = (*multiLock)(nil)
 // Renew resets the TTL of every key to ttl, and reports whether the token
 // held them all (lk and token are the hold's: the lock's own).
 func (m *multiLock) Renew(ctx context.Context, _, _ string, ttl time.Duration) (bool, error) {
-	held := 0
+	lost, err := m.renewAll(ctx, ttl)
+	return err == nil && len(lost) == 0, err
+}
+
+// renewAll resets the TTL of every key that the token still holds to ttl,
+// and returns those it no longer held.
+func (m *multiLock) renewAll(ctx context.Context, ttl time.Duration) (lost []string, err error) {
 	for _, g := range m.groups {
-		n, err := m.proto.renew(ctx, m.keysOf(g), m.token, ttl)
+		held, err := m.proto.renew(ctx, m.keysOf(g), m.token, ttl)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
-		held += n
+		for i, ok := range held {
+			if !ok {
+				lost = append(lost, m.lks[g[i]])
+			}
+		}
 	}
-	return held == len(m.lks), nil
+	return lost, nil
 }
 
 // RenewBatch renews the lock's one hold (the watchdog batches holds by

@@ -303,6 +303,7 @@ func TestAcquireAllNotStarved(t *testing.T) {
 				start := time.Now()
 				le, err := m.AcquireAll(ctx, keys, 0)
 				if err != nil {
+					t.Logf("AcquireAll: %v", err)
 					break
 				}
 				longest = max(longest, time.Since(start))
@@ -354,4 +355,181 @@ func FuzzAcquireAllKeys(f *testing.F) {
 			t.Fatalf("TryLock of %q beside a multi-key lease: %v", b, err)
 		}
 	})
+}
+
+// lostReply runs the first call of the script named name, then loses its
+// reply after delay, as a connection that timed out would.
+type lostReply struct {
+	registry.Client
+	name  string
+	delay time.Duration
+	done  atomic.Bool
+}
+
+func (c *lostReply) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	v, err := c.Client.Eval(ctx, s, keys, args)
+	if s.Name() == c.name && c.done.CompareAndSwap(false, true) {
+		time.Sleep(c.delay)
+		return nil, errors.New("i/o timeout (injected)")
+	}
+	return v, err
+}
+
+// After a lost reply the retry, with the same token, finds the keys its
+// own: their TTL starts again at the retry, from which the lease counts
+// its validity, so no other holder gets them while it is valid.
+func TestAcquireAllLostReply(t *testing.T) {
+	// The retry within the waiter's patience is multitake.lua's, after it
+	// multiacquire.lua's.
+	for _, delay := range []time.Duration{80 * time.Millisecond, 600 * time.Millisecond} {
+		b := realBackend()
+		pfx, ctx := prefix(t), bg(t)
+		c := &lostReply{Client: registry.NewPoolClient(b.pool(t)), name: "multitake", delay: delay}
+		r := newRegClientPrefix(t, c, pfx)
+		ttl := delay/2 + 250*time.Millisecond
+		le, err := r.AcquireAll(ctx, []string{"a", "b"}, ttl)
+		mustNil(t, err)
+		if pttl, _ := redis.Int64(b.do(t, "PTTL", pfx+":a"), nil); time.Duration(pttl)*time.Millisecond < ttl-30*time.Millisecond {
+			t.Fatalf("reply lost for %v: PTTL of a key taken again after it %d ms, want the whole TTL (%v)", delay, pttl, ttl)
+		}
+		mustNil(t, le.Release(ctx))
+	}
+}
+
+// Single-key lockers that hold each key longer than a multi-key waiter
+// first gathers, staggered so that one key is always held, do not starve
+// it: it gathers for longer each time, from when the key that kept it out
+// longest frees.
+func TestAcquireAllNotStarvedByLongHolds(t *testing.T) {
+	for _, lt := range []registry.LockType{registry.SpinLock, registry.PubSubLock} {
+		t.Run(lt.String(), func(t *testing.T) {
+			b := realBackend()
+			pfx := prefix(t)
+			ctx, cancel := context.WithCancel(bg(t))
+			defer cancel()
+			const hold = 60 * time.Millisecond
+			keys := []string{"a", "b"}
+			var wg sync.WaitGroup
+			for i, k := range keys {
+				r := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(lt))
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if i > 0 {
+						_ = sleepCtx(ctx, hold/2) // staggered: one key is always held
+					}
+					for ctx.Err() == nil {
+						le, err := r.Acquire(ctx, k, 0)
+						if err != nil {
+							return
+						}
+						_ = sleepCtx(ctx, hold)
+						_ = le.Release(bg(t))
+					}
+				}()
+			}
+			waitFor(t, 5*time.Second, "both keys held", func() bool { return b.do(t, "EXISTS", pfx+":a", pfx+":b") == int64(2) })
+			m := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(lt))
+			got := 0
+			start := time.Now()
+			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+			defer wcancel()
+			for got < 3 {
+				le, err := m.AcquireAll(wctx, keys, 0)
+				if err != nil {
+					break
+				}
+				got++
+				mustNil(t, le.Release(bg(t)))
+			}
+			cancel()
+			wg.Wait()
+			t.Logf("%d multi-key acquisitions in %v", got, time.Since(start))
+			if got < 3 {
+				t.Fatalf("%d of 3 multi-key acquisitions in 5 s beside lockers holding each key %v in turn", got, hold)
+			}
+		})
+	}
+}
+
+// sleepCtx sleeps d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// A multi-key waiter that waits for a key held for long lets the turns of
+// its other keys go: a locker of one of them is not kept waiting for it.
+func TestAcquireAllIdlesNoFreeKey(t *testing.T) {
+	for _, lt := range []registry.LockType{registry.SpinLock, registry.PubSubLock} {
+		t.Run(lt.String(), func(t *testing.T) {
+			b := realBackend()
+			pfx := prefix(t)
+			ctx, cancel := context.WithTimeout(bg(t), 10*time.Second)
+			defer cancel()
+			r := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(lt))
+			held, err := r.Acquire(ctx, "b", 0)
+			mustNil(t, err)
+			defer func() { mustNil(t, held.Release(bg(t))) }()
+			m := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(lt))
+			mctx, mcancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if le, err := m.AcquireAll(mctx, []string{"a", "b"}, 0); err == nil {
+					_ = le.Release(bg(t))
+				}
+			}()
+			time.Sleep(300 * time.Millisecond) // past its patience and first gathering
+			l := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(lt))
+			var worst time.Duration
+			for end := time.Now().Add(time.Second); time.Now().Before(end); {
+				start := time.Now()
+				le, err := l.Acquire(ctx, "a", 0)
+				mustNil(t, err)
+				worst = max(worst, time.Since(start))
+				time.Sleep(time.Millisecond)
+				mustNil(t, le.Release(bg(t)))
+			}
+			mcancel()
+			<-done
+			t.Logf("the worst wait for the free key a beside a multi-key waiter: %v", worst)
+			if worst > 50*time.Millisecond {
+				t.Fatalf("a locker of a free key waited %v beside a multi-key waiter that waits for another key", worst)
+			}
+		})
+	}
+}
+
+// ReleaseAfter with one key lost leaves the others to expire, tells their
+// waiters when they have, and names the lost key.
+func TestAcquireAllReleaseAfterLostKey(t *testing.T) {
+	b := realBackend()
+	pfx, ctx := prefix(t), bg(t)
+	r := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(5*time.Second))
+	le, err := r.AcquireAll(ctx, []string{"a", "b", "c", "d"}, 0)
+	mustNil(t, err)
+	w := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(5*time.Second))
+	got := make(chan time.Time, 1)
+	go func() {
+		if l, err := w.Acquire(ctx, "a", 0); err == nil {
+			got <- time.Now()
+			_ = l.Release(bg(t))
+		}
+	}()
+	waitFor(t, 5*time.Second, "the waiter in a's line", func() bool { return queueLen(t, b, pfx+":a", false) == 1 })
+	b.do(t, "DEL", pfx+":d")
+	start := time.Now()
+	err = le.ReleaseAfter(ctx, 100*time.Millisecond)
+	if !errors.Is(err, registry.ErrLockLost) || !strings.Contains(err.Error(), pfx+":d") {
+		t.Fatalf("ReleaseAfter with d lost: %v, want ErrLockLost naming d", err)
+	}
+	at := recvWithin(t, got, 3*time.Second, "the waiter of a, told when a expired")
+	if d := at.Sub(start); d > time.Second {
+		t.Fatalf("the waiter of a got it %v after the ReleaseAfter of 100ms", d)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -12,14 +13,20 @@ import (
 	"github.com/lockyard/lockyard/internal/core"
 )
 
-// multiGather is how long a multi-key waiter keeps the turns of the keys
-// it could take, after the last attempt at which it gained a key (fewer
-// blocked it than before): a few turns' worth. Single-key lockers that
+// multiGather is how long a queued multi-key waiter first gathers: keeps
+// the turns of the keys it could take, and is given those of the others as
+// they free, so that it can take them all at once. Single-key lockers that
 // keep its keys busy in turn free each within that time of the others, so
-// it gathers them all; a key held for long does not keep the others idle
-// for it beyond that: it lets their turns go, keeps its place in their
-// lines, and gathers again once the key it waits for frees.
+// it gathers them all. A key held for longer does not keep the others idle
+// for it beyond that: it lets their turns go for as long (it rests, keeping
+// its place in their lines), then gathers for twice as long, and so on up
+// to multiGatherMost: a key is kept idle for it at most that long at a
+// time, and holders whose sections are shorter cannot starve it.
 const multiGather = 4 * turnWindow
+
+// multiGatherMost bounds a gathering waiter's time, which doubles each
+// time it gathered in vain.
+const multiGatherMost = time.Second
 
 // multiPatience is how long a multi-key waiter takes what it finds free
 // before it gathers: until then it keeps no turn of a key it could take
@@ -44,26 +51,54 @@ func (m *multiLock) obtain(ctx context.Context, ttl time.Duration, waits bool) (
 	taken := 0     // the groups taken, in order
 	dirty := false // an attempt may have left keys taken or the waiter queued
 	queued := false
-	var rtt time.Duration
+	gatherFor, gathering, gatheredOnce := multiGather, false, false
+	longest := -1                          // the key (index of m.lks) that kept it out longest
+	blockedAt := make([]int64, len(m.lks)) // since when each key kept it out, 0: it does not
+	var (
+		rtt   time.Duration
+		place string // its place in line, kept when a line drops it
+		sent  int64  // when the last group's attempt was sent
+	)
 	attempt := func(ctx context.Context, first bool, mark int64) (core.Turn, error) {
 		for taken < len(m.groups) {
 			g := m.groups[taken]
 			now := r.core.Now()
-			// A patient waiter is in no line; past multiPatience it queues.
-			line := waits && now-start >= int64(multiPatience)
+			// A patient waiter is in no line; past multiPatience it queues,
+			// and gathers and rests in turn.
+			patience := int64(multiPatience) - (now - start)
+			line := waits && patience <= 0
 			if line && !queued {
 				queued, dirty = true, true
-				m.gather = now + int64(multiGather)
+			}
+			if gathering && now >= m.gather {
+				// It gathered in vain (a key was held longer than that): it
+				// lets the keys go until the key that kept it out longest
+				// frees, then gathers for twice as long, so that holders
+				// that keep its keys busy in turn cannot starve it, and a
+				// key held long does not idle the others.
+				gathering, gatherFor = false, min(2*gatherFor, multiGatherMost)
+			}
+			var gather any = 0
+			switch {
+			case line && !gatheredOnce:
+				gathering, gatheredOnce, m.gather = true, true, now+int64(gatherFor)
+				gather = 1
+			case gathering:
+				gather = 1
+			case line && longest >= 0:
+				gather = "#" + strconv.Itoa(slices.Index(g, longest)+1)
 			}
 			h := hint{waits: line, waiter: m.waiter.ID(), spread: rand.N(r.cfg.idle/4 + 1), rtt: rtt}
 			base := m.unwatch()
-			g2, err := m.proto.acquire(ctx, m.keysOf(g), m.token, ttl, h, line && now < m.gather)
+			sent = now
+			g2, err := m.proto.acquire(ctx, m.keysOf(g), m.token, ttl, h, gather, place)
 			switch {
 			case isCrossSlot(err) && len(m.groups) == 1 && taken == 0:
 				m.proto.cluster.Store(true) // a Cluster: by slot from now on
 				if m.group(); len(m.groups) > 1 {
 					continue
 				}
+				return core.Turn{}, err
 			case err != nil:
 				if core.IsAmbiguous(err) {
 					dirty = true
@@ -71,31 +106,57 @@ func (m *multiLock) obtain(ctx context.Context, ttl time.Duration, waits bool) (
 				return core.Turn{}, m.wrongKind(g, err)
 			case !g2.ok:
 				rtt = time.Duration(r.core.Now() - now)
-				if g2.blocked < m.blocked {
-					m.gather = r.core.Now() + int64(multiGather) // it gained a key: gather
+				if g2.since != "" {
+					place = g2.since
 				}
-				m.blocked = g2.blocked
+				if g2.gathered && !gathering { // the key that kept it out longest freed
+					gathering, m.gather = true, now+int64(gatherFor)
+				}
+				longest = m.blockedSince(g, g2.afters, blockedAt, now)
+				sleep := g2.sleep
+				switch {
+				case !line && waits: // it queues once its patience is over
+					sleep = min(sleep, time.Duration(max(patience, int64(time.Millisecond))))
+				case gathering:
+					// It tries again within a turn: a turn it was given and
+					// did not try within ends its place in that line
+					// (prelude.lua, gone), and a poller that is due soon is
+					// given the turns of the keys as they free.
+					sleep = min(sleep, r.cfg.turnWindow, time.Duration(max(m.gather-now, int64(time.Millisecond))))
+				}
 				switch {
 				case m.wake == nil:
 				case line && len(g2.afters) == len(g):
 					m.watchFor(g, g2.afters, base)
-					return core.Turn{Sleep: g2.sleep, After: 1}, nil
+					return core.Turn{Sleep: sleep, After: 1}, nil
 				case !line && len(g2.afters) == len(g):
 					m.watchAll(g, g2.afters, base)
-					return core.Turn{Sleep: g2.sleep, After: 1}, nil
+					return core.Turn{Sleep: sleep, After: 1}, nil
 				}
-				return core.Turn{Sleep: g2.sleep, After: g2.after}, nil
+				return core.Turn{Sleep: sleep, After: g2.after}, nil
 			}
 			for i, k := range g {
 				m.fences[k] = g2.fences[i]
 			}
 			taken++
-			m.blocked = 0
 			first = true // the next group's first attempt
+			if taken == len(m.groups) && taken > 1 {
+				// The earlier slots' keys were taken before this one was
+				// waited for: renewed now, they are valid as long as the
+				// last; one lost meanwhile means starting over.
+				if ok, err := m.renewTaken(ctx, ttl, taken-1); err != nil || !ok {
+					dirty, taken = true, 0
+					m.giveBack()
+					m.token = r.core.NewToken() // what giveBack frees is the old token's
+					if err != nil {
+						return core.Turn{}, err
+					}
+					return core.Turn{Sleep: 0, After: -1}, nil
+				}
+			}
 		}
 		return core.Turn{OK: true}, nil
 	}
-	sent := r.core.Now()
 	if waits && m.wake != nil {
 		r.watch.add(m.names, m.counts)
 		defer r.watch.remove(m.names, m.counts)
@@ -105,10 +166,7 @@ func (m *multiLock) obtain(ctx context.Context, ttl time.Duration, waits bool) (
 		if m.wake != nil {
 			w.Listener = r.subscriber
 		}
-		waited, err = r.core.Acquire(ctx, &w, true, func(ctx context.Context, first bool, mark int64) (core.Turn, error) {
-			sent = r.core.Now()
-			return attempt(ctx, first, mark)
-		})
+		waited, err = r.core.Acquire(ctx, &w, true, attempt)
 	} else {
 		var t core.Turn
 		t, err = attempt(ctx, true, 0)
@@ -186,10 +244,12 @@ func (m *multiLock) watchFor(g []int, afters, base []int64) {
 // message since base (unwatch): every holder that kept it out has let go.
 func (m *multiLock) watchAll(g []int, held, base []int64) {
 	m.pending.Store(0)
+	armed := false // a key blocked only by a turn sends no message: the sleep ends it
 	for i, k := range g {
 		if held[i] == 0 {
 			continue
 		}
+		armed = true
 		kw := m.keys[k]
 		m.pending.Add(1)
 		kw.armed.Store(true)
@@ -197,9 +257,44 @@ func (m *multiLock) watchAll(g []int, held, base []int64) {
 			m.pending.Add(-1) // a message came meanwhile
 		}
 	}
-	if m.pending.Load() <= 0 {
+	if armed && m.pending.Load() <= 0 {
 		m.wake.Signal(1)
 	}
+}
+
+// blockedSince records, from a failed attempt's per-key reply (afters:
+// nonzero for a key kept from it), since when each key of g has kept the
+// waiter out, and returns the one that has kept it out longest (an index
+// of m.lks), or -1.
+func (m *multiLock) blockedSince(g []int, afters []int64, at []int64, now int64) int {
+	if len(afters) != len(g) {
+		return -1
+	}
+	worst := -1
+	for i, k := range g {
+		switch {
+		case afters[i] == 0:
+			at[k] = 0
+		case at[k] == 0:
+			at[k] = now
+		}
+		if at[k] != 0 && (worst < 0 || at[k] < at[worst]) {
+			worst = k
+		}
+	}
+	return worst
+}
+
+// renewTaken renews the keys of the first n groups to ttl, and reports
+// whether the token still held them all.
+func (m *multiLock) renewTaken(ctx context.Context, ttl time.Duration, n int) (bool, error) {
+	for _, g := range m.groups[:n] {
+		held, err := m.proto.renew(ctx, m.keysOf(g), m.token, ttl)
+		if err != nil || slices.Contains(held, false) {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // giveBack frees, in the background, whatever a failed acquisition may
@@ -208,12 +303,12 @@ func (m *multiLock) watchAll(g []int, held, base []int64) {
 func (m *multiLock) giveBack() {
 	r := m.eng
 	id := m.waiter.Renew(&r.core)
-	groups := m.groups
+	groups, token := m.groups, m.token
 	r.soon(func(ctx context.Context) {
 		for _, g := range groups {
 			lks := m.keysOf(g)
 			_, _, _ = r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
-				_, err := m.proto.release(ctx, lks, m.token)
+				_, err := m.proto.release(ctx, lks, token)
 				return err == nil, err
 			})
 			if err := m.proto.leave(ctx, lks, id); err != nil {

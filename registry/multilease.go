@@ -2,8 +2,8 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,27 +50,47 @@ func (m *multiLock) endLease(ctx context.Context, le *Lease) error {
 
 // endLeaseAfter leaves every key to expire d from now (one renewal of
 // all), and tells each key's waiters once they have expired (nudge.lua).
+// It is the engine's expireAfter, but for a key lost among the others:
+// those are still left to expire, their waiters still told, and the lost
+// ones named.
 func (m *multiLock) endLeaseAfter(ctx context.Context, le *Lease, d time.Duration) error {
 	r := m.eng
 	h := m.h
 	r.obs.released(kindMulti, m.lks[0], h, m.since)
-	err := r.expireAfter(ctx, m.lks[0], h, d, func(ctx context.Context) (time.Duration, error) {
-		left := time.Duration(-1)
-		for _, lk := range m.lks {
-			v, err := m.proto.one.One(ctx, nudgeScript, m.proto.s.nudge(lk, m.token, 0))
-			if err != nil {
-				return -1, err
-			}
-			if n, err := core.ReplyInt(v); err == nil && n >= 0 {
-				left = max(left, time.Duration(n)*time.Millisecond)
-			}
-		}
-		return left, nil
+	h.Retire()
+	h.Renewing.Lock()
+	var lost []string
+	_, _, err := r.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
+		var err error
+		lost, err = m.renewAll(ctx, d)
+		return err == nil, err
 	})
-	if errors.Is(err, ErrLockLost) && !errors.Is(err, ErrReleaseFailed) {
-		err = fmt.Errorf("%w: a key of %s expired or was taken by another holder", ErrLockLost, m.desc)
+	h.Renewing.Unlock()
+	if err != nil {
+		return h.End(core.Join(r.releaseFailed(m.lks[0], err), h.LostAtRelease()))
 	}
-	return h.End(err)
+	if len(lost) < len(m.lks) {
+		r.nudgeAfter(d, func(ctx context.Context) (time.Duration, error) {
+			left := time.Duration(-1)
+			for _, lk := range m.lks {
+				if slices.Contains(lost, lk) {
+					continue
+				}
+				v, err := m.proto.one.One(ctx, nudgeScript, m.proto.s.nudge(lk, m.token, 0))
+				if err != nil {
+					return -1, err
+				}
+				if n, err := core.ReplyInt(v); err == nil && n >= 0 {
+					left = max(left, time.Duration(n)*time.Millisecond)
+				}
+			}
+			return left, nil
+		})
+	}
+	if len(lost) > 0 {
+		return h.End(lostKeys(lost))
+	}
+	return h.End(h.LostAtRelease())
 }
 
 // lostKeys is the loss of lks, found lost at a release.
@@ -79,5 +99,5 @@ func lostKeys(lks []string) error {
 	for i, lk := range lks {
 		q[i] = strconv.Quote(lk)
 	}
-	return fmt.Errorf("%w: %s expired or taken by another holder; the other keys were released", ErrLockLost, strings.Join(q, ", "))
+	return fmt.Errorf("%w: %s expired or was taken by another holder (the other keys are given back)", ErrLockLost, strings.Join(q, ", "))
 }

@@ -57,16 +57,21 @@ type multiGrant struct {
 	sleep   time.Duration
 	after   int
 	blocked int
-	// afters: per key, the release messages of that key after which the
-	// caller's turn at it may have come; 0 for a key it does not wait for
-	// (empty when it is not queued).
+	// afters: per key, for a queued caller, the release messages of that
+	// key after which its turn at it may have come, 0 for a key it does not
+	// wait for; for one in no line, 1 for each key another holder has.
 	afters []int64
+	// since is a queued caller's place in line, which it keeps (multiacquire.lua's ARGV[14]).
+	since string
+	// gathered: the attempt kept the turns of the keys it could take.
+	gathered bool
 }
 
 // acquire runs multiacquire.lua on the lock keys lks of one group.
-// gather: the caller keeps the turns it has, and takes those of the
-// other keys as they free.
-func (p *multiProto) acquire(ctx context.Context, lks []string, token string, ttl time.Duration, h hint, gather bool) (multiGrant, error) {
+// gather (its ARGV[13]): 1, the caller keeps the turns it has, and takes
+// those of the other keys as they free; 0, it does not; "#I", I a key's
+// place in lks from 1: it does once that key is no longer kept from it.
+func (p *multiProto) acquire(ctx context.Context, lks []string, token string, ttl time.Duration, h hint, gather any, since string) (multiGrant, error) {
 	s := &p.s
 	if !h.waits { // in no line: the quick script first
 		keys := make([]string, 0, 4*len(lks))
@@ -86,7 +91,7 @@ func (p *multiProto) acquire(ctx context.Context, lks []string, token string, tt
 		keys = append(keys, s.lockKeys(lk, true)...)
 	}
 	c := Call{Keys: keys, Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
-		s.fenceArg, s.layout.Channel(""), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), flag(gather)}}
+		s.fenceArg, s.layout.Channel(""), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), gather, since}}
 	v, err := p.one.One(ctx, multiAcquireScript, c)
 	if err != nil {
 		return multiGrant{}, err
@@ -101,6 +106,19 @@ func (p *multiProto) acquire(ctx context.Context, lks []string, token string, tt
 // decodeMulti decodes the reply of multiacquire.lua or multitake.lua on n
 // keys; ok is false for multitake.lua's {3}: multiacquire.lua decides.
 func decodeMulti(v any, n int) (g multiGrant, ok bool, err error) {
+	raw, _ := v.([]any)
+	if len(raw) == 6+n { // a queued waiter's reply ends with its place in line, and whether it gathered
+		g.gathered = raw[5+n] == int64(1)
+		switch x := raw[4+n].(type) {
+		case string:
+			g.since = x
+		case []byte:
+			g.since = string(x)
+		default:
+			return g, false, fmt.Errorf("lockyard: unexpected reply %v to a multi-key acquisition", v)
+		}
+		v = raw[:4+n]
+	}
 	x, err := replyList(v)
 	switch {
 	case err != nil:
@@ -108,7 +126,7 @@ func decodeMulti(v any, n int) (g multiGrant, ok bool, err error) {
 	case x[0] == 1 && len(x) == n+1:
 		return multiGrant{ok: true, fences: x[1:]}, true, nil
 	case (x[0] == 0 || x[0] == 2) && (len(x) == 4 || len(x) == 4+n):
-		return multiGrant{held: x[0] == 0, sleep: time.Duration(x[1]) * time.Millisecond, after: int(x[2]), blocked: int(x[3]), afters: x[4:]}, true, nil
+		return multiGrant{held: x[0] == 0, sleep: time.Duration(x[1]) * time.Millisecond, after: int(x[2]), blocked: int(x[3]), afters: x[4:], since: g.since, gathered: g.gathered}, true, nil
 	case x[0] == 3 && len(x) == 1:
 		return g, false, nil
 	}
@@ -150,14 +168,25 @@ func (p *multiProto) release(ctx context.Context, lks []string, token string) ([
 	return out, nil
 }
 
-// renew runs multirenew.lua on lks: how many token still held.
-func (p *multiProto) renew(ctx context.Context, lks []string, token string, ttl time.Duration) (int, error) {
+// renew runs multirenew.lua on lks: which of them token still held, and
+// so renewed.
+func (p *multiProto) renew(ctx context.Context, lks []string, token string, ttl time.Duration) ([]bool, error) {
 	v, err := p.one.One(ctx, multiRenewScript, Call{Keys: lks, Args: []any{token, p.s.ttlOf(ttl)}})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	n, err := core.ReplyInt(v)
-	return int(n), err
+	x, err := replyList(v)
+	if err == nil && len(x) != len(lks) {
+		err = fmt.Errorf("lockyard: unexpected reply %v to multirenew", v)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(x))
+	for i, n := range x {
+		out[i] = n == 1
+	}
+	return out, nil
 }
 
 // leave runs multileave.lua: waiter leaves the line of each of lks.

@@ -26,9 +26,14 @@
 --          take, and is given the turns of the others as they free, so
 --          that it can take them all at once; 0: it waits for the keys it
 --          cannot take and passes the turns of the others on (it stays in
---          their line, not due: it keeps its place). The caller gathers
---          for a bounded time after each key it gained (multiacquire.go),
---          so a free key is kept for it no longer than that.
+--          their line, not due: it keeps its place); '#I', I a lock key's
+--          place in KEYS (from 1): it gathers if that key, the one that
+--          kept it out longest, is no longer kept from it. The caller gathers for a
+--          bounded time (multiacquire.go), so a free key is kept for it no
+--          longer than that.
+-- ARGV[14] the caller's place in line (a score of the wait queues), from
+--          an earlier reply; '' for none: a line that dropped it takes it
+--          back at that place, not at the end.
 --
 -- Reply: {1, fence1, ..., fenceN} acquired: every key holds the token;
 --        each fence is the key's new fencing token (strictly increasing per
@@ -42,7 +47,8 @@
 --        of the keys it could not take. When it is queued, one more
 --        integer per key follows: the release messages of that key after
 --        which its turn at it may have come, 0 for a key it does not wait
---        for (it could take it). When it does not queue and another
+--        for (it could take it); then its place in line (ARGV[14]), as a
+--        string, and 1 if it gathered, else 0. When it does not queue and another
 --        holder has a key, one integer per key follows too: 1 for each
 --        key another holder has.
 -- Error: WRONGTYPE when a lock key holds something other than a string:
@@ -67,28 +73,56 @@ for i = 1, n do
   end
 end
 
-if taken > 0 and ARGV[4] == '0' then
+local mode, idle, spread, gather = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[13] == '1'
+local longest = tonumber(string.match(ARGV[13], '^#(%d+)$') or '0') -- gather once this key frees
+if taken > 0 and mode == 0 then
   -- Another holder has a key, and the caller does not queue: nothing to
   -- do with the lines of the free keys (their waiters are told when their
-  -- turns come, by the releases).
-  local reply = {0, math.max(1, tonumber(ARGV[5]) - tonumber(ARGV[6])), -1, taken}
+  -- turns come, by the releases). It sleeps until the first of those
+  -- keys expires, if that is sooner than its poll.
+  local reply, sleep = {0, 0, -1, taken}, math.max(1, idle - spread)
   for i = 1, n do
     reply[4 + i] = (values[i] and values[i] ~= token) and 1 or 0
+    if reply[4 + i] == 1 then
+      local pttl = redis.call('PTTL', KEYS[6 * i - 5])
+      if pttl >= 0 and pttl < sleep then
+        sleep = pttl + 1
+      end
+    end
   end
+  reply[2] = sleep
   return reply
 end
 local clock, nextFence, queueRules = shared()
+local function queue(i)
+  local b = 6 * i - 5
+  return {order = KEYS[b + 1], info = KEYS[b + 2], turn = KEYS[b + 3], polls = KEYS[b + 4]}
+end
+local function channel(i)
+  return ARGV[8] .. KEYS[6 * i - 5]
+end
 local reply = {1}
-if mine == n then -- a resend after a lost reply: already the caller's
+if mine == n then
+  -- A resend after a lost reply: already the caller's. Its time to live
+  -- starts now, as the caller counts it, and the caller leaves the lines.
+  local R = queueRules()
   for i = 1, n do
+    local q = queue(i)
+    redis.call('PEXPIRE', KEYS[6 * i - 5], ARGV[2])
+    if R.turnOf(q) == id then
+      redis.call('DEL', q.turn)
+    end
+    R.drop(q, id)
     reply[i + 1] = fencing and tonumber(redis.call('GET', KEYS[6 * i]) or '0') or 0
   end
   return reply
 end
-if clear then -- every key free, nobody's turn, nobody waiting
+if clear then -- every key free (or the caller's), nobody's turn, nobody waiting
   for i = 1, n do
     if values[i] ~= token then
       redis.call('SET', KEYS[6 * i - 5], token, 'PX', ARGV[2])
+    else
+      redis.call('PEXPIRE', KEYS[6 * i - 5], ARGV[2])
     end
     reply[i + 1] = fencing and nextFence(KEYS[6 * i]) or 0
   end
@@ -97,14 +131,6 @@ end
 
 local R = queueRules()
 local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11]), look = 4}
-local mode, idle, spread, gather = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[13] == '1'
-local function queue(i)
-  local b = 6 * i - 5
-  return {order = KEYS[b + 1], info = KEYS[b + 2], turn = KEYS[b + 3], polls = KEYS[b + 4]}
-end
-local function channel(i)
-  return ARGV[8] .. KEYS[6 * i - 5]
-end
 
 -- Which keys the caller may take: each free key with no live turn goes to
 -- the first waiter in line that is sure to try soon (nextTurn, as in
@@ -143,6 +169,8 @@ if ok then
     local q = qs[i]
     if values[i] ~= token then
       redis.call('SET', KEYS[6 * i - 5], token, 'PX', ARGV[2])
+    else
+      redis.call('PEXPIRE', KEYS[6 * i - 5], ARGV[2])
     end
     if turned[i] then -- its turn, announced when it was given
       redis.call('DEL', q.turn)
@@ -167,17 +195,43 @@ for i = 1, n do
   end
 end
 if mode == 0 or not now then
-  return {status, math.max(1, idle - spread), -1, count}
+  -- Not queued: it sleeps until the first blocking key expires or turn
+  -- ends, if sooner than its poll; the keys that holders kept from it are
+  -- marked, for the release messages that wake it.
+  local reply, sleep = {status, 0, -1, count}, math.max(1, idle - spread)
+  for i = 1, n do
+    reply[4 + i] = 0
+    if blocked[i] then
+      local pttl, turnLeft = -2, nil
+      if values[i] then
+        pttl, reply[4 + i] = redis.call('PTTL', KEYS[6 * i - 5]), 1
+      else
+        turnLeft = math.max(redis.call('PTTL', qs[i].turn), 0)
+      end
+      sleep = math.min(sleep, R.pause(pttl, 1, turnLeft, idle, spread))
+    end
+  end
+  reply[2] = sleep
+  return reply
 end
 local sleep, after = idle, nil
 local kinds, afters = {}, {}
+if longest > 0 and longest <= n and not blocked[longest] then
+  gather = true -- the key that kept it out longest is free for it: it gathers the others
+end
 for i = 1, n do
   local q = qs[i]
   local kind = 'p'
   if mode == 2 and (gather or blocked[i]) then
     kind = 'l'
+    R.qcall('ZREM', q.polls, id) -- a listener now (it may have been in line not due)
   end
   kinds[i] = kind
+  if ARGV[14] and ARGV[14] ~= '' and not R.qcall('ZSCORE', q.order, id) then
+    -- Back in a line that dropped it (a turn it did not take in time):
+    -- it keeps the place it first took.
+    R.qcall('ZADD', q.order, ARGV[14], id)
+  end
   local ahead = R.enqueue(q, id, kind, now)
   if blocked[i] then
     local pttl, turnLeft = -2, nil
@@ -197,10 +251,21 @@ for i = 1, n do
     afters[i] = a
   end
 end
+if gather then
+  -- A gathering caller tries again within a turn (multiacquire.go): a
+  -- poller so due is given the turns of the keys as they free.
+  sleep = math.min(sleep, rules.window)
+elseif mode == 1 then
+  -- A poller in line tries again soon enough to be given the turn of a
+  -- key it waits for when the key frees (nextTurn passes over a poller
+  -- not due within r.ahead): a key that a holder takes again at once
+  -- would otherwise never be free when it polls.
+  sleep = math.min(sleep, rules.ahead)
+end
 local due = now + sleep + tonumber(ARGV[12]) -- when its next try reaches the server
 for i = 1, n do
   local q = qs[i]
-  if kinds[i] == 'p' and not blocked[i] and mode == 2 then
+  if not gather and not blocked[i] then
     -- Not gathering: in line for this key, but not due, so that its turn
     -- passes on (nextTurn passes over a poller not due) until it gathers.
     R.describe(q, id, 'p', now, now + idle + rules.ahead, now + 2 * idle + rules.ahead)
@@ -221,4 +286,6 @@ local reply = {status, sleep, after or -1, count}
 for i = 1, n do
   reply[4 + i] = afters[i] or 0
 end
+reply[5 + n] = R.qcall('ZSCORE', qs[1].order, id) or '' -- its place in line, for the next attempts
+reply[6 + n] = gather and 1 or 0
 return reply

@@ -6,12 +6,14 @@
 -- ARGV[1]  token of the multi-key hold
 -- ARGV[2]  time to live in ms
 --
--- Reply: how many of the keys the token held (renewed).
-local held = 0
+-- Reply: one integer per lock key, in order: 1 renewed, 0 the key was gone
+--        or another holder's.
+local out = {}
 for i = 1, #KEYS do
+  out[i] = 0
   if redis.pcall('GET', KEYS[i]) == ARGV[1] then
     redis.call('PEXPIRE', KEYS[i], ARGV[2])
-    held = held + 1
+    out[i] = 1
   end
 end
-return held
+return out

@@ -16,7 +16,8 @@
 --
 -- Reply: {1, fence1, ..., fenceN} acquired, as multiacquire.lua's.
 --        {0, sleep, -1, taken, h1, ..., hN} another holder has taken of
---        the keys: hI is 1 for each of them.
+--        the keys: hI is 1 for each of them; sleep: ms until the first of
+--        them expires, if sooner than a poll.
 --        {3} a key is free but not plainly (a turn, a line, a key of
 --        another type): multiacquire.lua decides.
 local n = #KEYS / 4
@@ -42,10 +43,19 @@ if e ~= mine + taken then
   return {3} -- a turn, a line, or a key of another type
 end
 if taken > 0 then
-  local reply = {0, math.max(1, tonumber(ARGV[4]) - tonumber(ARGV[5])), -1, taken}
+  -- It sleeps until the first of the held keys expires, if that is sooner
+  -- than its poll.
+  local reply, sleep = {0, 0, -1, taken}, math.max(1, tonumber(ARGV[4]) - tonumber(ARGV[5]))
   for i = 1, n do
     reply[4 + i] = (values[i] and values[i] ~= ARGV[1]) and 1 or 0
+    if reply[4 + i] == 1 then
+      local pttl = redis.call('PTTL', lks[i])
+      if pttl >= 0 and pttl < sleep then
+        sleep = pttl + 1
+      end
+    end
   end
+  reply[2] = sleep
   return reply
 end
 local reply, fencing = {1}, ARGV[3] == '1'
@@ -57,6 +67,8 @@ end
 for i = 1, n do
   if values[i] ~= ARGV[1] then
     redis.call('SET', lks[i], ARGV[1], 'PX', ARGV[2])
+  else -- the caller's already (a resend): its time to live starts now, as the caller counts it
+    redis.call('PEXPIRE', lks[i], ARGV[2])
   end
   if fencing then
     if mine == n then
