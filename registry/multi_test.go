@@ -533,3 +533,41 @@ func TestAcquireAllReleaseAfterLostKey(t *testing.T) {
 		t.Fatalf("the waiter of a got it %v after the ReleaseAfter of 100ms", d)
 	}
 }
+
+// Inspect of any key of a multi-key lease shows its holder, with the
+// holder registry's label, and a multi-key waiter in the key's line.
+func TestAcquireAllInspect(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx, ctx := prefix(t), bg(t)
+		holder := newRegPrefix(t, b.pool(t), pfx, registry.WithLabel("holder"), registry.WithLockType(registry.PubSubLock))
+		waiter := newRegPrefix(t, b.pool(t), pfx, registry.WithLabel("waiter"), registry.WithLockType(registry.PubSubLock))
+		le, err := holder.AcquireAll(ctx, []string{"a", "b"}, 0)
+		mustNil(t, err)
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if w, err := waiter.AcquireAll(wctx, []string{"b", "c"}, 0); err == nil {
+				_ = w.Release(bg(t))
+			}
+		}()
+		var info registry.KeyInfo
+		waitFor(t, 5*time.Second, "the multi-key waiter in b's line", func() bool {
+			if b.mr != nil {
+				b.mr.FastForward(0)
+			}
+			info, err = holder.Inspect(ctx, "b")
+			mustNil(t, err)
+			return len(info.Waiters) == 1
+		})
+		if info.Kind != "lock" || len(info.Holders) != 1 || info.Holders[0].Label != "holder" || info.Holders[0].TTL <= 0 || info.Waiters[0].Label != "waiter" {
+			t.Fatalf("Inspect(b): %+v, want the multi-key holder and waiter with their labels", info)
+		}
+		if a, err := holder.Inspect(ctx, "a"); err != nil || len(a.Holders) != 1 || a.Holders[0].Registry != info.Holders[0].Registry {
+			t.Fatalf("Inspect(a): %+v %v, want the same holder", a, err)
+		}
+		cancel()
+		<-done
+		mustNil(t, le.Release(ctx))
+	})
+}
