@@ -59,7 +59,7 @@ func (m *multiLock) obtain(ctx context.Context, ttl time.Duration, waits bool) (
 		place string // its place in line, kept when a line drops it
 		sent  int64  // when the last group's attempt was sent
 	)
-	attempt := func(ctx context.Context, first bool, mark int64) (core.Turn, error) {
+	attempt := func(ctx context.Context, _ bool, _ int64) (core.Turn, error) {
 		for taken < len(m.groups) {
 			g := m.groups[taken]
 			now := r.core.Now()
@@ -139,7 +139,6 @@ func (m *multiLock) obtain(ctx context.Context, ttl time.Duration, waits bool) (
 				m.fences[k] = g2.fences[i]
 			}
 			taken++
-			first = true // the next group's first attempt
 			if taken == len(m.groups) && taken > 1 {
 				// The earlier slots' keys were taken before this one was
 				// waited for: renewed now, they are valid as long as the

@@ -154,18 +154,7 @@ func (p *multiProto) release(ctx context.Context, lks []string, token string) ([
 			return nil, err
 		}
 	}
-	x, err := replyList(v)
-	if err == nil && len(x) != len(lks) {
-		err = fmt.Errorf("lockyard: unexpected reply %v to multirelease", v)
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := make([]bool, len(x))
-	for i, n := range x {
-		out[i] = n == 1
-	}
-	return out, nil
+	return perKey(v, len(lks), "multirelease")
 }
 
 // renew runs multirenew.lua on lks: which of them token still held, and
@@ -175,16 +164,22 @@ func (p *multiProto) renew(ctx context.Context, lks []string, token string, ttl 
 	if err != nil {
 		return nil, err
 	}
+	return perKey(v, len(lks), "multirenew")
+}
+
+// perKey decodes the reply of script on n keys, one integer per key, 1 for
+// each key that the token held.
+func perKey(v any, n int, script string) ([]bool, error) {
 	x, err := replyList(v)
-	if err == nil && len(x) != len(lks) {
-		err = fmt.Errorf("lockyard: unexpected reply %v to multirenew", v)
+	if err == nil && len(x) != n {
+		err = fmt.Errorf("lockyard: unexpected reply %v to %s", v, script)
 	}
 	if err != nil {
 		return nil, err
 	}
 	out := make([]bool, len(x))
-	for i, n := range x {
-		out[i] = n == 1
+	for i, k := range x {
+		out[i] = k == 1
 	}
 	return out, nil
 }
