@@ -45,6 +45,11 @@ const kindMulti = "multi"
 // learns that the server is a Cluster from its first CROSSSLOT reply, which
 // never reaches the caller.
 //
+// A multi-key lease is no owner in the local queue of its keys' RedisLocks:
+// it waits for their holders in Redis, as another registry would, so a
+// goroutine that holds the RedisLock of one of the keys must not call
+// AcquireAll on it (it would wait for itself until ctx ends).
+//
 // Errors: ErrInvalidKey for no key, more than MaxKeys, a duplicate, a bad
 // key, or a key that this registry caches as another kind (nothing is
 // sent); ErrWrongKind, naming the key, when one is another kind in Redis;
