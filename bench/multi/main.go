@@ -10,7 +10,9 @@
 //   - starve: one goroutine locking 4 keys (1 ms, then 50 ms off), beside 4
 //     single-key lockers each keeping one of those keys busy back to back
 //     (1 ms sections): the multi-key acquisitions, their longest wait, and
-//     the single-key lockers' throughput against the same lockers alone.
+//     the single-key lockers' throughput against the same lockers alone,
+//     and beside a single-key waiter that waits the whole run (its registry
+//     hears every release message, as the multi-key one's does).
 //   - uncontended: one goroutine locking 5 free keys and releasing them,
 //     back to back: scripts and commands per acquisition (each a round
 //     trip), Redis CPU per acquire-release cycle.
@@ -55,6 +57,11 @@ type spec struct {
 	Pause    time.Duration // after each section
 	Retry    time.Duration // the peer's retry interval
 	Dur      time.Duration
+	// Listen: instead, a single-key PubSubLock waiter that waits the whole
+	// run for a key that another registry of the process holds: it hears
+	// every release message, as any waiting registry does (starve's
+	// control).
+	Listen bool
 }
 
 // report is what a process prints.
@@ -153,9 +160,14 @@ func run(reps int, dur time.Duration, only string, retry time.Duration) error {
 		s.Impl, s.Keys, s.Inflight = impl, keys(5), 1
 		return []spec{s}
 	}
+	listener := func(impl string) []spec {
+		s := sp
+		s.Impl, s.Keys, s.Inflight, s.Listen = impl, []string{"held"}, 1, true
+		return append(singles(impl), s)
+	}
 	jobs := map[string][]job{
 		"random":      {{"random 3 of 12", random}},
-		"starve":      {{"singles + multi", starve}, {"singles alone", singles}},
+		"starve":      {{"singles + multi", starve}, {"singles alone", singles}, {"singles + a waiting RedisLock", listener}},
 		"uncontended": {{"5 keys", uncontended}},
 	}
 	for _, sc := range strings.Split(only, ",") {
@@ -389,11 +401,47 @@ func (l peerLocker) take(ctx context.Context, keys []string) (func() error, erro
 	return func() error { return lk.Release(context.Background()) }, nil
 }
 
+// listen runs a Listen process: one registry holds the key, another waits
+// for it in Redis until Dur has passed.
+func listen(sp spec) error {
+	rep := report{Counts: []int{0}, Spans: map[string][][2]int64{}}
+	if sp.Impl == "lockyard" {
+		pool := &redigo.Pool{MaxIdle: 4, Dial: func() (redigo.Conn, error) { return redigo.Dial("tcp", sp.Addr) }}
+		defer pool.Close()
+		var regs [2]*registry.Registry
+		for i := range regs {
+			reg, err := registry.New(pool, sp.Pfx, registry.WithLockType(registry.PubSubLock), registry.WithAutoRenew())
+			if err != nil {
+				return err
+			}
+			defer reg.Close()
+			regs[i] = reg
+		}
+		le, err := regs[0].Acquire(context.Background(), sp.Keys[0], 0)
+		if err != nil {
+			return err
+		}
+		defer le.Release(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), sp.Dur)
+		defer cancel()
+		if _, err := regs[1].Acquire(ctx, sp.Keys[0], 0); !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("the listener's wait ended with %v", err)
+		}
+	} else {
+		time.Sleep(sp.Dur)
+	}
+	rep.Counts[0] = 1 // not counted as an acquisition of the job
+	return json.NewEncoder(os.Stdout).Encode(rep)
+}
+
 // runWorker runs one process for Dur.
 func runWorker(js string) error {
 	var sp spec
 	if err := json.Unmarshal([]byte(js), &sp); err != nil {
 		return err
+	}
+	if sp.Listen {
+		return listen(sp)
 	}
 	var l locker
 	switch sp.Impl {
