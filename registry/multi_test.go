@@ -571,3 +571,47 @@ func TestAcquireAllInspect(t *testing.T) {
 		mustNil(t, le.Release(ctx))
 	})
 }
+
+// A queued multi-key waiter that a line dropped (a turn it did not take in
+// time, an entry that lapsed) comes back at the place it first took, not
+// at the end of the line.
+func TestAcquireAllKeepsItsPlace(t *testing.T) {
+	b := realBackend()
+	pfx, ctx := prefix(t), bg(t)
+	r := newRegPrefix(t, b.pool(t), pfx, registry.WithIdleBetweenTries(50*time.Millisecond))
+	held, err := r.Acquire(ctx, "b", 0)
+	mustNil(t, err)
+	m := newRegPrefix(t, b.pool(t), pfx, registry.WithIdleBetweenTries(50*time.Millisecond))
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if le, err := m.AcquireAll(mctx, []string{"a", "b"}, 0); err == nil {
+			_ = le.Release(bg(t))
+		}
+	}()
+	queue := queueKey(pfx+":a", false)
+	entry := func() (string, string) {
+		v, _ := redis.Strings(b.do(t, "ZRANGE", queue, 0, 0, "WITHSCORES"), nil)
+		if len(v) < 2 {
+			return "", ""
+		}
+		return v[0], v[1]
+	}
+	var id, first string
+	waitFor(t, 5*time.Second, "the multi-key waiter in a's line", func() bool { id, first = entry(); return id != "" })
+	b.do(t, "ZREM", queue, id) // the line drops it
+	waitFor(t, 5*time.Second, "the waiter back in a's line", func() bool {
+		again, score := entry()
+		if again == "" {
+			return false
+		}
+		if again != id || score != first {
+			t.Fatalf("back in line as %s at %s, first %s at %s: not at its place", again, score, id, first)
+		}
+		return true
+	})
+	cancel()
+	<-done
+	mustNil(t, held.Release(ctx))
+}
