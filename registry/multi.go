@@ -30,12 +30,14 @@ const kindMulti = "multi"
 // Where the keys lie on one node (one Redis, a Sentinel master, or keys
 // of one Cluster slot, which a shared hash tag gives: "{acct}:1",
 // "{acct}:2"), they are taken by one script, all or none, in one round
-// trip when all are free. A waiter waits its turn in the line of every
-// key, as a RedisLock does, so that single-key lockers cannot keep it out
-// by keeping its keys busy in turn: while it gathers the keys that free
-// one by one, each is kept for it by the turn rules (a few ms each), and
-// for at most multiGather past the last key it gained; then it lets them
-// go until one of the keys it waits for frees again.
+// trip when all are free. A waiter first tries whenever every key that a
+// holder kept from it has been released; after 100 ms it waits its
+// turn in the line of every key, as a RedisLock does, so that single-key
+// lockers cannot keep it out by keeping its keys busy in turn. It gathers:
+// it keeps the turns of the keys it could take while the others free, for
+// 20 ms; after a vain gathering it lets them go until the key that kept it
+// out longest frees, then gathers for twice as long (up to a second), so a
+// key held long does not idle the others.
 //
 // Across Cluster slots the keys are taken in one global order, by slot
 // and then by key, one script per slot's group, so that no two callers
