@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +38,7 @@ import (
 	redigo "github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/lockyard/lockyard/bench/internal/procs"
 	"github.com/lockyard/lockyard/bench/internal/stat"
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/registry"
@@ -171,7 +171,7 @@ func run(reps int, dur time.Duration, only string, retry time.Duration) error {
 		"uncontended": {{"5 keys", uncontended}},
 	}
 	for _, sc := range strings.Split(only, ",") {
-		res := map[string][]result{}
+		res := procs.Results[result]{}
 		var names []string
 		for rep := range reps {
 			order := slices.Clone(cs)
@@ -209,9 +209,8 @@ type result struct {
 	scriptsPerAcq, cmdsPerAcq float64
 }
 
-func measure(conn redigo.Conn, exe, pfx string, procs []spec) (result, error) {
-	calls0, scripts0 := redistest.CommandCalls(conn, func(n string) bool { return n != "info" }), redistest.CommandCalls(conn, isScript)
-	cpu0, _ := redistest.ServerCPU(conn)
+func measure(conn redigo.Conn, exe, pfx string, specs []spec) (result, error) {
+	s0 := procs.Read(conn)
 	st0, _ := redistest.CommandStatsOn(conn)
 	if *debug {
 		defer func() {
@@ -224,17 +223,12 @@ func measure(conn redigo.Conn, exe, pfx string, procs []spec) (result, error) {
 			fmt.Fprintln(os.Stderr)
 		}()
 	}
-	cmds := make([]*exec.Cmd, len(procs))
-	outs := make([]*strings.Builder, len(procs))
-	for i, sp := range procs {
-		sp.Pfx = "bench-" + pfx
-		b, _ := json.Marshal(sp)
-		cmds[i] = exec.Command(exe, "-worker", string(b))
-		outs[i] = &strings.Builder{}
-		cmds[i].Stdout, cmds[i].Stderr = outs[i], os.Stderr
-		if err := cmds[i].Start(); err != nil {
-			return result{}, err
-		}
+	for i := range specs {
+		specs[i].Pfx = "bench-" + pfx
+	}
+	reps, err := procs.Run[spec, report](exe, specs)
+	if err != nil {
+		return result{}, err
 	}
 	var (
 		r      result
@@ -244,14 +238,7 @@ func measure(conn redigo.Conn, exe, pfx string, procs []spec) (result, error) {
 		dur    time.Duration
 	)
 	var waits []float64
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			return result{}, fmt.Errorf("process %d: %w", i, err)
-		}
-		var rep report
-		if err := json.Unmarshal([]byte(strings.TrimSpace(outs[i].String())), &rep); err != nil {
-			return result{}, fmt.Errorf("process %d: %w: %q", i, err, outs[i].String())
-		}
+	for i, rep := range reps {
 		n := 0
 		for _, c := range rep.Counts {
 			n += c
@@ -262,11 +249,13 @@ func measure(conn redigo.Conn, exe, pfx string, procs []spec) (result, error) {
 			spans[k] = append(spans[k], s...)
 		}
 		r.errors += rep.Errors
-		dur = procs[i].Dur
+		dur = specs[i].Dur
 		switch {
-		case len(procs[i].Keys) > 1 && procs[i].Pick == 0 && len(procs) > 1: // starve: the multi-key goroutine
+		case specs[i].Listen: // the control: no acquisition of the job
+			acq, counts = acq-n, counts[:len(counts)-len(rep.Counts)]
+		case len(specs[i].Keys) > 1 && specs[i].Pick == 0 && len(specs) > 1: // starve: the multi-key goroutine
 			r.multi, waits = n, rep.Waits
-		case len(procs[i].Keys) == 1:
+		case len(specs[i].Keys) == 1:
 			r.singlesPerSec += float64(n) / dur.Seconds()
 		default:
 			waits = append(waits, rep.Waits...)
@@ -275,12 +264,10 @@ func measure(conn redigo.Conn, exe, pfx string, procs []spec) (result, error) {
 	if acq == 0 {
 		return result{}, fmt.Errorf("no acquisition")
 	}
-	calls := redistest.CommandCalls(conn, func(n string) bool { return n != "info" }) - calls0 - 2
-	scripts := redistest.CommandCalls(conn, isScript) - scripts0
-	cpu1, _ := redistest.ServerCPU(conn)
+	srv := procs.Read(conn).Since(s0)
 	r.acqPerSec = float64(acq) / dur.Seconds()
-	r.scriptsPerAcq, r.cmdsPerAcq = float64(scripts)/float64(acq), float64(calls)/float64(acq)
-	r.cpuPerAcq = float64((cpu1 - cpu0).Microseconds()) / float64(acq)
+	r.scriptsPerAcq, r.cmdsPerAcq = float64(srv.Scripts)/float64(acq), float64(srv.Calls)/float64(acq)
+	r.cpuPerAcq = float64(srv.CPU.Microseconds()) / float64(acq)
 	mean := float64(acq) / float64(len(counts))
 	r.minShare = float64(slices.Min(counts)) / mean
 	for _, s := range spans {
@@ -293,8 +280,6 @@ func measure(conn redigo.Conn, exe, pfx string, procs []spec) (result, error) {
 }
 
 var debug = flag.Bool("debug", false, "print the commands of each run")
-
-func isScript(n string) bool { return n == "evalsha" || n == "eval" }
 
 // overlaps counts the sections of one key that began before the one
 // before them ended.
@@ -311,18 +296,12 @@ func overlaps(spans [][2]int64) int {
 	return n
 }
 
-func print(sc string, names []string, res map[string][]result) {
+func print(sc string, names []string, res procs.Results[result]) {
 	fmt.Printf("\n#### %s (medians)\n\n", sc)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "| job\t acq/s\t overlaps\t errors\t min share\t multi-key acq\t longest wait ms\t wait p99 ms\t single-key acq/s\t scripts/acq\t commands/acq\t Redis CPU µs/acq\t")
 	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t")
-	med := func(name string, f func(result) float64) float64 {
-		var xs []float64
-		for _, r := range res[name] {
-			xs = append(xs, f(r))
-		}
-		return stat.Median(xs)
-	}
+	med := res.Median
 	most := func(name string, f func(result) int) int {
 		n := 0
 		for _, r := range res[name] {
@@ -340,15 +319,7 @@ func print(sc string, names []string, res map[string][]result) {
 			med(n, func(r result) float64 { return r.cpuPerAcq }))
 	}
 	_ = tw.Flush()
-	ratio := func(a, b string, f func(result) float64, what string) {
-		if _, ok := res[a]; !ok {
-			return
-		}
-		if _, ok := res[b]; !ok {
-			return
-		}
-		fmt.Printf("- %s: %s / %s = %.2f\n", what, a, b, med(a, f)/med(b, f))
-	}
+	ratio := res.Ratio
 	switch sc {
 	case "random":
 		ratio("lockyard random 3 of 12", "ObtainMulti random 3 of 12", func(r result) float64 { return r.acqPerSec }, "throughput")
@@ -356,6 +327,7 @@ func print(sc string, names []string, res map[string][]result) {
 	case "starve":
 		for _, c := range []string{"lockyard", "ObtainMulti"} {
 			ratio(c+" singles + multi", c+" singles alone", func(r result) float64 { return r.singlesPerSec }, "single-key lockers' throughput beside the multi-key one")
+			ratio(c+" singles + a waiting RedisLock", c+" singles alone", func(r result) float64 { return r.singlesPerSec }, "the same beside a waiting single-key lock (the control)")
 		}
 	case "uncontended":
 		ratio("lockyard 5 keys", "ObtainMulti 5 keys", func(r result) float64 { return r.cpuPerAcq }, "Redis CPU per acquisition")

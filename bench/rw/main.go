@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -34,6 +33,7 @@ import (
 	redigo "github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/bench/internal/abbuild"
+	"github.com/lockyard/lockyard/bench/internal/procs"
 	"github.com/lockyard/lockyard/bench/internal/stat"
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/registry"
@@ -142,7 +142,7 @@ func run(reps int, dur time.Duration, base, only, lock string) error {
 		"mix":     {{"RWLock", readers("rw", 0.1, 2*time.Millisecond)}, {"RedisLock", readers("mutex", 0.1, 2*time.Millisecond)}, {"Semaphore(16)", readers("sem", 0.1, 2*time.Millisecond)}},
 	}
 	for _, sc := range strings.Split(only, ",") {
-		res := map[string][]result{}
+		res := procs.Results[result]{}
 		var names []string
 		for rep := range reps {
 			order := slices.Clone(cs)
@@ -177,20 +177,14 @@ type result struct {
 	scriptsPerRead                       float64
 }
 
-func measure(conn redigo.Conn, exe, key string, procs []spec) (result, error) {
-	calls0, scripts0 := redistest.CommandCalls(conn, func(n string) bool { return n != "info" }), redistest.CommandCalls(conn, isScript)
-	cpu0, _ := redistest.ServerCPU(conn)
-	cmds := make([]*exec.Cmd, len(procs))
-	outs := make([]*strings.Builder, len(procs))
-	for i, sp := range procs {
-		sp.Key, sp.Pfx = key, "bench-"+key
-		b, _ := json.Marshal(sp)
-		cmds[i] = exec.Command(exe, "-worker", string(b))
-		outs[i] = &strings.Builder{}
-		cmds[i].Stdout, cmds[i].Stderr = outs[i], os.Stderr
-		if err := cmds[i].Start(); err != nil {
-			return result{}, err
-		}
+func measure(conn redigo.Conn, exe, key string, specs []spec) (result, error) {
+	s0 := procs.Read(conn)
+	for i := range specs {
+		specs[i].Key, specs[i].Pfx = key, "bench-"+key
+	}
+	reps, err := procs.Run[spec, report](exe, specs)
+	if err != nil {
+		return result{}, err
 	}
 	var (
 		reads, writes int
@@ -198,26 +192,18 @@ func measure(conn redigo.Conn, exe, key string, procs []spec) (result, error) {
 		waits         []float64
 		dur           time.Duration
 	)
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			return result{}, fmt.Errorf("process %d: %w", i, err)
-		}
-		var r report
-		if err := json.Unmarshal([]byte(strings.TrimSpace(outs[i].String())), &r); err != nil {
-			return result{}, fmt.Errorf("process %d: %w: %q", i, err, outs[i].String())
-		}
+	for i, r := range reps {
 		reads, writes = reads+r.Reads, writes+r.Writes
 		spans = append(spans, r.Spans...)
 		waits = append(waits, r.WriteWaits...)
-		dur = procs[i].Dur
+		dur = specs[i].Dur
 	}
 	acq := reads + writes
 	if acq == 0 {
 		return result{}, fmt.Errorf("no acquisition")
 	}
-	calls := redistest.CommandCalls(conn, func(n string) bool { return n != "info" }) - calls0 - 2
-	scripts := redistest.CommandCalls(conn, isScript) - scripts0
-	cpu1, _ := redistest.ServerCPU(conn)
+	srv := procs.Read(conn).Since(s0)
+	calls, scripts := srv.Calls, srv.Scripts
 	r := result{
 		readsPerSec:    float64(reads) / dur.Seconds(),
 		writesPerSec:   float64(writes) / dur.Seconds(),
@@ -225,7 +211,7 @@ func measure(conn redigo.Conn, exe, key string, procs []spec) (result, error) {
 		most:           mostAtOnce(spans),
 		scriptsPerAcq:  float64(scripts) / float64(acq),
 		cmdsPerAcq:     float64(calls) / float64(acq),
-		cpuPerAcq:      float64((cpu1 - cpu0).Microseconds()) / float64(acq),
+		cpuPerAcq:      float64(srv.CPU.Microseconds()) / float64(acq),
 		scriptsPerRead: float64(scripts) / float64(max(reads, 1)),
 	}
 	if len(waits) > 0 {
@@ -233,8 +219,6 @@ func measure(conn redigo.Conn, exe, key string, procs []spec) (result, error) {
 	}
 	return r, nil
 }
-
-func isScript(n string) bool { return n == "evalsha" || n == "eval" }
 
 // mostAtOnce returns the most read sections that overlapped.
 func mostAtOnce(spans [][2]int64) int {
@@ -260,18 +244,12 @@ func mostAtOnce(spans [][2]int64) int {
 	return most
 }
 
-func print(sc string, names []string, res map[string][]result, dur time.Duration) {
+func print(sc string, names []string, res procs.Results[result], dur time.Duration) {
 	fmt.Printf("\n#### %s (medians)\n\n", sc)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "| job\t reads/s\t writes/s\t most readers at once\t writer's longest wait ms\t writer p99 ms\t scripts/acq\t scripts/read\t commands/acq\t Redis CPU µs/acq\t")
 	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t")
-	med := func(name string, f func(result) float64) float64 {
-		var xs []float64
-		for _, r := range res[name] {
-			xs = append(xs, f(r))
-		}
-		return stat.Median(xs)
-	}
+	med := res.Median
 	for _, n := range names {
 		fmt.Fprintf(tw, "| %s\t %.0f\t %.0f\t %.0f\t %.1f\t %.1f\t %.3f\t %.3f\t %.2f\t %.1f\t\n", n,
 			med(n, func(r result) float64 { return r.readsPerSec }), med(n, func(r result) float64 { return r.writesPerSec }),
@@ -281,15 +259,7 @@ func print(sc string, names []string, res map[string][]result, dur time.Duration
 			med(n, func(r result) float64 { return r.cpuPerAcq }))
 	}
 	_ = tw.Flush()
-	ratio := func(a, b string, f func(result) float64, what string) {
-		if _, ok := res[a]; !ok {
-			return
-		}
-		if _, ok := res[b]; !ok {
-			return
-		}
-		fmt.Printf("- %s: %s / %s = %.2f\n", what, a, b, med(a, f)/med(b, f))
-	}
+	ratio := res.Ratio
 	switch sc {
 	case "writer":
 		ratio("lockyard readers + writer", "lockyard readers alone", func(r result) float64 { return r.readsPerSec }, "readers' throughput beside the writer")
