@@ -484,7 +484,9 @@ func TestAcquireAllIdlesNoFreeKey(t *testing.T) {
 					_ = le.Release(bg(t))
 				}
 			}()
-			time.Sleep(300 * time.Millisecond) // past its patience and first gathering
+			// In a's line (past its patience): its first gathering ends
+			// 20 ms later, well within the bound below.
+			waitFor(t, 5*time.Second, "the multi-key waiter in a's line", func() bool { return queueLen(t, b, pfx+":a", false) == 1 })
 			l := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(lt))
 			var worst time.Duration
 			for end := time.Now().Add(time.Second); time.Now().Before(end); {
@@ -498,7 +500,7 @@ func TestAcquireAllIdlesNoFreeKey(t *testing.T) {
 			mcancel()
 			<-done
 			t.Logf("the worst wait for the free key a beside a multi-key waiter: %v", worst)
-			if worst > 50*time.Millisecond {
+			if worst > 100*time.Millisecond {
 				t.Fatalf("a locker of a free key waited %v beside a multi-key waiter that waits for another key", worst)
 			}
 		})
