@@ -53,6 +53,10 @@ type KeyInfo struct {
 	Holders []HolderInfo // one for a lock, up to the permits for a semaphore, the writer or the readers of an RWLock
 	Waiters []WaiterInfo // registries waiting, oldest first
 	Fence   int64        // the fence counter now (0 without fencing)
+	// Permits is a semaphore's count of permits, as its holders were
+	// made with it (Registry.Semaphore): 0 for the other kinds, and for
+	// permits taken by a lockyard that does not write it in their tokens.
+	Permits int
 }
 
 // HolderInfo is one holder of a key: a lock's, or one permit of a
@@ -115,6 +119,12 @@ func (r *Registry) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 		return info, fmt.Errorf("lockyard: inspecting %q: a semaphore's permits can be read only with TIME (see docs/SECURITY.md)", key)
 	case typ == "zset" && len(info.Holders)+len(info.Waiters) > 0:
 		info.Kind = "semaphore"
+		for _, h := range info.Holders {
+			if n, ok := wire.PermitCount(h.Token); ok {
+				info.Permits = n
+				break
+			}
+		}
 	case typ == "zset": // every permit expired, not yet pruned
 	case typ == "hash:r!":
 		return info, fmt.Errorf("lockyard: inspecting %q: a read-write lock's readers can be read only with TIME (see docs/SECURITY.md)", key)

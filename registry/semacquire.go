@@ -148,7 +148,7 @@ func (s *Semaphore) deaf() bool {
 func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, waits bool, mark int64) (*permit, grant, error) {
 	r := s.eng
 	r.labels.publish(ctx) // once, before the registry's first attempt
-	token := r.core.NewToken()
+	token := r.core.NewPermitToken(s.count)
 	more := false
 	if waits {
 		s.mu.Lock()
@@ -159,7 +159,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 	g, err := s.proto.acquire(ctx, s.key, token, ttl, s.permits, h, more)
 	switch {
 	case err != nil:
-		err = wrongKind(kindSemaphore, err)
+		err = otherCount(s.permits, wrongKind(kindSemaphore, err))
 		if core.IsAmbiguous(err) {
 			s.releaseLater(token) // the script may have added the permit
 			if waits {

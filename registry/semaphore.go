@@ -18,7 +18,9 @@ import (
 // ErrInvalidConfig for permits < 1, for a semaphore cached with another
 // count of permits, and on a Redlock registry or one made WithReplicaAck;
 // ErrInvalidKey for a bad key or one that this registry uses as a lock;
-// ErrClosed or ErrCacheFull as Obtain. It does not contact Redis.
+// ErrClosed or ErrCacheFull as Obtain. It does not contact Redis: a count
+// that differs from the one the semaphore's permits are held with is told
+// by Acquire (see Semaphore).
 func (r *Registry) Semaphore(key string, permits int) (*Semaphore, error) {
 	switch {
 	case r.core.BG.IsClosed():
@@ -63,8 +65,9 @@ func (s *Semaphore) Permits() int { return s.permits }
 // token of its own, from one counter per semaphore), Lost, Renew, Release
 // and ReleaseAfter work as for a lock's Lease, from any goroutine, and
 // WithAutoRenew renews it. Transient Redis errors are retried until ctx
-// ends; other errors (WRONGTYPE: the key is a lock's) return at once; on
-// error nothing is held.
+// ends; other errors return at once: ErrWrongKind (the key is a lock's),
+// ErrInvalidConfig (its permits are held with another count). On error
+// nothing is held.
 func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Lease, error) {
 	return s.acquire(ctx, ttl, true)
 }

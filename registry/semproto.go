@@ -3,7 +3,9 @@ package registry
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -77,6 +79,23 @@ func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Durat
 	}
 	g, err := decodeGrant(v)
 	return semGrant{grant: g}, err
+}
+
+// otherCount turns semacquire.lua's refusal of a count of permits that
+// differs from the one the semaphore's holders were made with into an
+// error matching ErrInvalidConfig that names both counts; other errors are
+// returned as they are.
+func otherCount(permits int, err error) error {
+	var re *core.ReplyError
+	if !errors.As(err, &re) {
+		return err
+	}
+	held, ok := strings.CutPrefix(re.Error(), "ERR lockyard permits ")
+	if !ok {
+		return err
+	}
+	return fmt.Errorf("%w: the semaphore is held with %s permits, not %d: its count changes once every permit is free (see Semaphore)",
+		ErrInvalidConfig, held, permits)
 }
 
 // pass keeps token's permit for the next local holder, with a TTL of ttl,

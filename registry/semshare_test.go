@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,26 +114,66 @@ func TestSemaphoreTurnsAcrossRegistries(t *testing.T) {
 	}
 }
 
-// Processes that disagree on the count (a rolling change of the limit)
-// each admit themselves only while fewer than their own count hold.
+// Processes that disagree on the count of permits are told: while
+// permits of one count are held, an acquisition with another fails at
+// once with ErrInvalidConfig naming both (a waiting one too, leaving no
+// entry in line), and Inspect shows the count. Once every permit is free,
+// or has expired, the next acquisition sets the count. A permit whose
+// token carries no count (an older lockyard's) is not compared.
 func TestSemaphorePermitsDisagree(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx := prefix(t)
-		one := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 1)
+		r1 := newRegPrefix(t, b.pool(t), pfx)
+		one := semaphore(t, r1, "k", 1)
 		two := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 2)
+		refused := func(s *registry.Semaphore, held, mine int) {
+			t.Helper()
+			_, err := s.TryAcquire(bg(t), 0)
+			mustIs(t, err, registry.ErrInvalidConfig)
+			if want := fmt.Sprintf("held with %d permits, not %d", held, mine); !strings.Contains(err.Error(), want) {
+				t.Fatalf("TryAcquire: %v, want it to say %q", err, want)
+			}
+			ctx, cancel := context.WithTimeout(bg(t), 5*time.Second)
+			defer cancel()
+			_, err = s.Acquire(ctx, 0)
+			mustIs(t, err, registry.ErrInvalidConfig) // at once, not at the deadline
+		}
+
 		a, err := one.TryAcquire(bg(t), 0)
 		mustNil(t, err)
-		c, err := two.TryAcquire(bg(t), 0) // 1 held < 2
-		mustNil(t, err)
-		_, err = two.TryAcquire(bg(t), 0)
-		mustIs(t, err, registry.ErrNotObtained)
+		if m := b.do(t, "ZRANGE", one.Key(), 0, -1).([]any); len(m) != 1 || !strings.HasSuffix(string(m[0].([]byte)), "#1") {
+			t.Fatalf("the permits are %q, want one whose token ends with its count", m)
+		}
+		refused(two, 1, 2)
+		if info := inspect(t, r1, "k"); info.Permits != 1 || len(info.Holders) != 1 || len(info.Waiters) != 0 {
+			t.Fatalf("Inspect: %+v, want 1 holder of a count of 1 and nobody waiting", info)
+		}
 		mustNil(t, a.Release(bg(t)))
-		_, err = one.TryAcquire(bg(t), 0) // 1 held, not < 1
-		mustIs(t, err, registry.ErrNotObtained)
+
+		c, err := two.TryAcquire(bg(t), 0) // every permit free: the count is 2 from now on
+		mustNil(t, err)
+		if info := inspect(t, r1, "k"); info.Permits != 2 {
+			t.Fatalf("Inspect: %+v, want a count of 2", info)
+		}
+		refused(one, 2, 1)
 		mustNil(t, c.Release(bg(t)))
-		a, err = one.TryAcquire(bg(t), 0)
+
+		// A permit whose token carries no count (an older lockyard's) is
+		// not compared; a permit of another count that expired is not,
+		// though it is not pruned yet (fewer are held than the count).
+		now := b.do(t, "TIME").([]any)
+		sec, _ := strconv.ParseInt(string(now[0].([]byte)), 10, 64)
+		b.do(t, "ZADD", one.Key(), (sec+60)*1000, "an-older-lockyard:0000000000000001")
+		b.do(t, "PEXPIRE", one.Key(), 60000)
+		a, err = two.TryAcquire(bg(t), registry.MinExpireAfter) // 1 held, with no count
 		mustNil(t, err)
-		mustNil(t, a.Release(bg(t)))
+		waitFor(t, 5*time.Second, "the permit to expire", func() bool { return len(inspect(t, r1, "k").Holders) == 1 })
+		three := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 3)
+		c, err = three.TryAcquire(bg(t), 0)
+		mustNil(t, err)
+		mustNil(t, c.Release(bg(t)))
+		_ = a.Release(bg(t)) // lost
+		b.do(t, "DEL", one.Key())
 	})
 }
 

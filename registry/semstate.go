@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockyard/lockyard/internal/core"
 	"github.com/lockyard/lockyard/internal/reentrant"
+	"github.com/lockyard/lockyard/internal/wire"
 )
 
 // A semaphore instance's state, at the bottom of the semaphore's files: its
@@ -36,11 +37,13 @@ const kindSemaphore = "semaphore"
 // to it, without a round trip or with one (as a lock's hold is handed off),
 // unless waiters of other registries are in line for it.
 //
-// Processes that disagree on Permits (a rolling change of the limit) each
-// admit themselves only while fewer permits than their own count are held:
-// during the change at most the larger count hold, and a process with the
-// smaller count waits until fewer than its count hold, which under steady
-// load by the others may be long: finish the change promptly.
+// Every permit carries the count of permits its holder was made with (at
+// the end of its token: "#" and the count): while permits are held, an
+// acquisition with another count fails with ErrInvalidConfig naming both,
+// so that two deployments that disagree on the limit are told, not each
+// held to its own. To change the count, let every permit of the old one
+// go (stop or drain the processes that use it, or run lockyard release
+// --force on the key): the next acquisition sets the new one.
 //
 // A Semaphore needs one Redis master (a single node, Sentinel, or Cluster:
 // its keys share one hash slot) and the TIME command; a Redlock registry or
@@ -50,6 +53,7 @@ type Semaphore struct {
 	proto     *semProto
 	key, name string
 	permits   int
+	count     string // the suffix of its tokens: "#" permits (wire.CountSuffix)
 	// waiter is the semaphore instance's id in the key's wait queue, as a
 	// RedisLock's (one entry per registry, kept by its successive heads).
 	waiter   core.Waiter
@@ -98,7 +102,7 @@ type permit struct {
 
 func newSemaphore(r *engine, proto *semProto, name string, permits int) *Semaphore {
 	key := r.layout.LockKey(name)
-	s := &Semaphore{eng: r, proto: proto, key: key, permits: permits, pubsub: r.cfg.lockType == PubSubLock, wake: core.NewWaker(true)}
+	s := &Semaphore{eng: r, proto: proto, key: key, permits: permits, count: wire.CountSuffix(permits), pubsub: r.cfg.lockType == PubSubLock, wake: core.NewWaker(true)}
 	s.waiter.Renew(&r.core)
 	s.name, _ = r.layout.UserKey(key)
 	s.touch()

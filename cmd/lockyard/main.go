@@ -67,7 +67,7 @@ import (
 // Exit codes other than the command's own.
 const (
 	exitUsage       = 64 // EX_USAGE
-	exitWrongKind   = 65 // EX_DATAERR: the key is another kind (registry.ErrWrongKind)
+	exitWrongKind   = 65 // EX_DATAERR: the key is another kind (registry.ErrWrongKind), or a semaphore of another count
 	exitUnavailable = 69 // EX_UNAVAILABLE
 	exitNotAcquired = 75 // EX_TEMPFAIL
 	exitLost        = 76
@@ -82,9 +82,11 @@ Run "lockyard COMMAND -h" for the flags of a command (run -h also lists the exit
 `
 
 // exitFor is the exit status of a failure to acquire with err: a key of
-// another kind is the caller's data, not Redis's state.
+// another kind, or a semaphore held with another count of permits
+// (ErrInvalidConfig, the only one an acquisition meets in Redis), is the
+// caller's data, not Redis's state.
 func exitFor(err error) int {
-	if errors.Is(err, registry.ErrWrongKind) {
+	if errors.Is(err, registry.ErrWrongKind) || errors.Is(err, registry.ErrInvalidConfig) {
 		return exitWrongKind
 	}
 	return exitUnavailable

@@ -504,8 +504,11 @@ func TestRunPermits(t *testing.T) {
 		t.Cleanup(func() { _ = le.Release(context.Background()) })
 	}
 	code, out := exitCode(t, lockyard("status", key))
-	if code != 0 || strings.Count(out, " permit ") != 2 || !strings.Contains(out, "semaphore: 2 held, 0 waiting") {
-		t.Fatalf("status of the semaphore (exit %d): want two permits held:\n%s", code, out)
+	if code != 0 || strings.Count(out, " permit ") != 2 || !strings.Contains(out, "semaphore: 2/2 held, 0 waiting") {
+		t.Fatalf("status of the semaphore (exit %d): want two permits of two held:\n%s", code, out)
+	}
+	if _, out := exitCode(t, lockyard("status", "--json", key)); !strings.Contains(out, `"permits":2`) {
+		t.Fatalf("status --json of the semaphore: want its count of permits:\n%s", out)
 	}
 	if code, out := exitCode(t, lockyard("run", "--permits", "2", "-n", key, "--", "true")); code != 75 || !strings.Contains(out, "every permit") {
 		t.Fatalf("-n with every permit held: exit %d, %q; want 75", code, out)
@@ -513,6 +516,13 @@ func TestRunPermits(t *testing.T) {
 	for _, n := range []string{"-1", "0"} {
 		if code, _ := exitCode(t, lockyard("run", "--permits", n, key, "--", "true")); code != 64 {
 			t.Fatalf("--permits %s: exit %d, want 64", n, code)
+		}
+	}
+	// Another count beside the holders of two: told at once (65), whether
+	// run waits or not.
+	for _, wait := range []string{"-n", "--wait=20s"} {
+		if code, out := exitCode(t, lockyard("run", "--permits", "3", wait, key, "--", "true")); code != 65 || !strings.Contains(out, "held with 2 permits, not 3") {
+			t.Fatalf("run --permits 3 %s beside holders of 2: exit %d, %q; want 65 naming both counts", wait, code, out)
 		}
 	}
 	// The semaphore's key taken as a lock: the other kind (65), at once,

@@ -103,7 +103,8 @@ Environment of COMMAND:
 Exit status: COMMAND's own (128+N if signal N killed it), or
   64   usage error (bad flag, --ttl, --wait, --permits, -s with -x or --permits,
        several keys with --permits, -s or -x, a key given twice, or REDIS_URL)
-  65   KEY is another kind in Redis (a semaphore's key taken as a lock, a read-write lock's, ...)
+  65   KEY is another kind in Redis (a semaphore's key taken as a lock, a read-write lock's, ...),
+       or its permits are held with another --permits
   69   Redis unavailable or refused the command
   75   the lock was not acquired (-n, or --wait ran out)
   76   the lock was lost while COMMAND ran (COMMAND got the --on-lost signal)

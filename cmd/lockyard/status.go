@@ -147,7 +147,8 @@ type jsonKey struct {
 	Holders []jsonHolder `json:"holders"`
 	Waiters []jsonWaiter `json:"waiters"`
 	Fence   int64        `json:"fence"`
-	Error   string       `json:"error,omitempty"` // a key that is no lock or semaphore
+	Permits int          `json:"permits,omitempty"` // a semaphore's count of permits (registry.KeyInfo.Permits)
+	Error   string       `json:"error,omitempty"`   // a key that is no lock or semaphore
 }
 
 type jsonHolder struct {
@@ -171,7 +172,7 @@ type jsonWaiter struct {
 // break the table or send control sequences to the terminal.
 func (s *statusWriter) key(k string, info registry.KeyInfo, err error) {
 	if s.enc != nil {
-		j := jsonKey{Name: k, Key: info.Key, Kind: info.Kind, Holders: []jsonHolder{}, Waiters: []jsonWaiter{}, Fence: info.Fence}
+		j := jsonKey{Name: k, Key: info.Key, Kind: info.Kind, Holders: []jsonHolder{}, Waiters: []jsonWaiter{}, Fence: info.Fence, Permits: info.Permits}
 		if err != nil {
 			j.Error = err.Error()
 		}
@@ -207,7 +208,11 @@ func (s *statusWriter) key(k string, info registry.KeyInfo, err error) {
 		for _, h := range info.Holders {
 			fmt.Fprintf(s.tw, "%s\tpermit\t%s\t%s\t%s\t%s\n", name, ttlString(h.TTL), fence, printable(h.Registry), label(h.Label))
 		}
-		fmt.Fprintf(s.tw, "%s\tsemaphore: %d held, %d waiting\t-\t%s\t-\t-\n", name, len(info.Holders), len(info.Waiters), fence)
+		held := strconv.Itoa(len(info.Holders))
+		if info.Permits > 0 {
+			held += "/" + strconv.Itoa(info.Permits)
+		}
+		fmt.Fprintf(s.tw, "%s\tsemaphore: %s held, %d waiting\t-\t%s\t-\t-\n", name, held, len(info.Waiters), fence)
 	default:
 		if len(info.Holders) == 0 {
 			fmt.Fprintf(s.tw, "%s\tfree\t-\t%s\t-\t-\n", name, fence)

@@ -44,3 +44,9 @@ func (c *Core) Now() int64 { return int64(time.Since(c.Epoch)) }
 
 // NewToken returns the lock value of a new acquisition.
 func (c *Core) NewToken() string { return wire.NewToken(c.ClientID, c.seq.Add(1)) }
+
+// NewPermitToken returns a new token for a semaphore's permit, ending
+// with count (wire.CountSuffix).
+func (c *Core) NewPermitToken(count string) string {
+	return wire.NewPermitToken(c.ClientID, c.seq.Add(1), count)
+}

@@ -8,6 +8,7 @@ package wire
 import (
 	"encoding/binary"
 	"encoding/hex"
+	"strconv"
 	"strings"
 )
 
@@ -192,14 +193,38 @@ func GlobEscape(s string) string {
 // registry's acquisition counter seq in 16 hex digits. Uniqueness is what
 // compare-and-delete needs; anyone who could guess a value can read it in
 // Redis anyway. (A counter costs no getrandom call per acquisition.)
-func NewToken(clientID string, seq uint64) string {
-	buf := make([]byte, 0, len(clientID)+1+16)
+func NewToken(clientID string, seq uint64) string { return NewPermitToken(clientID, seq, "") }
+
+// NewPermitToken returns NewToken's value followed by count, the
+// PermitCount suffix of a semaphore's permit ("" for none).
+func NewPermitToken(clientID string, seq uint64, count string) string {
+	buf := make([]byte, 0, len(clientID)+1+16+len(count))
 	buf = append(buf, clientID...)
 	buf = append(buf, ':')
 	var n [8]byte
 	binary.BigEndian.PutUint64(n[:], seq)
 	buf = hex.AppendEncode(buf, n[:])
+	buf = append(buf, count...)
 	return string(buf)
+}
+
+// CountSuffix returns the suffix of the tokens of a semaphore's permits
+// that says its count of permits: "#" and the count in decimal. Every
+// permit carries the count its holder was made with, so that a holder with
+// another count is refused (semacquire.lua) without a key of its own.
+func CountSuffix(permits int) string { return "#" + strconv.Itoa(permits) }
+
+// PermitCount returns the count of permits that a semaphore's permit token
+// carries (CountSuffix), and false for a token without one (a lock's, or a
+// permit taken by a lockyard that did not write it).
+func PermitCount(token string) (int, bool) {
+	i := strings.LastIndexByte(token, '#')
+	digits := token[i+1:]
+	if i < 0 || digits == "" || strings.Trim(digits, "0123456789") != "" { // as semacquire.lua reads it: '#(%d+)$'
+		return 0, false
+	}
+	n, err := strconv.Atoi(digits)
+	return n, err == nil && n > 0
 }
 
 // Holder returns the registry id of a lockyard token (the part before the

@@ -176,3 +176,18 @@ func TestLabelKey(t *testing.T) {
 		}
 	}
 }
+
+// A permit's token carries its count after '#', and Holder still names its
+// registry; tokens without a count (a lock's, an older lockyard's permit,
+// a Spring value) have none.
+func TestPermitCount(t *testing.T) {
+	tok := NewPermitToken("id", 3, CountSuffix(12))
+	if n, ok := PermitCount(tok); !ok || n != 12 || Holder(tok) != "id" {
+		t.Fatalf("%q: count %d %v, holder %q; want 12 and id", tok, n, ok, Holder(tok))
+	}
+	for _, tok := range []string{NewToken("id", 3), "spring-uuid", "a#b:0000000000000001", "id:00#x", "id:00#0", "id:00#-2", "id:00#+2", "#"} {
+		if n, ok := PermitCount(tok); ok {
+			t.Errorf("%q: count %d, want none", tok, n)
+		}
+	}
+}

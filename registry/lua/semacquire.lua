@@ -6,7 +6,8 @@
 -- KEYS     as obtain.lua, with the semaphore key (a sorted set: token ->
 --          expiry, server ms) for the lock key: semaphore key, wait queue,
 --          queue info, turn (unused), pollers, fence counter
--- ARGV[1]  token, unique to this acquisition
+-- ARGV[1]  token, unique to this acquisition, ending with '#' and the
+--          caller's count of permits (ARGV[13])
 -- ARGV[2]  time to live in ms
 -- ARGV[3]  waiter id: registryId/n, one per semaphore instance (its
 --          leases that wait take turns at talking to Redis)
@@ -22,8 +23,9 @@
 -- ARGV[11] ms added to a polling waiter's turn
 -- ARGV[12] the caller's round trip in ms
 -- ARGV[13] permits: the caller admits itself only while fewer than this
---          many permits are held (processes that disagree each keep their
---          own bound)
+--          many permits are held. Every permit's token carries its
+--          holder's count: a caller whose count differs from the soonest
+--          live permit's is refused (a token without one is not compared)
 -- ARGV[14] 1 when more leases of the caller's registry wait behind it:
 --          granted the last free permit, its instance queues again
 -- ARGV[15] 1 when the caller's entry is in line, as far as it knows: the
@@ -43,11 +45,14 @@
 --
 -- The uncontended path runs ZCARD, TIME, EXISTS (the queue), ZADD and
 -- PEXPIRE: expired permits are pruned only when they would refuse the
--- caller. A caller in line runs no EXISTS: ZRANK says where it stands. A
+-- caller (or when the soonest, of another count, might have expired). A
+-- caller that finds permits held reads the soonest's count (ZRANGE). A caller in line runs no EXISTS: ZRANK says where it stands. A
 -- caller about to be refused looks for its own token first (ZSCORE), so
 -- that a resend never leaves the first run's permit held by no one,
 -- whether or not a permit is free.
--- Error: WRONGTYPE when KEYS[1] is not a sorted set (a lock's key: "WRONGTYPE
+-- Error: 'ERR lockyard permits N' when the soonest live permit was taken
+--        with a count N other than ARGV[13]: nothing changes.
+--        WRONGTYPE when KEYS[1] is not a sorted set (a lock's key: "WRONGTYPE
 --        semaphore key holds a TYPE", where TYPE may be read); an
 --        error when the script may not call TIME (see docs/SECURITY.md).
 local token, id = ARGV[1], ARGV[3]
@@ -71,6 +76,22 @@ local pruned = held >= permits
 if pruned then
   -- Expired permits matter only when they would refuse the caller.
   held = P.held(KEYS[1], now)
+end
+-- count returns the count of permits that the soonest permit was taken
+-- with (the end of its token: '#' and the count), or nil if it has none.
+local function count()
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+  return first and string.match(first, '#(%d+)$')
+end
+if held > 0 then
+  local n = count()
+  if n and n ~= ARGV[13] and not pruned then -- the soonest may have expired
+    held, pruned = P.held(KEYS[1], now), true
+    n = held > 0 and count()
+  end
+  if n and n ~= ARGV[13] then
+    return redis.error_reply('ERR lockyard permits ' .. n)
+  end
 end
 local free = permits - held
 local mode, idle, spread = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
