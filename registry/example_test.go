@@ -173,7 +173,7 @@ func ExampleNewWithClient() {
 	fmt.Println(counter.scripts)
 	// Output:
 	// holding orders:order-42
-	// [label obtain release]
+	// [label obtain drop]
 }
 
 type countingClient struct {

@@ -491,7 +491,8 @@ func TestRunBoundLeavesKeyFreeATenth(t *testing.T) {
 	}
 }
 
-// failFirstRelease fails the first run of the release script once armed,
+// failFirstRelease fails the first run of a release script (release.lua,
+// or drop.lua, an uncontended lock's, or semrelease.lua) once armed,
 // without running it, as a pooled connection that the server closed does:
 // the release is retried on another connection.
 type failFirstRelease struct {
@@ -500,7 +501,7 @@ type failFirstRelease struct {
 }
 
 func (c *failFirstRelease) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
-	if (s.Name() == "release" || s.Name() == "semrelease") && c.armed.CompareAndSwap(true, false) {
+	if (s.Name() == "release" || s.Name() == "drop" || s.Name() == "semrelease") && c.armed.CompareAndSwap(true, false) {
 		return nil, io.ErrUnexpectedEOF
 	}
 	return c.Client.Eval(ctx, s, keys, args)
@@ -540,6 +541,9 @@ func TestRetriedReleaseAfterDataLossIsLoss(t *testing.T) {
 			}
 			c.armed.Store(true)
 			mustIs(t, release(), registry.ErrLockLost)
+			if c.armed.Load() {
+				t.Fatal("the release ran no release script: nothing was retried")
+			}
 		})
 	}
 }

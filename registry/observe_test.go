@@ -260,10 +260,11 @@ func TestObserverCallsBack(t *testing.T) {
 	mustNil(t, other.Release(bg(t)))
 }
 
-// A release that fails in Redis is counted in ReleaseFailed.
+// A release that fails in Redis is counted in ReleaseFailed (an
+// uncontended lease's: drop.lua).
 func TestStatsReleaseFailed(t *testing.T) {
 	b := realBackend()
-	fc := &faultyClient{Client: registry.NewPoolClient(b.pool(t)), script: "release", err: &registry.ReplyError{Err: errors.New("ERR injected")}, n: 1}
+	fc := &faultyClient{Client: registry.NewPoolClient(b.pool(t)), script: "drop", err: &registry.ReplyError{Err: errors.New("ERR injected")}, n: 1}
 	r, err := registry.NewWithClient(fc, prefix(t), registry.WithLogger(discardLogger))
 	mustNil(t, err)
 	t.Cleanup(func() { r.Close() })

@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -584,5 +585,75 @@ func TestTurnWithoutTTL(t *testing.T) {
 		defer cancel()
 		mustNil(t, l.LockContext(ctx))
 		mustNil(t, l.UnlockContext(bg(t)))
+	})
+}
+
+// scriptNames records the names of the scripts a Client runs.
+type scriptNames struct {
+	registry.Client
+	mu    sync.Mutex
+	names []string
+}
+
+func (c *scriptNames) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	c.mu.Lock()
+	c.names = append(c.names, s.Name())
+	c.mu.Unlock()
+	return c.Client.Eval(ctx, s, keys, args)
+}
+
+// releases returns the release scripts run since the last call.
+func (c *scriptNames) releases() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, n := range c.names {
+		if n == "drop" || n == "release" {
+			out = append(out, n)
+		}
+	}
+	c.names = nil
+	return out
+}
+
+// An uncontended lock is released by drop.lua (two keys). One that finds
+// a waiter queued all the same changes nothing and leaves the key to
+// release.lua, which gives the waiter its turn; the next releases expect
+// waiters (release.lua at once) until one finds none.
+func TestDropLeavesWaitersToRelease(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		c := &scriptNames{Client: registry.NewPoolClient(b.pool(t))}
+		r := newRegClientPrefix(t, c, pfx, registry.WithScriptsOnly())
+		l := obtain(t, r, "k")
+		mustNil(t, l.LockContext(bg(t)))
+		mustNil(t, l.UnlockContext(bg(t)))
+		if got := c.releases(); !slices.Equal(got, []string{"drop"}) {
+			t.Fatalf("an uncontended release ran %v, want drop", got)
+		}
+
+		mustNil(t, l.LockContext(bg(t)))
+		w := &queued{l: obtain(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock),
+			registry.WithIdleBetweenTries(10*time.Second)), "k")}
+		w.wait(t, b, 0, 1)
+		mustNil(t, l.UnlockContext(bg(t)))
+		if got := c.releases(); !slices.Equal(got, []string{"drop", "release"}) {
+			t.Fatalf("a release that found a waiter ran %v, want drop, then release", got)
+		}
+		recvWithin(t, w.got, 5*time.Second, "the waiter's turn")
+		w.finish(t)
+
+		for i := range 3 {
+			mustNil(t, l.LockContext(bg(t)))
+			mustNil(t, l.UnlockContext(bg(t)))
+			got := c.releases()
+			if slices.Equal(got, []string{"drop"}) {
+				return
+			}
+			if !slices.Equal(got, []string{"release"}) {
+				t.Fatalf("release %d after the waiter's turn ran %v, want release (waiters expected) or drop", i, got)
+			}
+		}
+		t.Fatal("three uncontended releases after the waiter's turn ran release.lua: they still expect waiters")
 	})
 }

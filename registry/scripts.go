@@ -22,6 +22,8 @@ var (
 	obtainSrc string
 	//go:embed lua/release.lua
 	releaseSrc string
+	//go:embed lua/drop.lua
+	dropSrc string
 	//go:embed lua/renew.lua
 	renewSrc string
 	//go:embed lua/pass.lua
@@ -39,6 +41,7 @@ var (
 
 	obtainScript  = core.NewScript("obtain", preludeSrc+obtainSrc)
 	releaseScript = core.NewScript("release", preludeSrc+releaseSrc)
+	dropScript    = core.NewScript("drop", preludeSrc+dropSrc)
 	renewScript   = core.NewScript("renew", renewSrc)
 	passScript    = core.NewScript("pass", preludeSrc+passSrc)
 	fenceScript   = core.NewScript("fence", fenceSrc)
@@ -191,6 +194,12 @@ func (s *scripts) renew(lk, token string, ttl time.Duration) Call {
 
 func (s *scripts) release(lk, token string) Call {
 	return Call{Keys: s.lockKeys(lk, false), Args: []any{token, s.layout.Channel(lk), s.windowArg, s.aheadArg, s.slackArg}}
+}
+
+// drop is drop.lua's call: release's for a holder that expects no
+// waiter, on the lock key and its queue alone.
+func (s *scripts) drop(lk, token string) Call {
+	return Call{Keys: []string{lk, s.layout.QueueKey(lk)}, Args: []any{token, s.layout.Channel(lk)}}
 }
 
 // nudge gives lk, once expired, to the next waiter (a lease's ReleaseAfter;
