@@ -21,8 +21,11 @@ var (
 	ErrCacheFull = core.ErrCacheFull
 	// ErrClosed means the registry was closed.
 	ErrClosed = core.ErrClosed
-	// ErrInvalidConfig means New was given a nil pool or client, or an
-	// option with a value out of range.
+	// ErrInvalidConfig means a configuration that cannot work: New given
+	// a nil pool or client, or an option with a value out of range; a
+	// kind that the registry's backend cannot serve (a Semaphore on
+	// Redlock); or, from a Semaphore's Acquire, a count of permits other
+	// than the one its permits are held with.
 	ErrInvalidConfig = core.ErrInvalidConfig
 	// ErrReplicaAck means that, with WithReplicaAck, fewer replicas than
 	// required acknowledged an obtained lock in time; the lock was released

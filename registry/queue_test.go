@@ -602,18 +602,38 @@ func (c *scriptNames) Eval(ctx context.Context, s *registry.Script, keys []strin
 	return c.Client.Eval(ctx, s, keys, args)
 }
 
-// releases returns the release scripts run since the last call.
-func (c *scriptNames) releases() []string {
+// commandNames is scriptNames for a Client that also sends plain
+// commands (registry.CommandClient), as the redigo Client does.
+type commandNames struct {
+	*scriptNames
+	cmd registry.CommandClient
+}
+
+func newCommandNames(pool registry.Pool) commandNames {
+	c := registry.NewPoolClient(pool)
+	return commandNames{&scriptNames{Client: c}, c.(registry.CommandClient)}
+}
+
+func (c commandNames) Pipeline(ctx context.Context, cmds [][]any) []registry.Result {
+	return c.cmd.Pipeline(ctx, cmds)
+}
+
+func (c commandNames) PipelineOn(ctx context.Context, key string, cmds [][]any) []registry.Result {
+	return c.cmd.PipelineOn(ctx, key, cmds)
+}
+
+// take returns the scripts run since the last call.
+func (c *scriptNames) take() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []string
-	for _, n := range c.names {
-		if n == "drop" || n == "release" {
-			out = append(out, n)
-		}
-	}
+	out := c.names
 	c.names = nil
 	return out
+}
+
+// releases returns the lock's release scripts run since the last call.
+func (c *scriptNames) releases() []string {
+	return slices.DeleteFunc(c.take(), func(n string) bool { return n != "drop" && n != "release" })
 }
 
 // An uncontended lock is released by drop.lua (two keys). One that finds

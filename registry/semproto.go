@@ -83,8 +83,9 @@ func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Durat
 
 // otherCount turns semacquire.lua's refusal of a count of permits that
 // differs from the one the semaphore's holders were made with into an
-// error matching ErrInvalidConfig that names both counts; other errors are
-// returned as they are.
+// error matching ErrInvalidConfig that names both counts, and wraps the
+// reply (an error reply: the script changed nothing, core.IsAmbiguous);
+// other errors are returned as they are.
 func otherCount(permits int, err error) error {
 	var re *core.ReplyError
 	if !errors.As(err, &re) {
@@ -94,8 +95,8 @@ func otherCount(permits int, err error) error {
 	if !ok {
 		return err
 	}
-	return fmt.Errorf("%w: the semaphore is held with %s permits, not %d: its count changes once every permit is free (see Semaphore)",
-		ErrInvalidConfig, held, permits)
+	return fmt.Errorf("%w: the semaphore is held with %s permits, not %d: its count changes once every permit is free (see Semaphore) (%w)",
+		ErrInvalidConfig, held, permits, err)
 }
 
 // pass keeps token's permit for the next local holder, with a TTL of ttl,

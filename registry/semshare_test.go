@@ -125,7 +125,8 @@ func TestSemaphorePermitsDisagree(t *testing.T) {
 		pfx := prefix(t)
 		r1 := newRegPrefix(t, b.pool(t), pfx)
 		one := semaphore(t, r1, "k", 1)
-		two := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 2)
+		sn := newCommandNames(b.pool(t))
+		two := semaphore(t, newRegClientPrefix(t, sn, pfx), "k", 2)
 		refused := func(s *registry.Semaphore, held, mine int) {
 			t.Helper()
 			_, err := s.TryAcquire(bg(t), 0)
@@ -150,7 +151,16 @@ func TestSemaphorePermitsDisagree(t *testing.T) {
 		}
 		mustNil(t, a.Release(bg(t)))
 
+		sn.take()
 		c, err := two.TryAcquire(bg(t), 0) // every permit free: the count is 2 from now on
+		mustNil(t, err)
+		mustNil(t, c.Release(bg(t)))
+		if ran := sn.take(); slices.Contains(ran, "semrelease") {
+			// The refusals were error replies, which change nothing: the
+			// instance neither queued nor expects waiters.
+			t.Fatalf("after the refusals, an uncontended permit ran %v, want its plain release", ran)
+		}
+		c, err = two.TryAcquire(bg(t), 0)
 		mustNil(t, err)
 		if info := inspect(t, r1, "k"); info.Permits != 2 {
 			t.Fatalf("Inspect: %+v, want a count of 2", info)
@@ -174,6 +184,58 @@ func TestSemaphorePermitsDisagree(t *testing.T) {
 		mustNil(t, c.Release(bg(t)))
 		_ = a.Release(bg(t)) // lost
 		b.do(t, "DEL", one.Key())
+
+		// An expired permit without a count ahead of the others turns no
+		// comparison off: the soonest live permit's count is compared.
+		b.do(t, "ZADD", one.Key(), (sec-10)*1000, "an-older-lockyard:0000000000000002")
+		b.do(t, "PEXPIRE", one.Key(), 60000)
+		c, err = three.TryAcquire(bg(t), 0)
+		mustNil(t, err)
+		refused(two, 3, 2)
+		mustNil(t, c.Release(bg(t)))
+		b.do(t, "DEL", one.Key())
+	})
+}
+
+// resentAcquire runs a semacquire.lua once armed as a resend does: its
+// permit was taken by a first run whose reply was lost (added here, for two
+// minutes), and the script runs again.
+type resentAcquire struct {
+	registry.Client
+	b     *backend
+	t     *testing.T
+	armed atomic.Bool
+}
+
+func (c *resentAcquire) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	if s.Name() == "semacquire" && c.armed.CompareAndSwap(true, false) {
+		now := c.b.do(c.t, "TIME").([]any)
+		sec, _ := strconv.ParseInt(string(now[0].([]byte)), 10, 64)
+		c.b.do(c.t, "ZADD", keys[0], (sec+120)*1000, args[0]) // after every other permit
+	}
+	return c.Client.Eval(ctx, s, keys, args)
+}
+
+// A resend of an acquisition whose first run took a permit gets that
+// permit, though the soonest live permit is of another count (counts mixed
+// by a permit without one): it is not refused, leaving its permit held by
+// no one.
+func TestSemaphoreResendBeforeOtherCount(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		two := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 2)
+		c := &resentAcquire{Client: registry.NewPoolClient(b.pool(t)), b: b, t: t}
+		five := semaphore(t, newRegClientPrefix(t, c, pfx), "k", 5)
+		a, err := two.TryAcquire(bg(t), 0)
+		mustNil(t, err)
+		c.armed.Store(true)
+		p, err := five.TryAcquire(bg(t), 0)
+		mustNil(t, err)
+		mustNil(t, p.Release(bg(t)))
+		mustNil(t, a.Release(bg(t)))
+		if n, _ := redis.Int(b.do(t, "EXISTS", two.Key()), nil); n != 0 {
+			t.Fatal("a permit is left held by no one")
+		}
 	})
 }
 

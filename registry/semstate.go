@@ -39,11 +39,14 @@ const kindSemaphore = "semaphore"
 //
 // Every permit carries the count of permits its holder was made with (at
 // the end of its token: "#" and the count): while permits are held, an
-// acquisition with another count fails with ErrInvalidConfig naming both,
-// so that two deployments that disagree on the limit are told, not each
-// held to its own. To change the count, let every permit of the old one
-// go (stop or drain the processes that use it, or run lockyard release
-// --force on the key): the next acquisition sets the new one.
+// acquisition with another count than the soonest live permit's fails
+// with ErrInvalidConfig naming both, so that two deployments that disagree
+// on the limit are told, not each held to its own. To change the count,
+// stop or drain the processes of the old one and let their permits go (or,
+// once they are stopped, take what they left out with lockyard release
+// --force): the next acquisition sets the new one. A permit taken by a
+// lockyard from before this check carries no count: while it is the
+// soonest live permit, nothing is compared.
 //
 // A Semaphore needs one Redis master (a single node, Sentinel, or Cluster:
 // its keys share one hash slot) and the TIME command; a Redlock registry or

@@ -220,7 +220,7 @@ func CountSuffix(permits int) string { return "#" + strconv.Itoa(permits) }
 func PermitCount(token string) (int, bool) {
 	i := strings.LastIndexByte(token, '#')
 	digits := token[i+1:]
-	if i < 0 || digits == "" || strings.Trim(digits, "0123456789") != "" { // as semacquire.lua reads it: '#(%d+)$'
+	if i < 0 || digits == "" || digits[0] == '0' || strings.Trim(digits, "0123456789") != "" { // as semacquire.lua reads it: '#([1-9]%d*)$'
 		return 0, false
 	}
 	n, err := strconv.Atoi(digits)

@@ -185,7 +185,7 @@ func TestPermitCount(t *testing.T) {
 	if n, ok := PermitCount(tok); !ok || n != 12 || Holder(tok) != "id" {
 		t.Fatalf("%q: count %d %v, holder %q; want 12 and id", tok, n, ok, Holder(tok))
 	}
-	for _, tok := range []string{NewToken("id", 3), "spring-uuid", "a#b:0000000000000001", "id:00#x", "id:00#0", "id:00#-2", "id:00#+2", "#"} {
+	for _, tok := range []string{NewToken("id", 3), "spring-uuid", "a#b:0000000000000001", "id:00#x", "id:00#0", "id:00#-2", "id:00#+2", "id:00#007", "#"} {
 		if n, ok := PermitCount(tok); ok {
 			t.Errorf("%q: count %d, want none", tok, n)
 		}

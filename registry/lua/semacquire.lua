@@ -45,13 +45,14 @@
 --
 -- The uncontended path runs ZCARD, TIME, EXISTS (the queue), ZADD and
 -- PEXPIRE: expired permits are pruned only when they would refuse the
--- caller (or when the soonest, of another count, might have expired). A
--- caller that finds permits held reads the soonest's count (ZRANGE). A caller in line runs no EXISTS: ZRANK says where it stands. A
+-- caller. A caller that finds permits held reads the soonest live one's
+-- count (ZRANGE BYSCORE). A caller in line runs no EXISTS: ZRANK says where it stands. A
 -- caller about to be refused looks for its own token first (ZSCORE), so
 -- that a resend never leaves the first run's permit held by no one,
 -- whether or not a permit is free.
 -- Error: 'ERR lockyard permits N' when the soonest live permit was taken
---        with a count N other than ARGV[13]: nothing changes.
+--        with a count N other than ARGV[13] (unless the caller's token
+--        holds a permit already: a resend): nothing changes.
 --        WRONGTYPE when KEYS[1] is not a sorted set (a lock's key: "WRONGTYPE
 --        semaphore key holds a TYPE", where TYPE may be read); an
 --        error when the script may not call TIME (see docs/SECURITY.md).
@@ -77,19 +78,21 @@ if pruned then
   -- Expired permits matter only when they would refuse the caller.
   held = P.held(KEYS[1], now)
 end
--- count returns the count of permits that the soonest permit was taken
--- with (the end of its token: '#' and the count), or nil if it has none.
+-- count returns the count of permits that the soonest live permit was
+-- taken with (the end of its token: '#' and the count), or nil if it has
+-- none (a permit of a lockyard that did not write it), or none is live.
 local function count()
-  local first = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
-  return first and string.match(first, '#(%d+)$')
+  local first = redis.call('ZRANGE', KEYS[1], '(' .. string.format('%d', now), '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1]
+  return first and string.match(first, '#([1-9]%d*)$')
 end
 if held > 0 then
   local n = count()
-  if n and n ~= ARGV[13] and not pruned then -- the soonest may have expired
-    held, pruned = P.held(KEYS[1], now), true
-    n = held > 0 and count()
-  end
   if n and n ~= ARGV[13] then
+    if redis.call('ZSCORE', KEYS[1], token) then
+      -- A resend after a lost reply, whose first run took a permit (the
+      -- counts were mixed by permits without one): it is the caller's.
+      return {1, fenceKey and P.fenced(fenceKey, ttl) or 0}
+    end
     return redis.error_reply('ERR lockyard permits ' .. n)
   end
 end
