@@ -66,14 +66,14 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 	if s.pubsub {
 		w.Listener = r.turns
 	}
-	more, err := r.core.Acquire(ctx, &w, true, func(ctx context.Context, _ bool, mark int64) (core.Turn, error) {
+	more, err := r.core.Acquire(ctx, &w, true, func(ctx context.Context, first bool, mark int64) (core.Turn, error) {
 		h := hint{waits: true, waiter: s.waiter.ID(), deaf: !s.pubsub || s.deaf(), spread: rand.N(r.cfg.idle/4 + 1), rtt: s.turn.rtt, queued: s.inLine()}
 		sent := r.core.Now()
 		var (
 			g   grant
 			err error
 		)
-		p, g, err = s.attempt(ctx, ttl, h, true, mark)
+		p, g, err = s.attempt(ctx, ttl, h, true, first, mark)
 		line.waitUntil = 0
 		switch {
 		case err == nil && p != nil:
@@ -145,7 +145,7 @@ func (s *Semaphore) deaf() bool {
 // for them.
 //
 // mark is the waker's count before the attempt.
-func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, waits bool, mark int64) (*permit, grant, error) {
+func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, waits, first bool, mark int64) (*permit, grant, error) {
 	r := s.eng
 	r.labels.publish(ctx) // once, before the registry's first attempt
 	token := r.core.NewPermitToken(s.count)
@@ -156,7 +156,11 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 		s.mu.Unlock()
 	}
 	sent := r.core.Now()
-	g, err := s.proto.acquire(ctx, s.key, token, ttl, s.permits, h, more)
+	compare := first && (s.compared.Load() == 0 || sent-s.compared.Load() >= int64(compareEvery))
+	g, err := s.proto.acquire(ctx, s.key, token, ttl, s.permits, h, more, compare)
+	if compare && err == nil {
+		s.compared.Store(max(sent, 1))
+	}
 	switch {
 	case err != nil:
 		err = otherCount(s.permits, wrongKind(kindSemaphore, err))

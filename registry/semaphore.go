@@ -148,7 +148,7 @@ func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Lease, error) 
 	}
 	// Not the instance's id: an attempt that is admitted takes its own
 	// entry out of line, and the instance's is the waiting leases'.
-	p, _, err := s.attempt(ctx, ttl, hint{waiter: s.waiter.ID() + "/try", spread: rand.N(r.cfg.idle/4 + 1)}, false, 0)
+	p, _, err := s.attempt(ctx, ttl, hint{waiter: s.waiter.ID() + "/try", spread: rand.N(r.cfg.idle/4 + 1)}, false, true, 0)
 	switch {
 	case err != nil:
 		return nil, core.WrapKey("acquiring", s.key, err)

@@ -60,11 +60,13 @@ type semGrant struct {
 }
 
 // acquire takes a permit of lk for token if one is free for the caller,
-// out of permits; more: leases of the caller's registry wait behind it.
-func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, permits int, h hint, more bool) (semGrant, error) {
+// out of permits; more: leases of the caller's registry wait behind it;
+// compare: the attempt compares permits with the holders' count (at most
+// once a second: compareEvery).
+func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, permits int, h hint, more, compare bool) (semGrant, error) {
 	s := &p.s
 	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
-		s.fenceArg, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits, flag(more), flag(h.queued)}}
+		s.fenceArg, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits, flag(more), flag(h.queued), flag(compare)}}
 	v, err := p.one.One(ctx, semAcquireScript, c)
 	if err != nil {
 		return semGrant{grant: unknown}, err

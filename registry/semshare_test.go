@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -115,11 +116,12 @@ func TestSemaphoreTurnsAcrossRegistries(t *testing.T) {
 }
 
 // Processes that disagree on the count of permits are told: while
-// permits of one count are held, an acquisition with another fails at
-// once with ErrInvalidConfig naming both (a waiting one too, leaving no
-// entry in line), and Inspect shows the count. Once every permit is free,
-// or has expired, the next acquisition sets the count. A permit whose
-// token carries no count (an older lockyard's) is not compared.
+// permits of one count are held, a Semaphore of another fails at once
+// with ErrInvalidConfig naming both (waiting or not, leaving no entry in
+// line), at its first acquisition and then at most once a second, and
+// Inspect shows the count. Once every permit is free, or has expired, the
+// next acquisition sets the count. A permit whose token carries no count
+// (an older lockyard's) is not compared.
 func TestSemaphorePermitsDisagree(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx := prefix(t)
@@ -139,6 +141,7 @@ func TestSemaphorePermitsDisagree(t *testing.T) {
 			_, err = s.Acquire(ctx, 0)
 			mustIs(t, err, registry.ErrInvalidConfig) // at once, not at the deadline
 		}
+		fresh := func(n int) *registry.Semaphore { return semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", n) }
 
 		a, err := one.TryAcquire(bg(t), 0)
 		mustNil(t, err)
@@ -165,7 +168,7 @@ func TestSemaphorePermitsDisagree(t *testing.T) {
 		if info := inspect(t, r1, "k"); info.Permits != 2 {
 			t.Fatalf("Inspect: %+v, want a count of 2", info)
 		}
-		refused(one, 2, 1)
+		refused(fresh(1), 2, 1)
 		mustNil(t, c.Release(bg(t)))
 
 		// A permit whose token carries no count (an older lockyard's) is
@@ -191,7 +194,19 @@ func TestSemaphorePermitsDisagree(t *testing.T) {
 		b.do(t, "PEXPIRE", one.Key(), 60000)
 		c, err = three.TryAcquire(bg(t), 0)
 		mustNil(t, err)
-		refused(two, 3, 2)
+		refused(fresh(2), 3, 2)
+
+		// A Semaphore that compared before compares again a second later:
+		// one's count of 1, beside a permit of 3, is refused by the
+		// permits held until then.
+		waitFor(t, 5*time.Second, "the count compared again", func() bool {
+			_, err := one.TryAcquire(bg(t), 0)
+			if !errors.Is(err, registry.ErrNotObtained) {
+				mustIs(t, err, registry.ErrInvalidConfig)
+				return true
+			}
+			return false
+		})
 		mustNil(t, c.Release(bg(t)))
 		b.do(t, "DEL", one.Key())
 	})

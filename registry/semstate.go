@@ -40,7 +40,8 @@ const kindSemaphore = "semaphore"
 // Every permit carries the count of permits its holder was made with (at
 // the end of its token: "#" and the count): while permits are held, an
 // acquisition with another count than the soonest live permit's fails
-// with ErrInvalidConfig naming both, so that two deployments that disagree
+// with ErrInvalidConfig naming both (the Semaphore's first, and then at
+// most once a second: compareEvery), so that two deployments that disagree
 // on the limit are told, not each held to its own. To change the count,
 // stop or drain the processes of the old one and let their permits go (or,
 // once they are stopped, take what they left out with lockyard release
@@ -64,6 +65,10 @@ type Semaphore struct {
 	wake     *core.Waker     // wakes the head: turn messages, or a permit handed off
 	pubsub   bool
 	lastUsed atomic.Int64
+	// compared: when (registry clock) an attempt last compared the
+	// instance's count of permits with the holders' and was not refused;
+	// 0: never (compareEvery).
+	compared atomic.Int64
 	// crowded: the instance expects waiters in line (it queued, or its
 	// last release found some), and gives its permits back by script,
 	// which gives their turns; else by plain commands (releasePlain).
@@ -102,6 +107,13 @@ type permit struct {
 	h   atomic.Pointer[core.Hold]
 	run core.Run // its run of local holds (owned by the lease that holds it)
 }
+
+// compareEvery is how often a Semaphore's acquisitions compare its count
+// of permits with the holders': its first attempt does, and after one
+// that was not refused, the first attempt of an acquisition a second or
+// more later (the comparison is one call in Redis, about 4% of a contended
+// acquisition's).
+const compareEvery = time.Second
 
 func newSemaphore(r *engine, proto *semProto, name string, permits int) *Semaphore {
 	key := r.layout.LockKey(name)

@@ -24,13 +24,18 @@
 -- ARGV[12] the caller's round trip in ms
 -- ARGV[13] permits: the caller admits itself only while fewer than this
 --          many permits are held. Every permit's token carries its
---          holder's count: a caller whose count differs from the soonest
---          live permit's is refused (a token without one is not compared)
+--          holder's count: when it compares (ARGV[16]) a caller whose
+--          count differs from the soonest live permit's is refused (a
+--          token without one is not compared)
 -- ARGV[14] 1 when more leases of the caller's registry wait behind it:
 --          granted the last free permit, its instance queues again
 -- ARGV[15] 1 when the caller's entry is in line, as far as it knows: the
 --          queue is then not tested for being empty (admit finds the
 --          caller's rank, and an entry that is gone costs a call more)
+-- ARGV[16] 1 when the caller compares its count of permits (ARGV[13])
+--          with the holders' (a Semaphore's first attempt, then at most
+--          once a second: semstate.go, compareEvery), 0 not to (one call
+--          less)
 --
 -- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
 --        fencing); the caller leaves the queue. {1, fence, sleep, after}
@@ -45,8 +50,8 @@
 --
 -- The uncontended path runs ZCARD, TIME, EXISTS (the queue), ZADD and
 -- PEXPIRE: expired permits are pruned only when they would refuse the
--- caller. A caller that finds permits held reads the soonest live one's
--- count (ZRANGE BYSCORE). A caller in line runs no EXISTS: ZRANK says where it stands. A
+-- caller. A caller that compares counts and finds permits held reads the
+-- soonest live one's (ZRANGE BYSCORE). A caller in line runs no EXISTS: ZRANK says where it stands. A
 -- caller about to be refused looks for its own token first (ZSCORE), so
 -- that a resend never leaves the first run's permit held by no one,
 -- whether or not a permit is free.
@@ -85,7 +90,7 @@ local function count()
   local first = redis.call('ZRANGE', KEYS[1], '(' .. string.format('%d', now), '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1]
   return first and string.match(first, '#([1-9]%d*)$')
 end
-if held > 0 then
+if held > 0 and ARGV[16] == '1' then
   local n = count()
   if n and n ~= ARGV[13] then
     if redis.call('ZSCORE', KEYS[1], token) then
