@@ -478,6 +478,10 @@ func TestACLWithoutExists(t *testing.T) {
 	r := newRegPrefix(t, userPool(t, pfx), pfx, opts...)
 	w := obtain(t, newRegPrefix(t, userPool(t, pfx), pfx, opts...), "k")
 	l := obtain(t, r, "k")
+	for range 3 { // uncontended: drop.lua, refused, then release.lua
+		mustNil(t, l.LockContext(bg(t)))
+		mustNil(t, l.UnlockContext(bg(t)))
+	}
 	cyclesWithWaiter(t, b, l, w, 1)
 	if st := r.Stats(); st.ReleaseFailed != 0 || st.LostLocks != 0 {
 		t.Fatalf("failed releases %d, lost %d; want none", st.ReleaseFailed, st.LostLocks)

@@ -39,6 +39,9 @@ type mutexProto struct {
 	// it has them (native.go): one Client, no WithReplicaAck, no
 	// WithScriptsOnly; else nil.
 	native *native
+	// dropRefused: the server refused drop.lua its EXISTS (an ACL
+	// without it): every release is release.lua's.
+	dropRefused atomic.Bool
 }
 
 func newMutexProto(x core.Executor, s scripts, cfg config, st *core.Counters, log *slog.Logger) *mutexProto {
@@ -223,16 +226,19 @@ func (p *mutexProto) release(ctx context.Context, lk, token string, quiet bool) 
 			return done, others, err
 		}
 	}
-	if quiet && p.one != nil {
+	if quiet && p.one != nil && !p.dropRefused.Load() {
 		v, err := p.one.One(ctx, dropScript, p.s.drop(lk, token))
-		if err != nil && !core.IsTryAgain(err) { // its slot migrates: the key alone, by release.lua (releaseOn)
-			return false, false, err
-		}
-		if err == nil {
+		switch {
+		case err == nil:
 			n, err := core.ReplyInt(v)
-			if err != nil || n != 3 {
+			if n == 4 { // the ACL refuses EXISTS: release.lua from now on
+				p.dropRefused.Store(true)
+			}
+			if err != nil || n < 3 {
 				return n == 1, false, err
 			}
+		case !core.IsTryAgain(err): // its slot migrates: the key alone, by release.lua (releaseOn)
+			return false, false, err
 		}
 	}
 	c := p.s.release(lk, token)

@@ -677,3 +677,19 @@ func TestDropLeavesWaitersToRelease(t *testing.T) {
 		t.Fatal("three uncontended releases after the waiter's turn ran release.lua: they still expect waiters")
 	})
 }
+
+// A hold whose key became another type (a list) while held is lost at its
+// release, as one taken by another token is: drop.lua's WRONGTYPE is not a
+// failed release.
+func TestDropFindsAnotherType(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		l := obtain(t, newReg(t, b.pool(t)), "k")
+		mustNil(t, l.LockContext(bg(t)))
+		b.do(t, "DEL", l.Key())
+		b.do(t, "RPUSH", l.Key(), "x")
+		mustIs(t, l.UnlockContext(bg(t)), registry.ErrLockLost)
+		if n, _ := redis.Int(b.do(t, "LLEN", l.Key()), nil); n != 1 {
+			t.Fatalf("the list has %d elements, want it left as it was", n)
+		}
+	})
+}

@@ -41,7 +41,7 @@ var (
 
 	obtainScript  = core.NewScript("obtain", preludeSrc+obtainSrc)
 	releaseScript = core.NewScript("release", preludeSrc+releaseSrc)
-	dropScript    = core.NewScript("drop", preludeSrc+dropSrc)
+	dropScript    = core.NewScript("drop", dropSrc)
 	renewScript   = core.NewScript("renew", renewSrc)
 	passScript    = core.NewScript("pass", preludeSrc+passSrc)
 	fenceScript   = core.NewScript("fence", fenceSrc)
