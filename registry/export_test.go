@@ -19,6 +19,11 @@ func (r *Registry) IsCached(key string) bool {
 // CacheLen returns the number of cached locks.
 func (r *Registry) CacheLen() int { return r.cache.len() }
 
+// TurnsSubscribed reports whether the registry's subscription to its
+// semaphore turns is taken, and the waiters it may have missed messages
+// for were woken.
+func (r *Registry) TurnsSubscribed() bool { return r.turns.up.Load() }
+
 // Waiters returns the number of goroutines queued on l's local mutex.
 func (l *RedisLock) Waiters() int { return l.local.Waiters() }
 

@@ -457,8 +457,10 @@ func TestSemaphoreNextHeadKeepsWait(t *testing.T) {
 		cp := &redistest.CountingPool{Pool: b.pool(t)}
 		// Free passes for a minute: the local hand-off sends no command.
 		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
-		s := semaphore(t, newRegPrefix(t, cp, pfx, append(opts, registry.WithRuns(time.Minute, time.Minute))...), "k", 2)
+		r := newRegPrefix(t, cp, pfx, append(opts, registry.WithRuns(time.Minute, time.Minute))...)
+		s := semaphore(t, r, "k", 2)
 		other := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 2)
+		turnsSubscribed(t, r, s, other)
 		o, a, first := headQueued(t, b, s, other)
 		second := acquirePermit(bg(t), s, 0)
 		waitFor(t, 5*time.Second, "two leases waiting", func() bool { return s.Waiting() == 2 })
@@ -517,6 +519,26 @@ func toldAfter(t *testing.T, le *registry.Lease, ch <-chan *registry.Lease, what
 		t.Fatalf("%s got the permit %v after the release (poll 3s): not told", what, d)
 	}
 	return got
+}
+
+// turnsSubscribed makes a lease of s (a semaphore of 2, of registry r)
+// wait while other holds both permits, until r's subscription to its
+// turns is taken, and then lets everything go: a subscription taken later
+// wakes every waiter of r to try again (messages may have been missed),
+// an attempt that a test counting commands would take for a head's.
+func turnsSubscribed(t *testing.T, r *registry.Registry, s, other *registry.Semaphore) {
+	t.Helper()
+	var held []*registry.Lease
+	for range 2 {
+		le, err := other.Acquire(bg(t), 0)
+		mustNil(t, err)
+		held = append(held, le)
+	}
+	w := acquirePermit(bg(t), s, 0)
+	waitFor(t, 5*time.Second, "the turn subscription", r.TurnsSubscribed)
+	mustNil(t, held[0].Release(bg(t)))
+	mustNil(t, recvWithin(t, w, 5*time.Second, "the waiting lease").Release(bg(t)))
+	mustNil(t, held[1].Release(bg(t)))
 }
 
 // headQueued fills the 2 permits of s (a semaphore of 2), one with a lease

@@ -58,6 +58,9 @@ type subscriber struct {
 	// hears nothing would be given turns it misses).
 	refused    atomic.Bool
 	wideLogged bool // the switch to wide was logged (owned by loop)
+	// up is set while a subscription is taken, once the waiters it may
+	// have missed messages for were woken (a test's view: export_test.go).
+	up atomic.Bool
 }
 
 // newReleaseSubscriber returns r's subscriber to release messages, which
@@ -146,6 +149,8 @@ func (s *subscriber) session(bo *core.Backoff, pattern string) (subscribed bool,
 	bo.Reset()
 	s.refused.Store(false)
 	s.wakeAll() // waiters that polled meanwhile switch to wake-ups
+	s.up.Store(true)
+	defer s.up.Store(false)
 	// The pinger sends while this goroutine receives, as Subscription
 	// allows; it stops before the subscription is closed.
 	stop, stopped := make(chan struct{}), make(chan struct{})
