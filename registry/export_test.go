@@ -45,6 +45,15 @@ func WithTurns(window, ahead time.Duration) Option {
 	}
 }
 
+// WithCrowdMemory sets how long a lock expects waiters after a release
+// found some (crowdMemory): its releases are not quiet meanwhile.
+func WithCrowdMemory(d time.Duration) Option {
+	return func(c *config) error {
+		c.crowdMemory = d
+		return nil
+	}
+}
+
 // WithRuns sets how long after the last command free passes go on
 // (freePassSpan) and how long a run of local holds lasts at most
 // (chainSpan); zero leaves one as it is.

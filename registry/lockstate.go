@@ -230,6 +230,10 @@ type turn struct {
 	// a release that finds nobody queued does. While it is set, releases
 	// run release.lua, which gives the turn (mutexProto.release).
 	crowded bool
+	// crowdedAt: when (registry clock) a release last found waiters
+	// queued; for crowdMemory after it, releases run release.lua as while
+	// crowded (0: never).
+	crowdedAt int64
 	// queued: this instance's entry is in the key's wait queue (a waiting
 	// attempt failed, or a pass queued it, and no acquisition has
 	// succeeded since).

@@ -237,7 +237,11 @@ func (p *mutexProto) release(ctx context.Context, lk, token string, quiet bool) 
 			if err != nil || n < 3 {
 				return n == 1, false, err
 			}
-		case !core.IsTryAgain(err): // its slot migrates: the key alone, by release.lua (releaseOn)
+		case core.IsTryAgain(err): // its slot migrates: the key alone, as releaseOn ends (on five keys it would be refused too)
+			c := p.s.release(lk, token)
+			c.Keys = c.Keys[:1]
+			return decodeRelease(p.one.One(ctx, releaseScript, c))
+		default:
 			return false, false, err
 		}
 	}

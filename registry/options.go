@@ -72,6 +72,7 @@ type config struct {
 	// them.
 	turnWindow, pollAhead, pollSlack, freePassSpan, chainSpan time.Duration
 	refusedRetry                                              time.Duration // how soon a refused turn subscriber asks again
+	crowdMemory                                               time.Duration // how long a lock expects waiters after a release found some (lifecycle.go)
 }
 
 // Turns (lua/prelude.lua): when a lock key is freed while waiters of other
@@ -143,6 +144,7 @@ func defaultConfig() config {
 		freePassSpan:   freePassSpan,
 		chainSpan:      chainSpan,
 		refusedRetry:   refusedRetry,
+		crowdMemory:    crowdMemory,
 		label:          defaultLabel(),
 	}
 }

@@ -41,15 +41,20 @@ func (r *recorder) Eval(ctx context.Context, s *registry.Script, keys []string, 
 }
 
 // scripts returns the registry's obtain, renew and release scripts, run
-// once each on c.
+// once each on c. The lock is held by someone else for 50ms first: a lock
+// that waited expects waiters, and releases with release.lua (one that
+// did not would run drop.lua).
 func scripts(t *testing.T, c rueidis.Client) map[string]*registry.Script {
 	t.Helper()
 	rec := &recorder{Client: rueidislock.NewClient(c), scripts: map[string]*registry.Script{}}
-	r, err := registry.NewWithClient(rec, prefix(t), registry.WithLogger(clienttest.Quiet), registry.WithFencing()) // fencing: the obtain is a script
+	pfx := prefix(t)
+	r, err := registry.NewWithClient(rec, pfx, registry.WithLogger(clienttest.Quiet), registry.WithFencing()) // fencing: the obtain is a script
 	mustNil(t, err)
 	defer r.Close()
 	l, err := r.Obtain("k")
 	mustNil(t, err)
+	ctx := ctxFor(t, 5*time.Second)
+	mustNil(t, c.Do(ctx, c.B().Set().Key(l.Key()).Value("someone-else").Px(50*time.Millisecond).Build()).Error())
 	mustNil(t, l.LockContext(ctxFor(t, 5*time.Second)))
 	mustNil(t, r.RenewLock(ctxFor(t, 5*time.Second), "k"))
 	mustNil(t, l.UnlockContext(ctxFor(t, 5*time.Second)))
