@@ -231,16 +231,20 @@ func (c *faultyClient) Eval(ctx context.Context, s *registry.Script, keys []stri
 }
 
 // Error replies that a Cluster slot migration produces are retried: a
-// release that meets ASK, and a pass that meets TRYAGAIN (its keys split
-// between two nodes), which becomes a release.
+// release that meets ASK (the waiter's, uncontended: drop.lua), and a pass
+// that meets TRYAGAIN (its keys split between two nodes), which becomes a
+// release. Every injected reply is met.
 func TestTransientRepliesAtRelease(t *testing.T) {
-	for _, c := range []struct{ script, reply string }{
-		{"release", "ASK 866 127.0.0.1:7001"},
-		{"pass", "TRYAGAIN Multiple keys request during rehashing of slot"},
+	for _, c := range []struct {
+		script, reply string
+		n             int
+	}{
+		{"drop", "ASK 866 127.0.0.1:7001", 2},                                  // retried twice
+		{"pass", "TRYAGAIN Multiple keys request during rehashing of slot", 1}, // then a release
 	} {
 		t.Run(c.script, func(t *testing.T) {
 			b := realBackend()
-			fc := &faultyClient{Client: registry.NewPoolClient(b.pool(t)), script: c.script, n: 2,
+			fc := &faultyClient{Client: registry.NewPoolClient(b.pool(t)), script: c.script, n: c.n,
 				err: &registry.ReplyError{Err: errors.New(c.reply)}}
 			r := newRegClient(t, fc, registry.WithFencing())
 			l := obtain(t, r, "k")
@@ -259,6 +263,11 @@ func TestTransientRepliesAtRelease(t *testing.T) {
 			// took it from Redis at its first attempt.
 			if s := r.Stats(); s.Acquisitions != 2 || s.Contended != 1 {
 				t.Fatalf("stats %+v, want 2 acquisitions, 1 contended", s)
+			}
+			fc.mu.Lock()
+			defer fc.mu.Unlock()
+			if fc.n != 0 {
+				t.Fatalf("%d of the injected %s replies were not met", fc.n, c.script)
 			}
 		})
 	}
