@@ -89,12 +89,12 @@ func (l *RedisLock) unlock(ctx context.Context, who reentrant.Owner) error {
 }
 
 // crowdMemory is how long after a release found waiters queued a lock
-// still expects them (config.crowdMemory; tests change it): its releases are release.lua's, which gives the
-// turn in the same round trip, where the quiet release (the native delete,
-// drop.lua) that finds waiters all the same takes a second one. A key
-// that waiters come to now and then (four registries a few ms apart)
-// found them at 60% of its quiet releases when only the last release
-// counted.
+// still expects them (config.crowdMemory; tests change it): its releases
+// are release.lua's, which gives the turn in the same round trip, where a
+// quiet release (the native delete, drop.lua) that finds waiters all the
+// same takes a second one. A key that waiters come to now and then (four
+// registries a few ms apart) found them at 60% of its quiet releases when
+// only the last release counted.
 const crowdMemory = time.Second
 
 // release deletes h's key (engine.release): quietly (the server's native

@@ -199,7 +199,8 @@ func (p *mutexProto) renewScripts(ctx context.Context, calls []core.RenewCall) [
 // reports whether it did, and whether waiters are queued for lk (as far as
 // one node can tell: never under Redlock). quiet says the caller expects
 // no waiter of another instance (its acquisition found the key free, and
-// its last release found nobody queued): only then may the release be the
+// no release found anyone queued lately: lifecycle.go, crowdMemory): only
+// then may the release be the
 // server's native delete (native.go), which gives no turn, or, on a server
 // without one, drop.lua (two keys, no rule of the queue: 1.6 µs of the
 // server's time less than release.lua on Redis 7.0), which leaves a key

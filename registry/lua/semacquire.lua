@@ -51,10 +51,10 @@
 -- The uncontended path runs ZCARD, TIME, EXISTS (the queue), ZADD and
 -- PEXPIRE: expired permits are pruned only when they would refuse the
 -- caller. A caller that compares counts and finds permits held reads the
--- soonest live one's (ZRANGE BYSCORE). A caller in line runs no EXISTS: ZRANK says where it stands. A
--- caller about to be refused looks for its own token first (ZSCORE), so
--- that a resend never leaves the first run's permit held by no one,
--- whether or not a permit is free.
+-- soonest live one's (ZRANGE BYSCORE). A caller in line runs no EXISTS:
+-- ZRANK says where it stands. A caller about to be refused looks for its
+-- own token first (ZSCORE), so that a resend never leaves the first run's
+-- permit held by no one, whether or not a permit is free.
 -- Error: 'ERR lockyard permits N' when the soonest live permit was taken
 --        with a count N other than ARGV[13] (unless the caller's token
 --        holds a permit already: a resend): nothing changes.
