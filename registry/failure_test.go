@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
@@ -115,6 +116,21 @@ func TestSilentServer(t *testing.T) {
 var oddKeys = []string{"{tag}", "a:b", "with space", "tab\there", "new\nline", "nul\x00byte",
 	"\xff\xfe invalid utf-8", "ключ", "🔒", "*", "?", "[a-z]", "\\", "a:b:", ":"}
 
+// fuzzKeyPairs seeds f with pairs of odd keys (each with the next, and
+// with itself) and an empty one, and returns the miniredis server the
+// fuzz targets run on and a pool of it (closed when fuzzing ends).
+func fuzzKeyPairs(f *testing.F) (*miniredis.Miniredis, *redis.Pool) {
+	for i, k := range oddKeys {
+		f.Add(k, oddKeys[(i+1)%len(oddKeys)])
+		f.Add(k, k)
+	}
+	f.Add("", "x")
+	mr := newMiniredis(f)
+	pool := redistest.NewPool(mr.Addr())
+	f.Cleanup(func() { pool.Close() })
+	return mr, pool
+}
+
 // Odd keys round-trip exactly, never block each other, and block themselves.
 func TestOddKeys(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
@@ -152,14 +168,7 @@ func TestOddKeys(t *testing.T) {
 // other exactly when they are equal, round-trip exactly into Redis, and
 // read back by Inspect.
 func FuzzKeys(f *testing.F) {
-	for i, k := range oddKeys {
-		f.Add(k, oddKeys[(i+1)%len(oddKeys)])
-		f.Add(k, k)
-	}
-	f.Add("", "x")
-	mr := newMiniredis(f)
-	pool := redistest.NewPool(mr.Addr())
-	defer pool.Close()
+	mr, pool := fuzzKeyPairs(f)
 	f.Fuzz(func(t *testing.T, a, b string) {
 		r, err := registry.New(pool, "fuzz", registry.WithLogger(slog.New(&logRecorder{})))
 		mustNil(t, err)

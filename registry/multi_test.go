@@ -12,7 +12,6 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -325,14 +324,7 @@ func TestAcquireAllNotStarved(t *testing.T) {
 // key, a key given twice) with ErrInvalidKey and takes the rest, each at
 // its own lock key; a RedisLock of any of them is kept out.
 func FuzzAcquireAllKeys(f *testing.F) {
-	for i, k := range oddKeys {
-		f.Add(k, oddKeys[(i+1)%len(oddKeys)])
-		f.Add(k, k)
-	}
-	f.Add("", "x")
-	mr := newMiniredis(f)
-	pool := redistest.NewPool(mr.Addr())
-	defer pool.Close()
+	mr, pool := fuzzKeyPairs(f)
 	f.Fuzz(func(t *testing.T, a, b string) {
 		r, err := registry.New(pool, "fuzzmulti")
 		mustNil(t, err)

@@ -395,14 +395,7 @@ func TestRWLockInspect(t *testing.T) {
 // readers beside it) in Redis; two keys exclude each other's writers only
 // when they are equal.
 func FuzzRWLockKeys(f *testing.F) {
-	for i, k := range oddKeys {
-		f.Add(k, oddKeys[(i+1)%len(oddKeys)])
-		f.Add(k, k)
-	}
-	f.Add("", "x")
-	mr := newMiniredis(f)
-	pool := redistest.NewPool(mr.Addr())
-	defer pool.Close()
+	mr, pool := fuzzKeyPairs(f)
 	f.Fuzz(func(t *testing.T, a, b string) {
 		r1, err := registry.New(pool, "fuzzrw")
 		mustNil(t, err)

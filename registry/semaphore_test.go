@@ -223,14 +223,7 @@ func TestSemaphoreWrongType(t *testing.T) {
 // which excludes a second permit of one permit (on another registry) on the
 // same key, never on a different one.
 func FuzzSemaphoreKeys(f *testing.F) {
-	for i, k := range oddKeys {
-		f.Add(k, oddKeys[(i+1)%len(oddKeys)])
-		f.Add(k, k)
-	}
-	f.Add("", "x")
-	mr := newMiniredis(f)
-	pool := redistest.NewPool(mr.Addr())
-	defer pool.Close()
+	mr, pool := fuzzKeyPairs(f)
 	f.Fuzz(func(t *testing.T, a, b string) {
 		r1, err := registry.New(pool, "fuzzsem")
 		mustNil(t, err)
