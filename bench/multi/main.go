@@ -171,26 +171,12 @@ func run(reps int, dur time.Duration, only string, retry time.Duration) error {
 		"uncontended": {{"5 keys", uncontended}},
 	}
 	for _, sc := range strings.Split(only, ",") {
-		res := procs.Results[result]{}
-		var names []string
-		for rep := range reps {
-			order := slices.Clone(cs)
-			if rep%2 == 1 {
-				slices.Reverse(order)
-			}
-			for _, c := range order {
-				for _, j := range jobs[sc] {
-					name := c.name + " " + j.name
-					if rep == 0 && !slices.Contains(names, name) {
-						names = append(names, name)
-					}
-					r, err := measure(conn, self, fmt.Sprintf("%s%d-%d", sc, rep, rand.N(1<<30)), j.procs(c.impl))
-					if err != nil {
-						return fmt.Errorf("%s, %s: %w", sc, name, err)
-					}
-					res[name] = append(res[name], r)
-				}
-			}
+		names, res, err := procs.Interleave(reps, cs, jobs[sc], func(c contender, j job) string { return c.name + " " + j.name },
+			func(rep int, c contender, j job) (result, error) {
+				return measure(conn, self, fmt.Sprintf("%s%d-%d", sc, rep, rand.N(1<<30)), j.procs(c.impl))
+			})
+		if err != nil {
+			return fmt.Errorf("%s, %w", sc, err)
 		}
 		print(sc, names, res)
 	}

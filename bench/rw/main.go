@@ -142,26 +142,12 @@ func run(reps int, dur time.Duration, base, only, lock string) error {
 		"mix":     {{"RWLock", readers("rw", 0.1, 2*time.Millisecond)}, {"RedisLock", readers("mutex", 0.1, 2*time.Millisecond)}, {"Semaphore(16)", readers("sem", 0.1, 2*time.Millisecond)}},
 	}
 	for _, sc := range strings.Split(only, ",") {
-		res := procs.Results[result]{}
-		var names []string
-		for rep := range reps {
-			order := slices.Clone(cs)
-			if rep%2 == 1 {
-				slices.Reverse(order)
-			}
-			for _, c := range order {
-				for _, j := range jobs[sc] {
-					name := c.name + " " + j.name
-					if rep == 0 && !slices.Contains(names, name) {
-						names = append(names, name)
-					}
-					r, err := measure(conn, c.exe, fmt.Sprintf("%s%d-%d", sc, rep, rand.N(1<<30)), j.procs)
-					if err != nil {
-						return fmt.Errorf("%s, %s: %w", sc, name, err)
-					}
-					res[name] = append(res[name], r)
-				}
-			}
+		names, res, err := procs.Interleave(reps, cs, jobs[sc], func(c contender, j job) string { return c.name + " " + j.name },
+			func(rep int, c contender, j job) (result, error) {
+				return measure(conn, c.exe, fmt.Sprintf("%s%d-%d", sc, rep, rand.N(1<<30)), j.procs)
+			})
+		if err != nil {
+			return fmt.Errorf("%s, %w", sc, err)
 		}
 		print(sc, names, res, dur)
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,6 +73,35 @@ func (s Server) Since(s0 Server) Server {
 
 // IsScript reports whether a command name is a script call.
 func IsScript(n string) bool { return n == "evalsha" || n == "eval" }
+
+// Interleave runs every job of every contender reps times, the
+// contenders in their order in even repetitions and in reverse in odd
+// ones, and returns the results of each contender's job by its name
+// (name), with the names in the order of the first repetition.
+func Interleave[C, J, R any](reps int, cs []C, jobs []J, name func(C, J) string, run func(rep int, c C, j J) (R, error)) ([]string, Results[R], error) {
+	res := Results[R]{}
+	var names []string
+	for rep := range reps {
+		order := slices.Clone(cs)
+		if rep%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, c := range order {
+			for _, j := range jobs {
+				n := name(c, j)
+				if rep == 0 && !slices.Contains(names, n) {
+					names = append(names, n)
+				}
+				r, err := run(rep, c, j)
+				if err != nil {
+					return names, res, fmt.Errorf("%s: %w", n, err)
+				}
+				res[n] = append(res[n], r)
+			}
+		}
+	}
+	return names, res, nil
+}
 
 // Results are a scenario's runs of each job, by the job's name.
 type Results[R any] map[string][]R
