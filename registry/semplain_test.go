@@ -375,7 +375,7 @@ type resending struct {
 }
 
 func (c resending) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
-	if len(args) != 15 { // not semacquire.lua
+	if s.Name() != "semacquire" {
 		return c.Client.Eval(ctx, s, keys, args)
 	}
 	if _, err := c.Client.Eval(ctx, s, keys, args); err != nil {
