@@ -438,3 +438,66 @@ func TestSemaphoreResendWithWaiterInLine(t *testing.T) {
 		}
 	})
 }
+
+// An attempt that finds every permit taken counts the live ones: expired
+// permits (crashed holders', never pruned) do not refuse it, and it prunes
+// them, so that the key holds only live permits after it; an attempt that
+// is refused leaves the live ones as they were.
+func TestSemaphoreFullAttemptPrunesExpired(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		s := semaphore(t, newReg(t, b.pool(t)), "k", 2)
+		b.do(t, "ZADD", s.Key(), 1, "crashed long ago#2") // expired, and nobody pruned it
+		a, err := s.TryAcquire(bg(t), 0)                  // one held of 2: taken without counting
+		mustNil(t, err)
+		if n := zcard(t, b, s.Key()); n != 2 {
+			t.Fatalf("%d permits in Redis after the first, want 2 (the expired one kept)", n)
+		}
+		c, err := s.TryAcquire(bg(t), 0) // 2 of 2 in the key, one live
+		mustNil(t, err)
+		if n := zcard(t, b, s.Key()); n != 2 {
+			t.Fatalf("%d permits in Redis after the second, want 2 (the expired one pruned)", n)
+		}
+		if v := b.do(t, "ZSCORE", s.Key(), "crashed long ago#2"); v != nil {
+			t.Fatalf("the expired permit is still in the key (score %s)", v)
+		}
+		_, err = s.TryAcquire(bg(t), 0)
+		mustIs(t, err, registry.ErrNotObtained)
+		if n := zcard(t, b, s.Key()); n != 2 {
+			t.Fatalf("%d permits in Redis after a refusal, want 2", n)
+		}
+		mustNil(t, a.Release(bg(t)))
+		mustNil(t, c.Release(bg(t)))
+	})
+}
+
+// A TryAcquire refused on a full semaphore costs the server ZCARD, TIME,
+// ZCOUNT (the live permits) and ZSCORE (a resend's own permit) besides the
+// script: it prunes nothing and reads no expiry, since it does not sleep
+// (INFO commandstats, so the real server only).
+func TestSemaphoreTryRefusalCalls(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	s := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 1)
+	a, err := s.Acquire(bg(t), 0)
+	mustNil(t, err)
+	try := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 1)
+	_, err = try.TryAcquire(bg(t), 0) // the first compares counts: not measured
+	mustIs(t, err, registry.ErrNotObtained)
+	before, err := redistest.CommandStats(b.addr)
+	mustNil(t, err)
+	_, err = try.TryAcquire(bg(t), 0)
+	mustIs(t, err, registry.ErrNotObtained)
+	after, err := redistest.CommandStats(b.addr)
+	mustNil(t, err)
+	want := map[string]int{"evalsha": 1, "zcard": 1, "time": 1, "zcount": 1, "zscore": 1}
+	for name := range after {
+		want[name] += 0 // every command that ran, wanted or not
+	}
+	delete(want, "info")
+	for name, n := range want {
+		if d := after[name] - before[name]; d != n {
+			t.Errorf("%s ran %d times for a refused TryAcquire, want %d", name, d, n)
+		}
+	}
+	mustNil(t, a.Release(bg(t)))
+}

@@ -312,17 +312,22 @@ local function shared()
       return redis.call('ZREMRANGEBYSCORE', key, '-inf', ms(now))
     end
 
-    -- held drops the expired permits of key, and returns how many are held.
-    local function held(key, now)
-      prune(key, now)
-      return redis.call('ZCARD', key)
-    end
-
     -- live returns how many permits of key have not expired, in one call:
     -- the expired ones are left for held (semacquire.lua, when they would
     -- refuse an attempt) and for the key's own expiry.
     local function live(key, now)
       return redis.call('ZCOUNT', key, '(' .. ms(now), '+inf')
+    end
+
+    -- held returns how many permits of key are held, of total in the key
+    -- (its ZCARD), and drops the expired ones if there are any: a refusal,
+    -- the common case, costs one call.
+    local function held(key, now, total)
+      local n = live(key, now)
+      if n < total then
+        prune(key, now)
+      end
+      return n
     end
 
     -- fenced returns a new fencing token from the counter fence, and keeps

@@ -45,12 +45,13 @@
 --        with a new fencing token.
 --        {0, sleep, after} every permit is held; {2, sleep, after} one is
 --        free, but waiters ahead of the caller are in line for it. sleep:
---        how long the caller sleeps before it tries by itself; after: 1, the
---        message of its own turn wakes it (-1 when not queued).
+--        how long the caller sleeps before it tries by itself (0 for one
+--        that does not wait); after: 1, the message of its own turn wakes
+--        it (-1 when not queued).
 --
 -- The uncontended path runs ZCARD, TIME, EXISTS (the queue), ZADD and
 -- PEXPIRE: expired permits are pruned only when they would refuse the
--- caller. A caller that compares counts and finds permits held reads the
+-- caller, and a refusal counts the live ones (ZCOUNT) before it prunes any. A caller that compares counts and finds permits held reads the
 -- soonest live one's (ZRANGE BYSCORE). A caller in line runs no EXISTS:
 -- ZRANK says where it stands. A caller about to be refused looks for its
 -- own token first (ZSCORE), so that a resend never leaves the first run's
@@ -81,7 +82,7 @@ local permits, ttl = tonumber(ARGV[13]), tonumber(ARGV[2])
 local pruned = held >= permits
 if pruned then
   -- Expired permits matter only when they would refuse the caller.
-  held = P.held(KEYS[1], now)
+  held = P.held(KEYS[1], now, held)
 end
 -- count returns the count of permits that the soonest live permit was
 -- taken with (the end of its token: '#' and the count), or nil if it has
@@ -138,9 +139,9 @@ end
 if free > 0 and ARGV[15] ~= '1' and queueEmpty(KEYS[2]) then -- free, nobody waiting
   return granted(nil)
 end
-R = queueRules()
 local ok, told = false, nil
 if free > 0 then
+  R = queueRules()
   ok, told = P.admit(R, q, now, free, id, rules)
   if not ok and not pruned and held > 0 then
     -- The scripts that give permits back count the expired ones that
@@ -180,14 +181,19 @@ if held > 0 and redis.call('ZSCORE', KEYS[1], token) then
 end
 
 -- Not acquired: every permit is held (0), or the free ones are others'
--- turns (2).
-local status, pttl, turnLeft = 0, P.soonest(KEYS[1], now), nil
+-- turns (2). A caller that does not wait is not told how long to sleep.
+local status = 0
 if free > 0 then
-  status, pttl, turnLeft = 2, -2, rules.window
+  status = 2
 end
 if mode == 0 then
-  return {status, R.pause(pttl, 2, turnLeft, idle, spread), -1}
+  return {status, 0, -1}
 end
+local pttl, turnLeft = -2, rules.window
+if status == 0 then
+  pttl, turnLeft = P.soonest(KEYS[1], now), nil
+end
+R = R or queueRules()
 local ahead = R.enqueue(q, id, kind, now)
 local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
 local due = now + sleep + tonumber(ARGV[12])
