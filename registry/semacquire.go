@@ -157,7 +157,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 	}
 	sent := r.core.Now()
 	compare := first && (s.compared.Load() == 0 || sent-s.compared.Load() >= int64(compareEvery))
-	g, err := s.proto.acquire(ctx, s.key, token, ttl, s.permits, h, more, compare)
+	g, err := s.proto.acquire(ctx, s.key, token, ttl, s.permits, h, more, compare, !s.crowded.Load())
 	if compare && err == nil {
 		s.compared.Store(max(sent, 1))
 	}
@@ -175,6 +175,8 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 		if waits {
 			s.turn.rtt = time.Duration(r.core.Now() - sent)
 			s.setQueued(true)
+		} else {
+			s.crowded.Store(true) // a full semaphore: the next attempt reads its count first, and a release gives turns
 		}
 		return nil, g.grant, nil
 	}

@@ -501,3 +501,72 @@ func TestSemaphoreTryRefusalCalls(t *testing.T) {
 	}
 	mustNil(t, a.Release(bg(t)))
 }
+
+// An attempt of an instance that expects the semaphore free asks first,
+// with one EXISTS, whether its key or its wait queue exist: neither (no
+// ZCARD, no second EXISTS), the key only (a permit held: ZCARD, and the
+// queue is known empty), or the queue only: a waiter in line, whose turn a
+// newcomer does not take (INFO commandstats, so the real server only for
+// the counts).
+func TestSemaphoreQuietAttemptReads(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		for _, c := range []struct {
+			name          string
+			held, inLine  bool
+			ok            bool
+			exists, zcard int
+		}{
+			{"nothing", false, false, true, 1, 0},
+			{"a permit held", true, false, true, 1, 1},
+			{"a waiter in line", false, true, false, 1, 1},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				pfx := prefix(t)
+				lk := pfx + ":k"
+				if c.held {
+					b.do(t, "ZADD", lk, time.Now().Add(time.Hour).UnixMilli(), "someone else's#2")
+					b.do(t, "PEXPIRE", lk, time.Hour.Milliseconds())
+				}
+				if c.inLine { // a listener of another process, due to try
+					w, far := wire.Layout{}, time.Now().Add(time.Hour).UnixMilli()
+					b.do(t, "ZADD", w.QueueKey(lk), 1, "other/1")
+					b.do(t, "HSET", w.WaitersKey(lk), "other/1", fmt.Sprintf("l %d %d", far, far))
+				}
+				s := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 2-boolInt(c.inLine))
+				var before map[string]int
+				if b.mr == nil {
+					var err error
+					before, err = redistest.CommandStats(b.addr)
+					mustNil(t, err)
+				}
+				le, err := s.TryAcquire(bg(t), 0)
+				if !c.ok {
+					mustIs(t, err, registry.ErrNotObtained)
+				} else {
+					mustNil(t, err)
+				}
+				if b.mr == nil {
+					after, err := redistest.CommandStats(b.addr)
+					mustNil(t, err)
+					if n := after["exists"] - before["exists"]; n != c.exists {
+						t.Errorf("%d EXISTS, want %d", n, c.exists)
+					}
+					if n := after["zcard"] - before["zcard"]; n != c.zcard {
+						t.Errorf("%d ZCARD, want %d", n, c.zcard)
+					}
+				}
+				if le != nil {
+					mustNil(t, le.Release(bg(t)))
+				}
+			})
+		}
+	})
+}
+
+// boolInt is 1 for true, 0 for false.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -62,11 +62,13 @@ type semGrant struct {
 // acquire takes a permit of lk for token if one is free for the caller,
 // out of permits; more: leases of the caller's registry wait behind it;
 // compare: the attempt compares permits with the holders' count (at most
-// once a second: compareEvery).
-func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, permits int, h hint, more, compare bool) (semGrant, error) {
+// once a second: compareEvery); quiet: the caller expects the semaphore
+// free, with nobody in line.
+func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, permits int, h hint, more, compare, quiet bool) (semGrant, error) {
 	s := &p.s
 	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
-		s.fenceArg, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits, flag(more), flag(h.queued), flag(compare)}}
+		s.fenceArg, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits, flag(more), flag(h.queued), flag(compare),
+		flag(quiet)}}
 	v, err := p.one.One(ctx, semAcquireScript, c)
 	if err != nil {
 		return semGrant{grant: unknown}, err

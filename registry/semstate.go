@@ -69,9 +69,11 @@ type Semaphore struct {
 	// instance's count of permits with the holders' and was not refused;
 	// 0: never (compareEvery).
 	compared atomic.Int64
-	// crowded: the instance expects waiters in line (it queued, or its
-	// last release found some), and gives its permits back by script,
-	// which gives their turns; else by plain commands (releasePlain).
+	// crowded: the instance expects waiters in line (it queued, a
+	// TryAcquire found every permit taken, or its last release found
+	// waiters), and gives its permits back by script, which gives their
+	// turns; else by plain commands (releasePlain), and its attempts ask
+	// first whether the semaphore key or its queue exist at all.
 	crowded atomic.Bool
 
 	turn semTurn // owned by the head

@@ -36,6 +36,10 @@
 --          with the holders' (a Semaphore's first attempt, then at most
 --          once a second: semstate.go, compareEvery), 0 not to (one call
 --          less)
+-- ARGV[17] 1 when the caller expects a free semaphore with nobody in
+--          line (its instance is not crowded: semlease.go): unless it is
+--          in line, one EXISTS of the semaphore key and the queue comes
+--          first, and when neither exists it is the only read
 --
 -- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
 --        fencing); the caller leaves the queue. {1, fence, sleep, after}
@@ -49,8 +53,8 @@
 --        that does not wait); after: 1, the message of its own turn wakes
 --        it (-1 when not queued).
 --
--- The uncontended path runs ZCARD, TIME, EXISTS (the queue), ZADD and
--- PEXPIRE: expired permits are pruned only when they would refuse the
+-- The uncontended path runs EXISTS (of both keys, ARGV[17]; else ZCARD
+-- and EXISTS of the queue), TIME, ZADD and PEXPIRE: expired permits are pruned only when they would refuse the
 -- caller, and a refusal counts the live ones (ZCOUNT) before it prunes any. A caller that compares counts and finds permits held reads the
 -- soonest live one's (ZRANGE BYSCORE). A caller in line runs no EXISTS:
 -- ZRANK says where it stands. A caller about to be refused looks for its
@@ -63,10 +67,33 @@
 --        semaphore key holds a TYPE", where TYPE may be read); an
 --        error when the script may not call TIME (see docs/SECURITY.md).
 local token, id = ARGV[1], ARGV[3]
-local held = redis.pcall('ZCARD', KEYS[1])
-if type(held) ~= 'number' then
-  local t = redis.pcall('TYPE', KEYS[1]) -- for the error's words: lockyard's other kinds are named by their types
-  return redis.error_reply('WRONGTYPE semaphore key holds a ' .. (t.ok or 'value that is not a sorted set'))
+-- found: how many of the semaphore key and its queue exist (nil: not
+-- asked, or EXISTS refused), asked first by a caller that expects a free
+-- semaphore (ARGV[17]): when neither does, that one call stands for ZCARD
+-- and the queue's EXISTS.
+local found, held = nil, 0
+if ARGV[17] == '1' and ARGV[15] ~= '1' then
+  found = redis.pcall('EXISTS', KEYS[1], KEYS[2])
+  if type(found) ~= 'number' then
+    found = nil
+  end
+end
+if found ~= 0 then
+  held = redis.pcall('ZCARD', KEYS[1])
+  if type(held) ~= 'number' then
+    local t = redis.pcall('TYPE', KEYS[1]) -- for the error's words: lockyard's other kinds are named by their types
+    return redis.error_reply('WRONGTYPE semaphore key holds a ' .. (t.ok or 'value that is not a sorted set'))
+  end
+end
+-- nobodyWaits reports whether the wait queue is empty: from found, where
+-- the semaphore key exists exactly when it holds permits (an empty sorted
+-- set does not), or by queueEmpty.
+local inKey = held
+local function nobodyWaits()
+  if found then
+    return found - math.min(inKey, 1) == 0
+  end
+  return queueEmpty(KEYS[2])
 end
 local clock, nextFence, queueRules, permitRules = shared()
 local now = clock()
@@ -136,7 +163,7 @@ local function granted(told)
   return {1, fence}
 end
 
-if free > 0 and ARGV[15] ~= '1' and queueEmpty(KEYS[2]) then -- free, nobody waiting
+if free > 0 and ARGV[15] ~= '1' and nobodyWaits() then -- free, nobody waiting
   return granted(nil)
 end
 local ok, told = false, nil
