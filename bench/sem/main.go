@@ -132,6 +132,7 @@ func run(reps int, dur, ttl time.Duration, peerDir, only, base, who string) erro
 		{name: "uncontended: 1 process x 1, 1 permit, no hold", procs: 1, inflight: 1, permits: 1},
 		{name: "4 processes x 4 in flight on 2 permits, 2ms hold", procs: 4, inflight: 4, permits: 2, hold: 2 * time.Millisecond},
 		{name: "4 processes x 4 in flight on 4 permits, 2ms hold", procs: 4, inflight: 4, permits: 4, hold: 2 * time.Millisecond},
+		{name: "16 processes x 1 in flight on 3 permits, 5ms hold", procs: 16, inflight: 1, permits: 3, hold: 5 * time.Millisecond},
 	}
 	fmt.Printf("semaphore bench: %d reps of %v per shape and contender, alternating; redis-server %s\n", reps, dur, srv.Addr)
 	for _, sh := range shapes {
