@@ -166,14 +166,17 @@ local function shared()
 
     -- turnFor returns how long (ms) a turn given now to a live waiter of
     -- kind, due to try at due, lasts; nil if it is not sure to try soon (a
-    -- poller due later than r.ahead is passed over, and keeps its place).
-    -- A turn not yet given (ended 0) is marked to end then, until the waiter
-    -- tries again; the second result says whether it was.
+    -- poller due later than r.ahead, or than a third of its poll interval,
+    -- lapse - due (describe), is passed over, and keeps its place: a free
+    -- key waits for a poller at most a third of the time between its
+    -- tries, in which another poller would most often have come). A turn
+    -- not yet given (ended 0) is marked to end then, until the waiter tries
+    -- again; the second result says whether it was.
     local function turnFor(q, id, kind, due, lapse, ended, now, r)
       local n = nil
       if kind == 'l' then
         n = r.window
-      elseif due - now <= r.ahead then
+      elseif due - now <= math.min(r.ahead, (lapse - due) / 3) then
         n = math.max(due - now, 0) + r.slack
       end
       if n and ended == 0 then
@@ -187,7 +190,7 @@ local function shared()
     -- how many ms the key is kept for it; or nil: the key goes to whoever tries
     -- first. The turn is the oldest live waiter's that is sure to try soon: one
     -- that is woken by the release message gets r.window ms; one that polls,
-    -- only if it is due within r.ahead ms, and then until then plus r.slack (a
+    -- only if it is due soon (turnFor), and then until then plus r.slack (a
     -- poller due later is passed over this time, and keeps its place: the key
     -- would idle until it tries). Entries met on the way are dropped if they
     -- lapsed, cannot be read, or were given a turn that ended more than
