@@ -570,3 +570,30 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// A waiter in line that polls while every permit is held learns nothing
+// from its rank (it sleeps its poll, or to the soonest expiry): its
+// attempts run no ZRANK (INFO commandstats, so the real server only).
+func TestSemaphoreFullPollSkipsRank(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 1)
+	a, err := holder.Acquire(bg(t), 0)
+	mustNil(t, err)
+	s := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.SpinLock), registry.WithIdleBetweenTries(20*time.Millisecond)), "k", 1)
+	got := acquirePermit(bg(t), s, 0)
+	waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, s.Key(), false) == 1 })
+	before, err := redistest.CommandStats(b.addr)
+	mustNil(t, err)
+	var after map[string]int
+	waitFor(t, 5*time.Second, "three polls", func() bool {
+		after, err = redistest.CommandStats(b.addr)
+		mustNil(t, err)
+		return after["evalsha"]-before["evalsha"] >= 3
+	})
+	if n := after["zrank"] - before["zrank"]; n != 0 {
+		t.Errorf("%d ZRANK calls by %d polls of a full semaphore, want 0", n, after["evalsha"]-before["evalsha"])
+	}
+	mustNil(t, a.Release(bg(t)))
+	mustNil(t, recvWithin(t, got, 5*time.Second, "the waiter").Release(bg(t)))
+}

@@ -122,8 +122,10 @@ local function shared()
     -- those that listen too (each turn is announced by a release message, and
     -- a listener counts the messages until its own; a poller ahead gets a turn
     -- only now and then, when it is due: counting it would make the listener
-    -- miss its turn, not counting it only makes it try a turn early).
-    local function enqueue(q, id, kind, now)
+    -- miss its turn, not counting it only makes it try a turn early); with
+    -- unranked set, 0 instead, and one or two calls fewer (a caller that
+    -- has no use for its rank).
+    local function enqueue(q, id, kind, now, unranked)
       local since = qcall('ZSCORE', q.order, id)
       if not since then
         since = string.format('%.3f', now)
@@ -131,6 +133,9 @@ local function shared()
       end
       if kind == 'p' then -- NX: a listener that became a poller (an evicted instance) is counted as one from now on
         qcall('ZADD', q.polls, 'NX', since, id)
+      end
+      if unranked then
+        return 0
       end
       local rank = qcall('ZRANK', q.order, id) or 0
       if kind == 'p' then

@@ -221,7 +221,7 @@ if status == 0 then
   pttl, turnLeft = P.soonest(KEYS[1], now), nil
 end
 R = R or queueRules()
-local ahead = R.enqueue(q, id, kind, now)
+local ahead = R.enqueue(q, id, kind, now, turnLeft == nil) -- the rank matters to a waiter next to a turn only (pause)
 local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
 local due = now + sleep + tonumber(ARGV[12])
 R.describe(q, id, kind, now, due, due + idle)
