@@ -24,6 +24,10 @@ func (r *Registry) CacheLen() int { return r.cache.len() }
 // for were woken.
 func (r *Registry) TurnsSubscribed() bool { return r.turns.up.Load() }
 
+// SplitBySlot makes r's AcquireAll take its keys one Cluster slot's group
+// at a time, as after a CROSSSLOT reply, on any server.
+func (r *Registry) SplitBySlot() { r.multi.cluster.Store(true) }
+
 // Waiters returns the number of goroutines queued on l's local mutex.
 func (l *RedisLock) Waiters() int { return l.local.Waiters() }
 

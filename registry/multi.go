@@ -42,7 +42,7 @@ const kindMulti = "multi"
 // Across Cluster slots the keys are taken in one global order, by slot
 // and then by key, one script per slot's group, so that no two callers
 // deadlock; the groups already taken are held while a later one is waited
-// for, and given back if the wait fails. That is not atomic: a reader of
+// for (renewed every third of the TTL), and given back if the wait fails. That is not atomic: a reader of
 // the keys may see the first groups taken before the last. The registry
 // learns that the server is a Cluster from its first CROSSSLOT reply, which
 // never reaches the caller.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -608,4 +609,45 @@ func TestAcquireAllKeepsItsPlace(t *testing.T) {
 	cancel()
 	<-done
 	mustNil(t, held.Release(ctx))
+}
+
+// Across Cluster slots (one group per slot, forced here on one server),
+// the groups taken are held while a later group is waited for longer than
+// the TTL: renewed every third of it, not left to expire (the real server,
+// whose clock expires keys). The lease then holds every key.
+func TestAcquireAllSlotsHeldThroughLongWait(t *testing.T) {
+	b := realBackend()
+	pfx, ctx := prefix(t), bg(t)
+	first, second := "{s1}", "{s2}"
+	if wire.Slot(pfx+":"+first) > wire.Slot(pfx+":"+second) {
+		first, second = second, first // taken in slot order
+	} else if wire.Slot(pfx+":"+first) == wire.Slot(pfx+":"+second) {
+		t.Fatal("the two keys share a slot")
+	}
+	h, err := newRegPrefix(t, b.pool(t), pfx).Acquire(ctx, second, 10*time.Second)
+	mustNil(t, err)
+	r := newRegPrefix(t, b.pool(t), pfx)
+	r.SplitBySlot()
+	const ttl = 300 * time.Millisecond
+	got := make(chan *registry.Lease, 1)
+	go func() {
+		le, _ := r.AcquireAll(ctx, []string{first, second}, ttl)
+		got <- le // nil on error
+	}()
+	waitFor(t, 5*time.Second, "the first slot's key taken", func() bool { return b.do(t, "EXISTS", pfx+":"+first) == int64(1) })
+	token := b.do(t, "GET", pfx+":"+first)
+	for end := time.Now().Add(4 * ttl); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if v := b.do(t, "GET", pfx+":"+first); fmt.Sprint(v) != fmt.Sprint(token) {
+			t.Fatalf("the first slot's key went from %s to %v while the second was waited for", token, v)
+		}
+	}
+	mustNil(t, h.Release(ctx))
+	le := recvWithin(t, got, 5*time.Second, "the lease, once the second key freed")
+	if le == nil {
+		t.Fatal("AcquireAll failed")
+	}
+	if v := b.do(t, "GET", pfx+":"+first); fmt.Sprint(v) != fmt.Sprint(token) {
+		t.Fatalf("the lease holds the first key with %v, not the token it waited with (%s)", v, token)
+	}
+	mustNil(t, le.Release(ctx))
 }

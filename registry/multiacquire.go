@@ -58,7 +58,22 @@ func (m *multiLock) obtain(ctx context.Context, ttl time.Duration, waits bool) (
 		rtt   time.Duration
 		place string // its place in line, kept when a line drops it
 		sent  int64  // when the last group's attempt was sent
+		// renewed: when the groups taken were last renewed, or the first
+		// was sent for.
+		renewed int64
 	)
+	// restart gives back what the attempts took, after one of the groups
+	// taken was lost (or its renewal failed with err), and starts over with
+	// a new token.
+	restart := func(err error) (core.Turn, error) {
+		dirty, taken = true, 0
+		m.giveBack()
+		m.token = r.core.NewToken() // what giveBack frees is the old token's
+		if err != nil {
+			return core.Turn{}, err
+		}
+		return core.Turn{Sleep: 0, After: -1}, nil
+	}
 	attempt := func(ctx context.Context, _ bool, _ int64) (core.Turn, error) {
 		for taken < len(m.groups) {
 			g := m.groups[taken]
@@ -114,6 +129,19 @@ func (m *multiLock) obtain(ctx context.Context, ttl time.Duration, waits bool) (
 				}
 				longest = m.blockedSince(g, g2.afters, blockedAt, now)
 				sleep := g2.sleep
+				if taken > 0 {
+					// The groups taken are held while this one is waited
+					// for: renewed every third of the TTL, so that a wait
+					// longer than the TTL does not lose them.
+					if now-renewed >= int64(ttl)/3 {
+						at := r.core.Now()
+						if ok, err := m.renewTaken(ctx, ttl, taken); err != nil || !ok {
+							return restart(err)
+						}
+						renewed = at
+					}
+					sleep = min(sleep, time.Duration(max(renewed+int64(ttl)/3-r.core.Now(), int64(time.Millisecond))))
+				}
 				switch {
 				case !line && waits: // it queues once its patience is over
 					sleep = min(sleep, time.Duration(max(patience, int64(time.Millisecond))))
@@ -138,19 +166,15 @@ func (m *multiLock) obtain(ctx context.Context, ttl time.Duration, waits bool) (
 			for i, k := range g {
 				m.fences[k] = g2.fences[i]
 			}
-			taken++
+			if taken++; taken == 1 {
+				renewed = sent
+			}
 			if taken == len(m.groups) && taken > 1 {
 				// The earlier slots' keys were taken before this one was
 				// waited for: renewed now, they are valid as long as the
 				// last; one lost meanwhile means starting over.
 				if ok, err := m.renewTaken(ctx, ttl, taken-1); err != nil || !ok {
-					dirty, taken = true, 0
-					m.giveBack()
-					m.token = r.core.NewToken() // what giveBack frees is the old token's
-					if err != nil {
-						return core.Turn{}, err
-					}
-					return core.Turn{Sleep: 0, After: -1}, nil
+					return restart(err)
 				}
 			}
 		}
