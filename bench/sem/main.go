@@ -41,11 +41,12 @@ import (
 )
 
 // shape is one load: procs processes, each with inflight acquisitions in
-// flight, on a semaphore of permits, each holding its permit hold.
+// flight, on a semaphore of permits, each holding its permit hold, and
+// waiting gap after each release before it acquires again.
 type shape struct {
 	name                     string
 	procs, inflight, permits int
-	hold                     time.Duration
+	hold, gap                time.Duration
 }
 
 // contender is one semaphore implementation.
@@ -122,7 +123,7 @@ func run(reps int, dur, ttl time.Duration, peerDir, only, base, who string) erro
 	contenders = append(contenders, contender{"redis-semaphore", func(proc int, addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd {
 		return exec.Command("node", peerJS, addr, key, strconv.Itoa(sh.permits), strconv.Itoa(sh.inflight),
 			strconv.FormatInt(dur.Milliseconds(), 10), strconv.FormatInt(sh.hold.Milliseconds(), 10),
-			strconv.FormatInt(ttl.Milliseconds(), 10), mode)
+			strconv.FormatInt(ttl.Milliseconds(), 10), mode, strconv.FormatInt(sh.gap.Milliseconds(), 10))
 	}}) // the peer last: the ratios are against it
 	contenders = slices.DeleteFunc(contenders, func(c contender) bool { return !strings.Contains(c.name, who) })
 	if len(contenders) == 0 {
@@ -133,6 +134,8 @@ func run(reps int, dur, ttl time.Duration, peerDir, only, base, who string) erro
 		{name: "4 processes x 4 in flight on 2 permits, 2ms hold", procs: 4, inflight: 4, permits: 2, hold: 2 * time.Millisecond},
 		{name: "4 processes x 4 in flight on 4 permits, 2ms hold", procs: 4, inflight: 4, permits: 4, hold: 2 * time.Millisecond},
 		{name: "16 processes x 1 in flight on 3 permits, 5ms hold", procs: 16, inflight: 1, permits: 3, hold: 5 * time.Millisecond},
+		// Now and then a waiter: releases find one at some, not all.
+		{name: "4 processes x 1 in flight on 2 permits, 2ms hold, 4ms gaps", procs: 4, inflight: 1, permits: 2, hold: 2 * time.Millisecond, gap: 4 * time.Millisecond},
 	}
 	fmt.Printf("semaphore bench: %d reps of %v per shape and contender, alternating; redis-server %s\n", reps, dur, srv.Addr)
 	for _, sh := range shapes {

@@ -19,7 +19,7 @@ import (
 type spec struct {
 	Addr, Key, Type, Mode string
 	Permits, Inflight     int
-	Dur, Hold, TTL        time.Duration
+	Dur, Hold, TTL, Gap   time.Duration
 	// End: how a loop's lease ends: "" (Release after Hold), "after"
 	// (ReleaseAfter(Hold) at once), "try" (TryAcquire, retried after a
 	// millisecond, then Release after Hold). HashTag: WithHashTag.
@@ -34,7 +34,7 @@ type spec struct {
 func lockyardCmd(self, t string) func(proc int, addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd {
 	return func(proc int, addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd {
 		sp := spec{Addr: addr, Key: key, Type: t, Mode: mode, Permits: sh.permits, Inflight: sh.inflight,
-			Dur: dur, Hold: sh.hold, TTL: ttl}
+			Dur: dur, Hold: sh.hold, TTL: ttl, Gap: sh.gap}
 		if t == "mixed" {
 			sp.Type, sp.End, sp.HashTag = [...]string{"pubsub", "spin", "pubsub", "spin"}[proc%4], [...]string{"", "", "after", "try"}[proc%4], true
 		}
@@ -137,6 +137,9 @@ func runWorker(js string) error {
 				if err != nil {
 					fail(err)
 					return
+				}
+				if sp.Gap > 0 {
+					time.Sleep(sp.Gap)
 				}
 			}
 			mu.Lock()

@@ -4,7 +4,8 @@
 // acquire, hold, release for `dur` ms, and prints a JSON line: acquisitions
 // and the waits (ms) of each.
 //
-// usage: node peer.js ADDR KEY PERMITS INFLIGHT DUR_MS HOLD_MS TTL_MS [hold]
+// usage: node peer.js ADDR KEY PERMITS INFLIGHT DUR_MS HOLD_MS TTL_MS [MODE [GAP_MS]]
+// A loop (MODE "loop") waits GAP_MS after each release, if given.
 // With a last argument "hold" it acquires one permit, prints "held" and the
 // time (µs since the epoch), and waits to be killed; with "once" it
 // acquires one permit, prints the time, and releases it.
@@ -18,7 +19,7 @@ function nowMicros () {
 }
 
 async function main () {
-  const [addr, key, permits, inflight, dur, hold, ttl, mode] = process.argv.slice(2)
+  const [addr, key, permits, inflight, dur, hold, ttl, mode, gap] = process.argv.slice(2)
   const [host, port] = addr.split(':')
   const client = new Redis(Number(port), host, { enableAutoPipelining: false })
   const opts = { lockTimeout: Number(ttl), acquireTimeout: 600000 }
@@ -54,6 +55,7 @@ async function main () {
       waits.push(Number(process.hrtime.bigint() - t0) / 1e6)
       if (Number(hold) > 0) await sleep(Number(hold))
       await s.release()
+      if (Number(gap) > 0) await sleep(Number(gap))
     }
   }
   await Promise.all(Array.from({ length: Number(inflight) }, loop))
