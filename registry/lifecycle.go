@@ -88,25 +88,16 @@ func (l *RedisLock) unlock(ctx context.Context, who reentrant.Owner) error {
 	return l.teardown(h, l.release(ctx, h, nil), who)
 }
 
-// crowdMemory is how long after a release found waiters queued a lock
-// still expects them (config.crowdMemory; tests change it): its releases
-// are release.lua's, which gives the turn in the same round trip, where a
-// quiet release (the native delete, drop.lua) that finds waiters all the
-// same takes a second one. A key that waiters come to now and then (four
-// registries a few ms apart) found them at 60% of its quiet releases when
-// only the last release counted.
-const crowdMemory = time.Second
-
 // release deletes h's key (engine.release): quietly (the server's native
 // delete, or drop.lua: mutexProto.release) only if no waiter is expected
 // (the acquisition found the key free: taken; no release found anyone
-// queued within crowdMemory: crowded, crowdedAt), else by release.lua,
-// which gives the turn. passed is the network error of a pass that this
-// release replaces, or nil.
+// queued within crowdMemory: crowd), else by release.lua, which gives
+// the turn. passed is the network error of a pass that this release
+// replaces, or nil.
 func (l *RedisLock) release(ctx context.Context, h *core.Hold, passed error) error {
 	l.setPhase(releasing)
 	now := l.eng.core.Now()
-	quiet := !l.turn.taken && !l.turn.crowded && (l.turn.crowdedAt == 0 || now-l.turn.crowdedAt >= int64(l.eng.cfg.crowdMemory))
+	quiet := !l.turn.taken && l.turn.crowd.Quiet(now, l.eng.cfg.crowdMemory)
 	return l.eng.release(ctx, l.key, h, passed, func(ctx context.Context) (bool, error) {
 		done, others, err := l.proto.release(ctx, l.key, h.Token, quiet)
 		if err == nil {
@@ -114,10 +105,7 @@ func (l *RedisLock) release(ctx context.Context, h *core.Hold, passed error) err
 			// obtain script, which respects their turns (a plain SET
 			// would not).
 			l.turn.taken = l.turn.taken || others
-			l.turn.crowded = others
-			if others {
-				l.turn.crowdedAt = max(now, 1)
-			}
+			l.turn.crowd.Found(others, now)
 		}
 		return done, err
 	}, l.gone)

@@ -224,16 +224,13 @@ type turn struct {
 	// got it at its first attempt. While it is set, a first attempt runs
 	// the obtain script at once instead of trying a plain SET first.
 	taken bool
-	// crowded: the last release found waiters queued. Unlike taken, an
-	// acquisition at the first attempt does not clear it (obtain.lua may
-	// give a free key to a caller while a poller not yet due waits): only
-	// a release that finds nobody queued does. While it is set, releases
-	// run release.lua, which gives the turn (mutexProto.release).
-	crowded bool
-	// crowdedAt: when (registry clock) a release last found waiters
-	// queued; for crowdMemory after it, releases run release.lua as while
-	// crowded (0: never).
-	crowdedAt int64
+	// crowd: what the releases found queued (core.Crowd). Unlike taken,
+	// an acquisition at the first attempt does not clear it (obtain.lua
+	// may give a free key to a caller while a poller not yet due waits):
+	// only releases that find nobody queued do, for crowdMemory. While
+	// waiters are expected, releases run release.lua, which gives the turn
+	// (mutexProto.release).
+	crowd core.Crowd
 	// queued: this instance's entry is in the key's wait queue (a waiting
 	// attempt failed, or a pass queued it, and no acquisition has
 	// succeeded since).

@@ -72,7 +72,7 @@ type config struct {
 	// them.
 	turnWindow, pollAhead, pollSlack, freePassSpan, chainSpan time.Duration
 	refusedRetry                                              time.Duration // how soon a refused turn subscriber asks again
-	crowdMemory                                               time.Duration // how long a lock expects waiters after a release found some (lifecycle.go)
+	crowdMemory                                               time.Duration // how long an instance expects waiters after a release found some
 }
 
 // Turns (lua/prelude.lua): when a lock key is freed while waiters of other
@@ -95,6 +95,14 @@ const (
 	pollAhead = 20 * time.Millisecond
 	pollSlack = 2 * time.Millisecond
 )
+
+// crowdMemory is how long after a release found waiters queued a lock or
+// semaphore instance still expects them (core.Crowd; config.crowdMemory,
+// tests change it): its releases are the scripts that give the turn in the
+// same round trip (release.lua, semrelease.lua), where a quiet release (the
+// native delete, drop.lua, a plain ZREM) that finds waiters all the same
+// takes a second one.
+const crowdMemory = time.Second
 
 // refusedRetry is how long a subscriber that the server refused (NOPERM)
 // waits before it asks again (subscriber.go): an ACL is fixed by hand, if

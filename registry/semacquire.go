@@ -92,14 +92,14 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 
 // setQueued records, for the head, whether its attempt left the
 // instance's entry in line. An instance that queued expects waiters:
-// its releases give turns (crowded).
+// its releases give turns (crowd).
 func (s *Semaphore) setQueued(q bool) {
 	s.mu.Lock()
 	s.queued = q
 	s.queuedAt++
 	s.mu.Unlock()
 	if q {
-		s.crowded.Store(true)
+		s.crowd.Found(true, s.eng.core.Now())
 	}
 }
 
@@ -157,7 +157,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 	}
 	sent := r.core.Now()
 	compare := first && (s.compared.Load() == 0 || sent-s.compared.Load() >= int64(compareEvery))
-	g, err := s.proto.acquire(ctx, s.key, token, ttl, s.permits, h, more, compare, !s.crowded.Load())
+	g, err := s.proto.acquire(ctx, s.key, token, ttl, s.permits, h, more, compare, s.quiet())
 	if compare && err == nil {
 		s.compared.Store(max(sent, 1))
 	}
@@ -176,7 +176,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 			s.turn.rtt = time.Duration(r.core.Now() - sent)
 			s.setQueued(true)
 		} else {
-			s.crowded.Store(true) // a full semaphore: the next attempt reads its count first, and a release gives turns
+			s.crowd.Found(true, sent) // a full semaphore: the next attempt reads its count first, and a release gives turns
 		}
 		return nil, g.grant, nil
 	}

@@ -70,7 +70,7 @@ func (s *Semaphore) endLeaseAfter(ctx context.Context, p *permit, le *Lease, d t
 // more in the background. If that fails too, the waiters try at their polls.
 func (s *Semaphore) giveTurns(ctx context.Context) {
 	r := s.eng
-	s.crowded.Store(true)
+	s.crowd.Found(true, r.core.Now())
 	give := func(ctx context.Context) error {
 		var migrating error
 		_, _, err := r.core.Retried(ctx, func(ctx context.Context) (bool, error) {
@@ -83,7 +83,7 @@ func (s *Semaphore) giveTurns(ctx context.Context) {
 				return true, nil
 			}
 			if err == nil {
-				s.crowded.Store(others)
+				s.crowd.Found(others, r.core.Now())
 			}
 			return true, err
 		})
@@ -112,13 +112,13 @@ func (s *Semaphore) waited() bool {
 }
 
 // release gives h's permit back in Redis (engine.release): by plain
-// commands while the instance expects no waiter (crowded), else by
+// commands while the instance expects no waiter (quiet), else by
 // semrelease.lua. After plain commands that found waiters, or whose
 // outcome is not known, the turns of the free permits are given
 // (giveTurns). passed is the network error of a pass that this release
 // replaces, after which the pass may have run, or nil.
 func (s *Semaphore) release(ctx context.Context, h *core.Hold, passed error) error {
-	plain, turns := !s.crowded.Load() && s.proto.plainOK(), false
+	plain, turns := s.quiet() && s.proto.plainOK(), false
 	err := s.eng.release(ctx, s.key, h, passed, func(ctx context.Context) (bool, error) {
 		if plain {
 			done, waiters, handled, err := s.proto.releasePlain(ctx, s.key, h.Token)
@@ -130,7 +130,7 @@ func (s *Semaphore) release(ctx context.Context, h *core.Hold, passed error) err
 		}
 		done, others, err := s.proto.release(ctx, s.key, h.Token, s.permits)
 		if err == nil {
-			s.crowded.Store(others)
+			s.crowd.Found(others, s.eng.core.Now())
 		}
 		return done, err
 	}, s.gone)
@@ -269,3 +269,6 @@ func (p *permit) KindName() string { return kindSemaphore }
 // a permit in Redis, where the lost one has expired or is gone), so there
 // is nothing to free locally; its lease sees the loss (Lost, Release).
 func (p *permit) HoldLost(*core.Hold) {}
+
+// quiet reports whether the instance expects nobody in line (crowd).
+func (s *Semaphore) quiet() bool { return s.crowd.Quiet(s.eng.core.Now(), s.eng.cfg.crowdMemory) }

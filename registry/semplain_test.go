@@ -597,3 +597,51 @@ func TestSemaphoreFullPollSkipsRank(t *testing.T) {
 	mustNil(t, a.Release(bg(t)))
 	mustNil(t, recvWithin(t, got, 5*time.Second, "the waiter").Release(bg(t)))
 }
+
+// A semaphore whose release found a waiter expects waiters for a second
+// (core.Crowd, as a lock does): its releases are semrelease.lua, which
+// gives the turns in the same round trip, though they find nobody; then
+// plain commands again.
+func TestSemaphoreExpectsWaitersForASecond(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		cp := &redistest.CountingPool{Pool: b.pool(t)}
+		s := semaphore(t, newRegPrefix(t, cp, pfx), "k", 1)
+		cycle := func() []string {
+			t.Helper()
+			cp.Commands()
+			le, err := s.Acquire(bg(t), 0)
+			mustNil(t, err)
+			mustNil(t, le.Release(bg(t)))
+			return slices.DeleteFunc(cp.Commands(), func(c string) bool { return c == "EVAL" })
+		}
+		plain, script := []string{"EVALSHA", "ZREM", "EXISTS"}, []string{"EVALSHA", "EVALSHA"}
+		cycle() // the first publishes the registry's label
+		if got := cycle(); !slices.Equal(got, plain) {
+			t.Fatalf("an uncontended cycle sent %v, want %v", got, plain)
+		}
+
+		le, err := s.Acquire(bg(t), 0)
+		mustNil(t, err)
+		got := acquirePermit(bg(t), semaphore(t, listening(t, b, pfx), "k", 1), 0)
+		waitFor(t, 5*time.Second, "the waiter in line", func() bool { return queueLen(t, b, s.Key(), false) == 1 })
+		found := time.Now()
+		cp.Commands()
+		mustNil(t, le.Release(bg(t)))
+		if got := cp.Commands(); !slices.Equal(got, []string{"ZREM", "EXISTS", "EVALSHA"}) {
+			t.Fatalf("a plain release that found a waiter sent %v, want ZREM, EXISTS, then the turns' script", got)
+		}
+		mustNil(t, recvWithin(t, got, 5*time.Second, "the waiter's turn").Release(bg(t)))
+		waitFor(t, 5*time.Second, "the line empty", func() bool { return queueLen(t, b, s.Key(), false) == 0 })
+
+		for i := range 2 {
+			if got := cycle(); time.Since(found) < 900*time.Millisecond && !slices.Equal(got, script) {
+				t.Fatalf("cycle %d, %v after a release found a waiter, sent %v, want %v (waiters expected)", i, time.Since(found), got, script)
+			}
+		}
+		waitFor(t, 5*time.Second, "a plain release again", func() bool { return slices.Equal(cycle(), plain) })
+		if d := time.Since(found); d < time.Second {
+			t.Fatalf("a plain release %v after one found a waiter, want a second or more", d)
+		}
+	})
+}

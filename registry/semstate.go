@@ -69,12 +69,13 @@ type Semaphore struct {
 	// instance's count of permits with the holders' and was not refused;
 	// 0: never (compareEvery).
 	compared atomic.Int64
-	// crowded: the instance expects waiters in line (it queued, a
-	// TryAcquire found every permit taken, or its last release found
-	// waiters), and gives its permits back by script, which gives their
-	// turns; else by plain commands (releasePlain), and its attempts ask
-	// first whether the semaphore key or its queue exist at all.
-	crowded atomic.Bool
+	// crowd: whether the instance expects waiters in line (it queued, a
+	// TryAcquire found every permit taken, or a release found waiters,
+	// within crowdMemory: core.Crowd). While it does, it gives its permits
+	// back by script, which gives their turns; else by plain commands
+	// (releasePlain), and its attempts ask first whether the semaphore key
+	// or its queue exist at all.
+	crowd core.Crowd
 
 	turn semTurn // owned by the head
 
