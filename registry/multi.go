@@ -42,10 +42,15 @@ const kindMulti = "multi"
 // Across Cluster slots the keys are taken in one global order, by slot
 // and then by key, one script per slot's group, so that no two callers
 // deadlock; the groups already taken are held while a later one is waited
-// for (renewed every third of the TTL), and given back if the wait fails. That is not atomic: a reader of
-// the keys may see the first groups taken before the last. The registry
-// learns that the server is a Cluster from its first CROSSSLOT reply, which
-// never reaches the caller.
+// for (renewed every third of the TTL, as a held lock is), and given back
+// if the wait fails. That is not atomic: a reader of the keys may see the
+// first groups taken before the last. A caller that holds a key of a
+// later group with a RedisLock or a lease and then waits for a key of an
+// earlier one does not follow that order: it and AcquireAll wait for each
+// other until one of them gives up, as two nested locks taken in opposite
+// orders do. Take such keys together, with AcquireAll. The registry
+// learns that the server is a Cluster from its first CROSSSLOT reply,
+// which never reaches the caller.
 //
 // A multi-key lease is no owner in the local queue of its keys' RedisLocks:
 // it waits for their holders in Redis, as another registry would, so a

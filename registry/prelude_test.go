@@ -40,7 +40,8 @@ func setQueue(t *testing.T, b *backend, keys []string, es []entry) {
 // The turn rule (lua/prelude.lua, nextTurn), table-driven with a fixed
 // clock, on both tiers: the first live waiter that is sure to try soon gets
 // the turn, a listener for the window, a poller due within ahead (and
-// within a third of its poll interval) until it is due (plus slack), and
+// within a third of its poll interval, or window plus slack) until it is
+// due (plus slack), and
 // its entry says when the turn ends; a poller due later keeps its place; lapsed, unreadable and described-less entries,
 // and those whose last turn ended more than a window ago, are dropped on
 // the way (at most 64 per call); at most 4 live entries are looked at; a
@@ -68,8 +69,10 @@ func TestTurnRule(t *testing.T) {
 		{"lapsed listener dropped", []entry{{"a", 1, "l 999000 1000000"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"b"}, "", 1},
 		{"poller due soon", []entry{{"p", 1, "p 1000015 1000200"}, {"b", 2, "l 1000050 1000200"}}, "p", 15 + slack, []string{"p", "b"}, "", 0},
 		{"poller due later passed over", []entry{{"p", 1, "p 1000500 1001000"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"p", "b"}, "", 0},
-		{"fast poller due within a third of its interval", []entry{{"p", 1, "p 1000003 1000013"}, {"b", 2, "l 1000050 1000200"}}, "p", 3 + slack, []string{"p", "b"}, "", 0},
-		{"fast poller due past a third of its interval passed over", []entry{{"p", 1, "p 1000005 1000015"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"p", "b"}, "", 0},
+		{"30ms poller due within a third of its interval", []entry{{"p", 1, "p 1000009 1000039"}, {"b", 2, "l 1000050 1000200"}}, "p", 9 + slack, []string{"p", "b"}, "", 0},
+		{"30ms poller due past a third of its interval passed over", []entry{{"p", 1, "p 1000012 1000042"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"p", "b"}, "", 0},
+		{"10ms poller due past window and slack passed over", []entry{{"p", 1, "p 1000008 1000018"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"p", "b"}, "", 0},
+		{"1ms poller due within window and slack", []entry{{"p", 1, "p 1000006 1000007"}, {"b", 2, "l 1000050 1000200"}}, "p", 6 + slack, []string{"p", "b"}, "", 0},
 		{"overdue poller", []entry{{"p", 1, "p 999990 1000100"}}, "p", slack, []string{"p"}, "", 0},
 		{"only pollers due later", []entry{{"p", 1, "p 1000500 1001000"}, {"q", 2, "p 1000900 1002000"}}, "", 0, []string{"p", "q"}, "", 0},
 		{"missed turn dropped", []entry{{"a", 1, "l 1000050 1000200 999990"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"b"}, "", 1},

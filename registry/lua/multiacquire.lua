@@ -258,9 +258,9 @@ if gather then
 elseif mode == 1 then
   -- A poller in line tries again soon enough to be given the turn of a
   -- key it waits for when the key frees (nextTurn passes over a poller
-  -- not due within r.ahead): a key that a holder takes again at once
+  -- not due that soon: R.soon): a key that a holder takes again at once
   -- would otherwise never be free when it polls.
-  sleep = math.min(sleep, rules.ahead)
+  sleep = math.min(sleep, R.soon(idle, rules))
 end
 local due = now + sleep + tonumber(ARGV[12]) -- when its next try reaches the server
 for i = 1, n do

@@ -169,19 +169,27 @@ local function shared()
       return not kind or lapse <= now or (ended > 0 and ended + r.window < now)
     end
 
+    -- soon returns how soon (ms) a poller whose poll interval is idle must
+    -- be due to be given a turn: a third of its interval, within which
+    -- another poller would most often come, so that a free key does not
+    -- idle long for it; at least a listener's turn and the slack (a poller
+    -- of a few ms is always due that soon, and is never passed over for
+    -- the listeners behind it), at most r.ahead.
+    local function soon(idle, r)
+      return math.min(r.ahead, math.max(r.window + r.slack, idle / 3))
+    end
+
     -- turnFor returns how long (ms) a turn given now to a live waiter of
     -- kind, due to try at due, lasts; nil if it is not sure to try soon (a
-    -- poller due later than r.ahead, or than a third of its poll interval,
-    -- lapse - due (describe), is passed over, and keeps its place: a free
-    -- key waits for a poller at most a third of the time between its
-    -- tries, in which another poller would most often have come). A turn
-    -- not yet given (ended 0) is marked to end then, until the waiter tries
-    -- again; the second result says whether it was.
+    -- poller due later than soon of its poll interval, lapse - due
+    -- (describe), is passed over, and keeps its place). A turn not yet
+    -- given (ended 0) is marked to end then, until the waiter tries again;
+    -- the second result says whether it was.
     local function turnFor(q, id, kind, due, lapse, ended, now, r)
       local n = nil
       if kind == 'l' then
         n = r.window
-      elseif due - now <= math.min(r.ahead, (lapse - due) / 3) then
+      elseif due - now <= soon(lapse - due, r) then
         n = math.max(due - now, 0) + r.slack
       end
       if n and ended == 0 then
@@ -297,7 +305,7 @@ local function shared()
       end
       return math.max(1, idle - spread)
     end
-    return {ms = ms, qcall = qcall, waiter = waiter, drop = drop, enqueue = enqueue, describe = describe, gone = gone, turnFor = turnFor, nextTurn = nextTurn, announce = announce, turnOf = turnOf, grant = grant, pause = pause}
+    return {ms = ms, qcall = qcall, waiter = waiter, drop = drop, enqueue = enqueue, describe = describe, gone = gone, soon = soon, turnFor = turnFor, nextTurn = nextTurn, announce = announce, turnOf = turnOf, grant = grant, pause = pause}
   end
 
   -- permitRules returns the rules of a semaphore (the sem*.lua scripts); its
