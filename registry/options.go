@@ -90,7 +90,7 @@ const (
 	turnWindow = 5 * time.Millisecond
 	// pollAhead: a waiter that polls (SpinLock) gets a turn only if its
 	// next try is due within pollAhead, and within a third of its poll
-	// interval or turnWindow+pollSlack, whichever is longer (prelude.lua,
+	// interval or pollSlack plus a ms, whichever is longer (prelude.lua,
 	// soon); the key is then kept for it until then, plus pollSlack. A
 	// poller due later is passed over, and keeps its place: the key would
 	// idle until it tries.

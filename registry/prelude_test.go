@@ -40,7 +40,7 @@ func setQueue(t *testing.T, b *backend, keys []string, es []entry) {
 // The turn rule (lua/prelude.lua, nextTurn), table-driven with a fixed
 // clock, on both tiers: the first live waiter that is sure to try soon gets
 // the turn, a listener for the window, a poller due within ahead (and
-// within a third of its poll interval, or window plus slack) until it is
+// within a third of its poll interval, or slack plus a ms) until it is
 // due (plus slack), and
 // its entry says when the turn ends; a poller due later keeps its place; lapsed, unreadable and described-less entries,
 // and those whose last turn ended more than a window ago, are dropped on
@@ -71,8 +71,9 @@ func TestTurnRule(t *testing.T) {
 		{"poller due later passed over", []entry{{"p", 1, "p 1000500 1001000"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"p", "b"}, "", 0},
 		{"30ms poller due within a third of its interval", []entry{{"p", 1, "p 1000009 1000039"}, {"b", 2, "l 1000050 1000200"}}, "p", 9 + slack, []string{"p", "b"}, "", 0},
 		{"30ms poller due past a third of its interval passed over", []entry{{"p", 1, "p 1000012 1000042"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"p", "b"}, "", 0},
-		{"10ms poller due past window and slack passed over", []entry{{"p", 1, "p 1000008 1000018"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"p", "b"}, "", 0},
-		{"1ms poller due within window and slack", []entry{{"p", 1, "p 1000006 1000007"}, {"b", 2, "l 1000050 1000200"}}, "p", 6 + slack, []string{"p", "b"}, "", 0},
+		{"10ms poller due past a third of its interval passed over", []entry{{"p", 1, "p 1000004 1000014"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"p", "b"}, "", 0},
+		{"1ms poller due after its interval and a round trip", []entry{{"p", 1, "p 1000002 1000003"}, {"b", 2, "l 1000050 1000200"}}, "p", 2 + slack, []string{"p", "b"}, "", 0},
+		{"1ms poller due later passed over", []entry{{"p", 1, "p 1000004 1000005"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"p", "b"}, "", 0},
 		{"overdue poller", []entry{{"p", 1, "p 999990 1000100"}}, "p", slack, []string{"p"}, "", 0},
 		{"only pollers due later", []entry{{"p", 1, "p 1000500 1001000"}, {"q", 2, "p 1000900 1002000"}}, "", 0, []string{"p", "q"}, "", 0},
 		{"missed turn dropped", []entry{{"a", 1, "l 1000050 1000200 999990"}, {"b", 2, "l 1000050 1000200"}}, "b", window, []string{"b"}, "", 1},

@@ -251,16 +251,20 @@ for i = 1, n do
     afters[i] = a
   end
 end
+-- soonest: the longest sleep after which a poller is due soon enough for
+-- a turn (R.soon) from the moment it is described, its round trip
+-- (ARGV[12]) included.
+local soonest = math.max(1, R.soon(idle, rules) - tonumber(ARGV[12]))
 if gather then
   -- A gathering caller tries again within a turn (multiacquire.go): a
   -- poller so due is given the turns of the keys as they free.
-  sleep = math.min(sleep, rules.window)
+  sleep = math.min(sleep, rules.window, soonest)
 elseif mode == 1 then
   -- A poller in line tries again soon enough to be given the turn of a
   -- key it waits for when the key frees (nextTurn passes over a poller
-  -- not due that soon: R.soon): a key that a holder takes again at once
-  -- would otherwise never be free when it polls.
-  sleep = math.min(sleep, R.soon(idle, rules))
+  -- not due that soon): a key that a holder takes again at once would
+  -- otherwise never be free when it polls.
+  sleep = math.min(sleep, soonest)
 end
 local due = now + sleep + tonumber(ARGV[12]) -- when its next try reaches the server
 for i = 1, n do

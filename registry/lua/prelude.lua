@@ -172,11 +172,11 @@ local function shared()
     -- soon returns how soon (ms) a poller whose poll interval is idle must
     -- be due to be given a turn: a third of its interval, within which
     -- another poller would most often come, so that a free key does not
-    -- idle long for it; at least a listener's turn and the slack (a poller
-    -- of a few ms is always due that soon, and is never passed over for
-    -- the listeners behind it), at most r.ahead.
+    -- idle long for it; at least the slack and a ms (a poller of a ms or
+    -- two, whose next try is due within its interval and a round trip, is
+    -- never passed over for the listeners behind it), at most r.ahead.
     local function soon(idle, r)
-      return math.min(r.ahead, math.max(r.window + r.slack, idle / 3))
+      return math.min(r.ahead, math.max(r.slack + 1, idle / 3))
     end
 
     -- turnFor returns how long (ms) a turn given now to a live waiter of
