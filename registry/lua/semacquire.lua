@@ -37,9 +37,9 @@
 --          once a second: semstate.go, compareEvery), 0 not to (one call
 --          less)
 -- ARGV[17] 1 when the caller expects a free semaphore with nobody in
---          line (its instance is not crowded: semlease.go): unless it is
---          in line, one EXISTS of the semaphore key and the queue comes
---          first, and when neither exists it is the only read
+--          line (its instance is quiet: semlease.go, core.Crowd): unless
+--          it is in line, one EXISTS of the semaphore key and the queue
+--          comes first, and when neither exists it is the only read
 --
 -- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
 --        fencing); the caller leaves the queue. {1, fence, sleep, after}
@@ -54,9 +54,10 @@
 --        it (-1 when not queued).
 --
 -- The uncontended path runs EXISTS (of both keys, ARGV[17]; else ZCARD
--- and EXISTS of the queue), TIME, ZADD and PEXPIRE: expired permits are pruned only when they would refuse the
--- caller, and a refusal counts the live ones (ZCOUNT) before it prunes any. A caller that compares counts and finds permits held reads the
--- soonest live one's (ZRANGE BYSCORE). A caller in line runs no EXISTS:
+-- and EXISTS of the queue), TIME, ZADD and PEXPIRE: expired permits are
+-- pruned only when they would refuse the caller, and a refusal counts the
+-- live ones (ZCOUNT) before it prunes any. A caller that compares counts
+-- and finds permits held reads the soonest live one's (ZRANGE BYSCORE). A caller in line runs no EXISTS:
 -- ZRANK says where it stands. A caller about to be refused looks for its
 -- own token first (ZSCORE), so that a resend never leaves the first run's
 -- permit held by no one, whether or not a permit is free.
