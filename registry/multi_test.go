@@ -628,7 +628,7 @@ func TestAcquireAllSlotsHeldThroughLongWait(t *testing.T) {
 	mustNil(t, err)
 	r := newRegPrefix(t, b.pool(t), pfx)
 	r.SplitBySlot()
-	const ttl = 300 * time.Millisecond
+	const ttl = 600 * time.Millisecond
 	got := make(chan *registry.Lease, 1)
 	go func() {
 		le, _ := r.AcquireAll(ctx, []string{first, second}, ttl)
@@ -636,7 +636,7 @@ func TestAcquireAllSlotsHeldThroughLongWait(t *testing.T) {
 	}()
 	waitFor(t, 5*time.Second, "the first slot's key taken", func() bool { return b.do(t, "EXISTS", pfx+":"+first) == int64(1) })
 	token := b.do(t, "GET", pfx+":"+first)
-	for end := time.Now().Add(4 * ttl); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+	for end := time.Now().Add(3 * ttl); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 		if v := b.do(t, "GET", pfx+":"+first); fmt.Sprint(v) != fmt.Sprint(token) {
 			t.Fatalf("the first slot's key went from %s to %v while the second was waited for", token, v)
 		}
