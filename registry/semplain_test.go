@@ -511,14 +511,13 @@ func TestSemaphoreTryRefusalCalls(t *testing.T) {
 func TestSemaphoreQuietAttemptReads(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		for _, c := range []struct {
-			name          string
-			held, inLine  bool
-			ok            bool
-			exists, zcard int
+			name                   string
+			held, inLine, ok       bool
+			permits, exists, zcard int
 		}{
-			{"nothing", false, false, true, 1, 0},
-			{"a permit held", true, false, true, 1, 1},
-			{"a waiter in line", false, true, false, 1, 1},
+			{"nothing", false, false, true, 2, 1, 0},
+			{"a permit held", true, false, true, 2, 1, 1},
+			{"a waiter in line", false, true, false, 1, 1, 1},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				pfx := prefix(t)
@@ -532,7 +531,7 @@ func TestSemaphoreQuietAttemptReads(t *testing.T) {
 					b.do(t, "ZADD", w.QueueKey(lk), 1, "other/1")
 					b.do(t, "HSET", w.WaitersKey(lk), "other/1", fmt.Sprintf("l %d %d", far, far))
 				}
-				s := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 2-boolInt(c.inLine))
+				s := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", c.permits)
 				var before map[string]int
 				if b.mr == nil {
 					var err error
@@ -561,14 +560,6 @@ func TestSemaphoreQuietAttemptReads(t *testing.T) {
 			})
 		}
 	})
-}
-
-// boolInt is 1 for true, 0 for false.
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // A waiter in line that polls while every permit is held learns nothing
