@@ -17,7 +17,9 @@
 //     back to back: scripts and commands per acquisition (each a round
 //     trip), Redis CPU per acquire-release cycle.
 //
-// Run it from bench/: go run ./multi.
+// Run it from bench/: go run ./multi. With -base REV it also runs
+// lockyard built at that git revision, in the same alternation (an A/B
+// against the parent of a change), and prints this build's ratios to it.
 package main
 
 import (
@@ -38,6 +40,7 @@ import (
 	redigo "github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/lockyard/lockyard/bench/internal/abbuild"
 	"github.com/lockyard/lockyard/bench/internal/procs"
 	"github.com/lockyard/lockyard/bench/internal/stat"
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
@@ -73,7 +76,7 @@ type report struct {
 }
 
 // contender is one implementation and the name it is reported by.
-type contender struct{ name, impl string }
+type contender struct{ name, impl, exe string }
 
 func main() {
 	var (
@@ -82,6 +85,7 @@ func main() {
 		worker = flag.String("worker", "", "internal: run one process (JSON spec)")
 		only   = flag.String("scenarios", "random,starve,uncontended", "scenarios to run")
 		retry  = flag.Duration("peer-retry", 10*time.Millisecond, "ObtainMulti's retry interval (LinearBackoff)")
+		base   = flag.String("base", "", "also run lockyard built at this git revision (A/B)")
 	)
 	flag.Parse()
 	if *worker != "" {
@@ -91,7 +95,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(*reps, *dur, *only, *retry); err != nil {
+	if err := run(*reps, *dur, *only, *retry, *base); err != nil {
 		fmt.Fprintln(os.Stderr, "multi:", err)
 		os.Exit(1)
 	}
@@ -105,7 +109,7 @@ func keys(n int) []string {
 	return out
 }
 
-func run(reps int, dur time.Duration, only string, retry time.Duration) error {
+func run(reps int, dur time.Duration, only string, retry time.Duration, base string) error {
 	srv, err := redistest.Start()
 	if err != nil {
 		return err
@@ -126,7 +130,15 @@ func run(reps int, dur time.Duration, only string, retry time.Duration) error {
 	}
 	fmt.Printf("multi-key bench: %d reps of %v per scenario and contender, alternating; redis-server %s at %s; ObtainMulti retries every %v\n",
 		reps, dur, version, srv.Addr, retry)
-	cs := []contender{{"lockyard", "lockyard"}, {"ObtainMulti", "redislock"}}
+	cs := []contender{{"lockyard", "lockyard", self}, {"ObtainMulti", "redislock", self}}
+	if base != "" {
+		exe, cleanup, err := abbuild.At(base, "./multi")
+		if err != nil {
+			return fmt.Errorf("building the bench against %s: %w", base, err)
+		}
+		defer cleanup()
+		cs = append(cs, contender{"lockyard @" + base, "lockyard", exe})
+	}
 	sp := spec{Addr: srv.Addr, Dur: dur, Retry: retry}
 	type job struct {
 		name  string
@@ -173,12 +185,12 @@ func run(reps int, dur time.Duration, only string, retry time.Duration) error {
 	for _, sc := range strings.Split(only, ",") {
 		names, res, err := procs.Interleave(reps, cs, jobs[sc], func(c contender, j job) string { return c.name + " " + j.name },
 			func(rep int, c contender, j job) (result, error) {
-				return measure(conn, self, fmt.Sprintf("%s%d-%d", sc, rep, rand.N(1<<30)), j.procs(c.impl))
+				return measure(conn, c.exe, fmt.Sprintf("%s%d-%d", sc, rep, rand.N(1<<30)), j.procs(c.impl))
 			})
 		if err != nil {
 			return fmt.Errorf("%s, %w", sc, err)
 		}
-		print(sc, names, res)
+		print(sc, names, res, base)
 	}
 	return nil
 }
@@ -282,7 +294,7 @@ func overlaps(spans [][2]int64) int {
 	return n
 }
 
-func print(sc string, names []string, res procs.Results[result]) {
+func print(sc string, names []string, res procs.Results[result], base string) {
 	fmt.Printf("\n#### %s (medians)\n\n", sc)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "| job\t acq/s\t overlaps\t errors\t min share\t multi-key acq\t longest wait ms\t wait p99 ms\t single-key acq/s\t scripts/acq\t commands/acq\t Redis CPU µs/acq\t")
@@ -317,6 +329,19 @@ func print(sc string, names []string, res procs.Results[result]) {
 		}
 	case "uncontended":
 		ratio("lockyard 5 keys", "ObtainMulti 5 keys", func(r result) float64 { return r.cpuPerAcq }, "Redis CPU per acquisition")
+	}
+	if base == "" {
+		return
+	}
+	for _, n := range names { // this build against the base, job by job
+		job, ok := strings.CutPrefix(n, "lockyard ")
+		if !ok || strings.HasPrefix(job, "@") {
+			continue
+		}
+		b := "lockyard @" + base + " " + job
+		ratio(n, b, func(r result) float64 { return r.acqPerSec }, "throughput, against the base")
+		ratio(n, b, func(r result) float64 { return r.cpuPerAcq }, "Redis CPU per acquisition, against the base")
+		ratio(n, b, func(r result) float64 { return r.cmdsPerAcq }, "server calls per acquisition, against the base")
 	}
 }
 
