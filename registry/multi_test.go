@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
@@ -650,4 +652,48 @@ func TestAcquireAllSlotsHeldThroughLongWait(t *testing.T) {
 		t.Fatalf("the lease holds the first key with %v, not the token it waited with (%s)", v, token)
 	}
 	mustNil(t, le.Release(ctx))
+}
+
+// An uncontended cycle on free keys asks once whether any of them, their
+// turns or their lines exist (one EXISTS, no MGET), sets each key, and
+// releases with one MGET and one EXISTS of the lines: INFO commandstats,
+// so the real server only. With fencing the same, and each key's token
+// still comes back.
+func TestAcquireAllUncontendedCommands(t *testing.T) {
+	b := realBackend()
+	ctx := bg(t)
+	keys := []string{"a", "b", "c", "d", "e"}
+	for _, fencing := range []bool{false, true} {
+		var opts []registry.Option
+		if fencing {
+			opts = append(opts, registry.WithFencing())
+		}
+		pfx := prefix(t)
+		r := newRegPrefix(t, b.pool(t), pfx, opts...)
+		le, err := r.AcquireAll(ctx, keys, 0) // the first cycle loads the scripts, and seeds the fence counters
+		mustNil(t, err)
+		mustNil(t, le.Release(ctx))
+		before, err := redistest.CommandStats(b.addr)
+		mustNil(t, err)
+		le, err = r.AcquireAll(ctx, keys, 0)
+		mustNil(t, err)
+		if fencing && slices.Contains(le.Tokens(), 0) {
+			t.Fatalf("Tokens() = %v with fencing", le.Tokens())
+		}
+		mustNil(t, le.Release(ctx))
+		after, err := redistest.CommandStats(b.addr)
+		mustNil(t, err)
+		want := map[string]int{"evalsha": 2, "exists": 2, "mget": 1, "set": 5, "del": 1, "publish": 5, "get": 0, "pexpire": 0}
+		if fencing {
+			want["get"], want["incr"] = 5, 5 // each counter read, then incremented
+		}
+		for cmd, n := range want {
+			if got := after[cmd] - before[cmd]; got != n {
+				t.Errorf("fencing %v: %d %s calls in an uncontended cycle of 5 keys, want %d", fencing, got, cmd, n)
+			}
+		}
+		if n := b.do(t, "EXISTS", pfx+":a", pfx+":e"); n != int64(0) {
+			t.Fatalf("fencing %v: keys left after Release", fencing)
+		}
+	}
 }

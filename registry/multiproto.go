@@ -74,13 +74,12 @@ type multiGrant struct {
 func (p *multiProto) acquire(ctx context.Context, lks []string, token string, ttl time.Duration, h hint, gather any, since string) (multiGrant, error) {
 	s := &p.s
 	if !h.waits { // in no line: the quick script first
-		keys := make([]string, 0, 4*len(lks))
-		for _, lk := range lks {
-			keys = append(keys, lk, s.layout.TurnKey(lk), s.layout.QueueKey(lk), s.layout.FenceKey(lk))
-		}
-		v, err := p.one.One(ctx, multiTakeScript, Call{Keys: keys, Args: []any{token, s.ttlOf(ttl), s.fenceArg, s.idleArg, h.spread.Milliseconds()}})
+		v, err := p.one.One(ctx, multiTakeScript, Call{Keys: p.takeKeys(lks), Args: []any{token, s.ttlOf(ttl), s.fenceArg, s.idleArg, h.spread.Milliseconds()}})
 		if err != nil {
 			return multiGrant{}, err
+		}
+		if v == int64(1) { // acquired, without fencing
+			return multiGrant{ok: true, fences: make([]int64, len(lks))}, nil
 		}
 		if g, ok, err := decodeMulti(v, len(lks)); ok || err != nil {
 			return g, err
@@ -101,6 +100,25 @@ func (p *multiProto) acquire(ctx context.Context, lks []string, token string, tt
 		err = fmt.Errorf("lockyard: unexpected reply %v to multiacquire", v)
 	}
 	return g, err
+}
+
+// takeKeys returns multitake.lua's KEYS for lks: the lock keys, their
+// turns, their wait queues, and with fencing their fence counters.
+func (p *multiProto) takeKeys(lks []string) []string {
+	s := &p.s
+	per := 3
+	if s.fencing {
+		per = 4
+	}
+	keys := make([]string, per*len(lks))
+	n := len(lks)
+	for i, lk := range lks {
+		keys[i], keys[n+i], keys[2*n+i] = lk, s.layout.TurnKey(lk), s.layout.QueueKey(lk)
+		if per == 4 {
+			keys[3*n+i] = s.layout.FenceKey(lk)
+		}
+	}
+	return keys
 }
 
 // decodeMulti decodes the reply of multiacquire.lua or multitake.lua on n
@@ -137,15 +155,22 @@ func decodeMulti(v any, n int) (g multiGrant, ok bool, err error) {
 // released.
 func (p *multiProto) release(ctx context.Context, lks []string, token string) ([]bool, error) {
 	s := &p.s
-	keys := make([]string, 0, 5*len(lks))
-	for _, lk := range lks {
-		keys = append(keys, lk, s.layout.QueueKey(lk))
+	n := len(lks)
+	keys := make([]string, 2*n, 5*n)
+	for i, lk := range lks {
+		keys[i], keys[n+i] = lk, s.layout.QueueKey(lk)
 	}
 	v, err := p.one.One(ctx, multiDropScript, Call{Keys: keys, Args: []any{token, s.layout.Channel("")}})
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	if x, err := replyList(v); err == nil && len(x) == 1 && x[0] == -1 { // someone is in line: the turns are given
+	case v == int64(1): // every key released
+		out := make([]bool, n)
+		for i := range out {
+			out[i] = true
+		}
+		return out, nil
+	case v == int64(-1): // someone is in line: the turns are given
 		keys = keys[:0]
 		for _, lk := range lks {
 			keys = append(keys, s.lockKeys(lk, false)...)

@@ -4,28 +4,24 @@
 -- it changes nothing and leaves the release to multirelease.lua, which
 -- gives the turns. It declares two keys per lock key, not five.
 --
--- KEYS     two per lock key: lock key, wait queue
+-- KEYS     N lock keys, then their N wait queues
 -- ARGV[1]  token of the multi-key hold
 -- ARGV[2]  the release channels' prefix (registryKey-channel:)
 --
--- Reply: one integer per lock key, as multirelease.lua's (1 released, 0
---        gone or another holder's); or {-1}: someone is in line, nothing
+-- Reply: 1: the token held every key, and released them all; else one
+--        integer per lock key, as multirelease.lua's (1 released, 0 gone
+--        or another holder's); or -1: someone is in line, nothing
 --        changed.
 local n = #KEYS / 2
-local lks, queues = {}, {}
-for i = 1, n do
-  lks[i], queues[i] = KEYS[2 * i - 1], KEYS[2 * i]
-end
-local values = redis.pcall('MGET', unpack(lks))
-local e = redis.pcall('EXISTS', unpack(queues))
+local values = redis.pcall('MGET', unpack(KEYS, 1, n))
+local e = redis.pcall('EXISTS', unpack(KEYS, n + 1, 2 * n))
 if type(values) ~= 'table' or values.err or e ~= 0 then
-  return {-1}
+  return -1
 end
-local out, mine = {}, {}
+local mine = {}
 for i = 1, n do
-  out[i] = values[i] == ARGV[1] and 1 or 0
-  if out[i] == 1 then
-    mine[#mine + 1] = lks[i]
+  if values[i] == ARGV[1] then
+    mine[#mine + 1] = KEYS[i]
   end
 end
 if #mine > 0 then
@@ -33,5 +29,12 @@ if #mine > 0 then
   for _, lk in ipairs(mine) do
     redis.call('PUBLISH', ARGV[2] .. lk, lk)
   end
+end
+if #mine == n then
+  return 1
+end
+local out = {}
+for i = 1, n do
+  out[i] = values[i] == ARGV[1] and 1 or 0
 end
 return out
