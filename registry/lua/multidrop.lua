@@ -18,9 +18,24 @@ local e = redis.pcall('EXISTS', unpack(KEYS, n + 1, 2 * n))
 if type(values) ~= 'table' or values.err or e ~= 0 then
   return -1
 end
-local mine = {}
+local all = true
 for i = 1, n do
-  if values[i] == ARGV[1] then
+  if values[i] ~= ARGV[1] then
+    all = false
+    break
+  end
+end
+if all then -- the common case: no table built
+  redis.call('DEL', unpack(KEYS, 1, n))
+  for i = 1, n do
+    redis.call('PUBLISH', ARGV[2] .. KEYS[i], KEYS[i])
+  end
+  return 1
+end
+local out, mine = {}, {}
+for i = 1, n do
+  out[i] = values[i] == ARGV[1] and 1 or 0
+  if out[i] == 1 then
     mine[#mine + 1] = KEYS[i]
   end
 end
@@ -29,12 +44,5 @@ if #mine > 0 then
   for _, lk in ipairs(mine) do
     redis.call('PUBLISH', ARGV[2] .. lk, lk)
   end
-end
-if #mine == n then
-  return 1
-end
-local out = {}
-for i = 1, n do
-  out[i] = values[i] == ARGV[1] and 1 or 0
 end
 return out

@@ -26,6 +26,12 @@
 local fencing = ARGV[3] == '1'
 local n = #KEYS / (fencing and 4 or 3)
 local e = redis.pcall('EXISTS', unpack(KEYS, 1, 3 * n))
+if e == 0 and not fencing then -- no key, turn or line: every key is free
+  for i = 1, n do
+    redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  end
+  return 1
+end
 local values, mine = {}, 0
 if e ~= 0 then
   values = redis.pcall('MGET', unpack(KEYS, 1, n))
