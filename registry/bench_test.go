@@ -102,3 +102,23 @@ func BenchmarkLocalHandOff(b *testing.B) {
 		}
 	})
 }
+
+// Uncontended AcquireAll+Release of 5 keys on the real server: two round
+// trips (multitake.lua, multidrop.lua).
+func BenchmarkAcquireAllRelease(b *testing.B) {
+	pool := redistest.NewPool(real.Addr)
+	defer pool.Close()
+	r := newRegPrefix(b, pool, "bench-aa")
+	keys := []string{"a", "b", "c", "d", "e"}
+	ctx := b.Context()
+	b.ReportAllocs()
+	for b.Loop() {
+		le, err := r.AcquireAll(ctx, keys, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := le.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
