@@ -10,6 +10,10 @@
 //
 //	cd bench && go run ./cycle [-rounds 30] [-burst 1000]
 //
+// With -multi it compares instead the server's time in an uncontended
+// cycle of 5 keys: lockyard's AcquireAll and Release against
+// bsm/redislock's ObtainMulti and Release (multi.go).
+//
 // The server is LOCKYARD_REDIS_SERVER, else redis-server on PATH.
 package main
 
@@ -31,8 +35,15 @@ func main() {
 	rounds := flag.Int("rounds", 30, "bursts of each step")
 	burst := flag.Int("burst", 1000, "cycles per burst")
 	lua := flag.String("lua", "../registry/lua", "the registry's scripts")
+	multi := flag.Bool("multi", false, "the 5-key cycle: AcquireAll against ObtainMulti")
 	flag.Parse()
-	if err := run(*rounds, *burst, *lua); err != nil {
+	var err error
+	if *multi {
+		err = runMulti(*rounds, *burst)
+	} else {
+		err = run(*rounds, *burst, *lua)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "cycle:", err)
 		os.Exit(1)
 	}
