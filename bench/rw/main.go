@@ -25,6 +25,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -163,8 +164,48 @@ type result struct {
 	scriptsPerRead                       float64
 }
 
+// cpuSplit returns the server's user and system CPU time so far, in s.
+func cpuSplit(conn redigo.Conn) (user, sys float64) {
+	info, _ := redigo.String(conn.Do("INFO", "cpu"))
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "used_cpu_user:"); ok {
+			user, _ = strconv.ParseFloat(v, 64)
+		} else if v, ok := strings.CutPrefix(l, "used_cpu_sys:"); ok {
+			sys, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	return user, sys
+}
+
+var debug = flag.Bool("debug", false, "print the server calls per acquisition by command, and their server time, of each run")
+
 func measure(conn redigo.Conn, exe, key string, specs []spec) (result, error) {
 	s0 := procs.Read(conn)
+	st0, _ := redistest.CommandStatsOn(conn)
+	acqs := 0
+	if *debug {
+		u0, s0 := cpuSplit(conn)
+		defer func() {
+			u1, s1 := cpuSplit(conn)
+			if acqs > 0 {
+				fmt.Fprintf(os.Stderr, "%s: Redis CPU per acquisition: user %.1fus, sys %.1fus\n", specs[0].Kind, (u1-u0)*1e6/float64(acqs), (s1-s0)*1e6/float64(acqs))
+			}
+			st1, _ := redistest.CommandStatsOn(conn)
+			names := make([]string, 0, len(st1))
+			for n := range st1 {
+				names = append(names, n)
+			}
+			slices.Sort(names)
+			fmt.Fprintf(os.Stderr, "%s:", specs[0].Kind)
+			for _, n := range names {
+				c := st1[n]
+				if d := c.Calls - st0[n].Calls; d > 0 && acqs > 0 {
+					fmt.Fprintf(os.Stderr, " %s %.2f (%.1fus)", n, float64(d)/float64(acqs), (c.Usec-st0[n].Usec)/float64(acqs))
+				}
+			}
+			fmt.Fprintln(os.Stderr)
+		}()
+	}
 	for i := range specs {
 		specs[i].Key, specs[i].Pfx = key, "bench-"+key
 	}
@@ -185,6 +226,7 @@ func measure(conn redigo.Conn, exe, key string, specs []spec) (result, error) {
 		dur = specs[i].Dur
 	}
 	acq := reads + writes
+	acqs = acq
 	if acq == 0 {
 		return result{}, fmt.Errorf("no acquisition")
 	}
