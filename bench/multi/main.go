@@ -12,14 +12,19 @@
 //     (1 ms sections): the multi-key acquisitions, their longest wait, and
 //     the single-key lockers' throughput against the same lockers alone,
 //     and beside a single-key waiter that waits the whole run (its registry
-//     hears every release message, as the multi-key one's does).
+//     hears every release message, as the multi-key one's does), and
+//     beside 5 such waiters (as many registries that hear every release as
+//     the multi-key job has: the 4 lockers' own, once they waited, and the
+//     multi-key one's).
 //   - uncontended: one goroutine locking 5 free keys and releasing them,
 //     back to back: scripts and commands per acquisition (each a round
 //     trip), Redis CPU per acquire-release cycle.
 //
 // Run it from bench/: go run ./multi. With -base REV it also runs
 // lockyard built at that git revision, in the same alternation (an A/B
-// against the parent of a change), and prints this build's ratios to it.
+// against the parent of a change), and prints this build's ratios to it;
+// with -lock spin lockyard's registries are SpinLock, polling every
+// -peer-retry, instead of PubSubLock.
 package main
 
 import (
@@ -65,6 +70,9 @@ type spec struct {
 	// every release message, as any waiting registry does (starve's
 	// control).
 	Listen bool
+	// Spin: lockyard's registries are SpinLock, polling every Retry,
+	// instead of PubSubLock.
+	Spin bool
 }
 
 // report is what a process prints.
@@ -86,6 +94,7 @@ func main() {
 		only   = flag.String("scenarios", "random,starve,uncontended", "scenarios to run")
 		retry  = flag.Duration("peer-retry", 10*time.Millisecond, "ObtainMulti's retry interval (LinearBackoff)")
 		base   = flag.String("base", "", "also run lockyard built at this git revision (A/B)")
+		lock   = flag.String("lock", "pubsub", "lockyard's lock type: pubsub, or spin (SpinLock polling every -peer-retry)")
 	)
 	flag.Parse()
 	if *worker != "" {
@@ -95,7 +104,11 @@ func main() {
 		}
 		return
 	}
-	if err := run(*reps, *dur, *only, *retry, *base); err != nil {
+	if *lock != "pubsub" && *lock != "spin" {
+		fmt.Fprintln(os.Stderr, "multi: -lock is pubsub or spin")
+		os.Exit(2)
+	}
+	if err := run(*reps, *dur, *only, *retry, *base, *lock == "spin"); err != nil {
 		fmt.Fprintln(os.Stderr, "multi:", err)
 		os.Exit(1)
 	}
@@ -109,7 +122,7 @@ func keys(n int) []string {
 	return out
 }
 
-func run(reps int, dur time.Duration, only string, retry time.Duration, base string) error {
+func run(reps int, dur time.Duration, only string, retry time.Duration, base string, spin bool) error {
 	srv, err := redistest.Start()
 	if err != nil {
 		return err
@@ -128,8 +141,12 @@ func run(reps int, dur time.Duration, only string, retry time.Duration, base str
 	if i := strings.Index(version, "redis_version:"); i >= 0 {
 		version = strings.Fields(version[i+len("redis_version:"):])[0]
 	}
-	fmt.Printf("multi-key bench: %d reps of %v per scenario and contender, alternating; redis-server %s at %s; ObtainMulti retries every %v\n",
-		reps, dur, version, srv.Addr, retry)
+	lockType := "PubSubLock"
+	if spin {
+		lockType = fmt.Sprintf("SpinLock (polling every %v)", retry)
+	}
+	fmt.Printf("multi-key bench: %d reps of %v per scenario and contender, alternating; redis-server %s at %s; ObtainMulti retries every %v; lockyard's registries %s\n",
+		reps, dur, version, srv.Addr, retry, lockType)
 	cs := []contender{{"lockyard", "lockyard", self}, {"ObtainMulti", "redislock", self}}
 	if base != "" {
 		exe, cleanup, err := abbuild.At(base, "./multi")
@@ -139,7 +156,7 @@ func run(reps int, dur time.Duration, only string, retry time.Duration, base str
 		defer cleanup()
 		cs = append(cs, contender{"lockyard @" + base, "lockyard", exe})
 	}
-	sp := spec{Addr: srv.Addr, Dur: dur, Retry: retry}
+	sp := spec{Addr: srv.Addr, Dur: dur, Retry: retry, Spin: spin}
 	type job struct {
 		name  string
 		procs func(impl string) []spec
@@ -177,9 +194,18 @@ func run(reps int, dur time.Duration, only string, retry time.Duration, base str
 		s.Impl, s.Keys, s.Inflight, s.Listen = impl, []string{"held"}, 1, true
 		return append(singles(impl), s)
 	}
+	listeners := func(impl string) []spec { // as many registries that hear every release as singles + multi has
+		ps := singles(impl)
+		for i := range 5 {
+			s := sp
+			s.Impl, s.Keys, s.Inflight, s.Listen = impl, []string{fmt.Sprint("held", i)}, 1, true
+			ps = append(ps, s)
+		}
+		return ps
+	}
 	jobs := map[string][]job{
 		"random":      {{"random 3 of 12", random}},
-		"starve":      {{"singles + multi", starve}, {"singles alone", singles}, {"singles + a waiting RedisLock", listener}},
+		"starve":      {{"singles + multi", starve}, {"singles alone", singles}, {"singles + a waiting RedisLock", listener}, {"singles + 5 waiting RedisLocks", listeners}},
 		"uncontended": {{"5 keys", uncontended}},
 	}
 	for _, sc := range strings.Split(only, ",") {
@@ -326,6 +352,7 @@ func print(sc string, names []string, res procs.Results[result], base string) {
 		for _, c := range []string{"lockyard", "ObtainMulti"} {
 			ratio(c+" singles + multi", c+" singles alone", func(r result) float64 { return r.singlesPerSec }, "single-key lockers' throughput beside the multi-key one")
 			ratio(c+" singles + a waiting RedisLock", c+" singles alone", func(r result) float64 { return r.singlesPerSec }, "the same beside a waiting single-key lock (the control)")
+			ratio(c+" singles + 5 waiting RedisLocks", c+" singles alone", func(r result) float64 { return r.singlesPerSec }, "the same beside 5 registries that each wait for a key of their own (as many that hear every release as with the multi-key one)")
 		}
 	case "uncontended":
 		ratio("lockyard 5 keys", "ObtainMulti 5 keys", func(r result) float64 { return r.cpuPerAcq }, "Redis CPU per acquisition")
@@ -431,7 +458,11 @@ func runWorker(js string) error {
 	case "lockyard":
 		pool := &redigo.Pool{MaxIdle: sp.Inflight + 2, Dial: func() (redigo.Conn, error) { return redigo.Dial("tcp", sp.Addr) }}
 		defer pool.Close()
-		reg, err := registry.New(pool, sp.Pfx, registry.WithLockType(registry.PubSubLock), registry.WithAutoRenew())
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithAutoRenew()}
+		if sp.Spin {
+			opts = []registry.Option{registry.WithLockType(registry.SpinLock), registry.WithIdleBetweenTries(sp.Retry), registry.WithAutoRenew()}
+		}
+		reg, err := registry.New(pool, sp.Pfx, opts...)
 		if err != nil {
 			return err
 		}
