@@ -68,6 +68,41 @@ type Result = core.Result
 //	}
 type Subscription = core.Subscription
 
+// ChannelSubscriber is an optional method of a Client, a subscription to
+// channels that change while it lives:
+//
+//	type ChannelSubscriber interface {
+//		// SubscribeChannels subscribes to channels (at least one) on a
+//		// connection of its own, and returns once the server has confirmed
+//		// them.
+//		SubscribeChannels(ctx context.Context, channels ...string) (ChannelSubscription, error)
+//	}
+//
+// A registry whose Client has it (NewPoolClient's, and so New's) subscribes
+// to the release channels of the keys that its PubSubLock waiters wait for,
+// for as long as they wait and a little longer, instead of to every key's
+// (PSubscribe): a release is then delivered only to the processes that wait
+// for that key. A wrapper that embeds a Client hides the method unless it
+// declares its own.
+type ChannelSubscriber = core.ChannelSubscriber
+
+// ChannelSubscription is a Subscription to channels, which Subscribe and
+// Unsubscribe change:
+//
+//	type ChannelSubscription interface {
+//		Subscription
+//		Subscribe(ctx context.Context, channels ...string) error
+//		Unsubscribe(ctx context.Context, channels ...string) error
+//	}
+//
+// Receive returns the messages and pongs, not the server's confirmations of
+// (un)subscribes; an error reply (a refused channel: NOPERM) ends it as a
+// broken connection does. Subscribe, Unsubscribe and Ping are called by one
+// goroutine at a time, concurrently with Receive, and send without waiting
+// for a reply: the server takes them in order, so the pong of a Ping sent
+// after a Subscribe comes once the server has taken it.
+type ChannelSubscription = core.ChannelSubscription
+
 // ReplyError, struct{ Err error }, is an error reply of the Redis server,
 // such as "WRONGTYPE ..." or "NOSCRIPT ...": the command reached the server
 // and a script did not run to completion. Err is the client's own error

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	_ "embed"
+	"slices"
 	"time"
 
 	"github.com/lockyard/lockyard/internal/core"
@@ -51,6 +52,23 @@ func WithTurns(window, ahead time.Duration) Option {
 
 // WithCrowdMemory sets how long a lock expects waiters after a release
 // found some (crowdMemory): its releases are not quiet meanwhile.
+// SubscribedKeys returns the lock keys that r's release subscriber has
+// subscribed to by channel, and false if it subscribes by pattern.
+func SubscribedKeys(r *Registry) ([]string, bool) {
+	k := r.subscriber.keys
+	if k == nil {
+		return nil, false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var lks []string
+	for lk := range k.on {
+		lks = append(lks, lk)
+	}
+	slices.Sort(lks)
+	return lks, true
+}
+
 func WithCrowdMemory(d time.Duration) Option {
 	return func(c *config) error {
 		c.crowdMemory = d

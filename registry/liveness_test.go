@@ -92,11 +92,18 @@ func TestSubscriberSurvivesClientKill(t *testing.T) {
 	r1 := newRegPrefix(t, b.pool(t), pfx)
 	r2 := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(slowIdle))
 	l1, l2 := obtain(t, r1, "k"), obtain(t, r2, "k")
-	numpat := func() int { n, _ := redis.Int(b.do(t, "PUBSUB", "NUMPAT"), nil); return n }
+	numsub := func() int64 { // the subscriber by key's channel of k (keysub.go)
+		v, _ := redis.Values(b.do(t, "PUBSUB", "NUMSUB", pfx+"-channel:"+l2.Key()), nil)
+		if len(v) != 2 {
+			return -1
+		}
+		n, _ := v[1].(int64)
+		return n
+	}
 	for round := range 3 {
 		l1.Lock()
 		got := waitInGoroutine(t, l2)
-		waitFor(t, 5*time.Second, "the subscriber to subscribe", func() bool { return numpat() == 1 })
+		waitFor(t, 5*time.Second, "the subscriber to subscribe", func() bool { return numsub() == 1 })
 		l1.Unlock()
 		mustNil(t, recvWithin(t, got, 2*time.Second, "hand-off in round "+strconv.Itoa(round)))
 		// The next round's hand-off, with a 10s idle, proves the subscriber is back.

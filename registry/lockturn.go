@@ -87,7 +87,9 @@ func (l *RedisLock) pass(ctx context.Context, h *core.Hold, ttl time.Duration, f
 	case passReleased:
 		l.turn.waitUntil, l.turn.after = sent+int64(p.sleep), p.after
 		l.turn.queued, l.turn.taken = true, true
-		r.subscriber.Listen(l.wake) // its turn is announced by a release message
+		if l.wake != nil {
+			r.subscriber.want(l.key) // its turn is announced by a release message
+		}
 		return releasedForOthers, nil
 	case passFreed:
 		// Long enough for a client told by the release message to take

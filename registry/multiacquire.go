@@ -187,7 +187,7 @@ func (m *multiLock) obtain(ctx context.Context, ttl time.Duration, waits bool) (
 	if waits {
 		w := core.Waiting{Key: m.desc, Verb: "obtaining", Retrying: "lockyard: multi-key obtain failed, retrying", Idle: r.cfg.idle, Wake: m.wake}
 		if m.wake != nil {
-			w.Listener = r.subscriber
+			w.Listener = r.subscriber.listener(m.lks...)
 		}
 		waited, err = r.core.Acquire(ctx, &w, true, attempt)
 	} else {

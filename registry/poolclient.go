@@ -338,6 +338,32 @@ func (p *poolClient) PSubscribe(ctx context.Context, pattern string) (Subscripti
 	}
 }
 
+// SubscribeChannels subscribes to channels on a connection of its own,
+// taken from the pool (ChannelSubscriber).
+func (p *poolClient) SubscribeChannels(ctx context.Context, channels ...string) (ChannelSubscription, error) {
+	c, _, err := p.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &poolSub{psc: redis.PubSubConn{Conn: c}}
+	if err := s.psc.Subscribe(redis.Args{}.AddFlat(channels)...); err != nil {
+		s.Close()
+		return nil, err
+	}
+	for n := 0; n < len(channels); {
+		switch m := s.psc.ReceiveContext(ctx).(type) {
+		case error:
+			s.Close()
+			return nil, replyError(m)
+		case redis.Subscription:
+			if m.Kind == "subscribe" {
+				n++
+			}
+		}
+	}
+	return s, nil
+}
+
 // poolSub is a Subscription on a redigo connection.
 type poolSub struct{ psc redis.PubSubConn }
 
@@ -360,3 +386,13 @@ func (s *poolSub) Receive(ctx context.Context) (string, error) {
 func (s *poolSub) Ping(context.Context) error { return s.psc.Ping("") }
 
 func (s *poolSub) Close() error { return s.psc.Close() }
+
+// Subscribe sends SUBSCRIBE (ChannelSubscription).
+func (s *poolSub) Subscribe(_ context.Context, channels ...string) error {
+	return s.psc.Subscribe(redis.Args{}.AddFlat(channels)...)
+}
+
+// Unsubscribe sends UNSUBSCRIBE (ChannelSubscription).
+func (s *poolSub) Unsubscribe(_ context.Context, channels ...string) error {
+	return s.psc.Unsubscribe(redis.Args{}.AddFlat(channels)...)
+}

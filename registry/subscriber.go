@@ -61,13 +61,21 @@ type subscriber struct {
 	// up is set while a subscription is taken, once the waiters it may
 	// have missed messages for were woken (a test's view: export_test.go).
 	up atomic.Bool
+	// keys, if set, are the keys that the release subscriber subscribes
+	// to, by channel, instead of pattern (keysub.go); x is then its Client.
+	keys *keySubs
+	x    *core.ClientExec
 }
 
 // newReleaseSubscriber returns r's subscriber to release messages, which
 // wake locks (a semaphore hears turn messages only).
 func newReleaseSubscriber(c *core.Core, cache *cache, watch *watchers, layout wire.Layout, cfg *config) *subscriber {
-	return &subscriber{c: c, cache: cache, watch: watch, layout: layout, retry: cfg.refusedRetry,
+	s := &subscriber{c: c, cache: cache, watch: watch, layout: layout, retry: cfg.refusedRetry,
 		pattern: layout.ChannelPattern(), lockKey: layout.LockKeyOfChannel, wakes: byRelease}
+	if x, ok := c.Exec.(*core.ClientExec); ok && x.CanSubscribeChannels() {
+		s.keys, s.x = newKeySubs(cfg.idle), x
+	}
+	return s
 }
 
 // newTurnSubscriber returns r's subscriber to its semaphore turns.
@@ -91,7 +99,15 @@ func (s *subscriber) loop() {
 	var bo core.Backoff
 	pattern := s.pattern
 	for {
-		subscribed, err := s.session(&bo, pattern)
+		var (
+			subscribed bool
+			err        error
+		)
+		if s.keys != nil {
+			subscribed, err = s.keySession(&bo, s.x)
+		} else {
+			subscribed, err = s.session(&bo, pattern)
+		}
 		s.wakeAll() // messages may have been lost: everyone re-checks
 		if s.c.BG.IsClosed() {
 			return
@@ -103,7 +119,11 @@ func (s *subscriber) loop() {
 			}
 			continue
 		}
-		s.c.Log.Warn("lockyard: pub/sub subscriber dropped, resubscribing; waiters poll meanwhile", "pattern", pattern, "err", err)
+		on := pattern
+		if s.keys != nil {
+			on = "the release channels of the keys waited for"
+		}
+		s.c.Log.Warn("lockyard: pub/sub subscriber dropped, resubscribing; waiters poll meanwhile", "pattern", on, "err", err)
 		pattern = s.pattern // each new subscription tries the registry's own first
 		if s.c.BG.Sleep(s.c.BG.Ctx, bo.Delay(), nil) != nil {
 			return
@@ -184,17 +204,8 @@ func (s *subscriber) session(bo *core.Backoff, pattern string) (subscribed bool,
 // deliver wakes the waiters of the lock or semaphore that channel ch
 // names, if cached: one message counted.
 func (s *subscriber) deliver(ch string) {
-	lk, ok := s.lockKey(ch)
-	if !ok {
-		return
-	}
-	if name, ok := s.layout.UserKey(lk); ok {
-		if e, ok := s.cache.peek(name); ok {
-			e.signal(1)
-		}
-		if s.watch != nil {
-			s.watch.signal(name, 1)
-		}
+	if lk, ok := s.lockKey(ch); ok {
+		s.signalKey(lk, 1)
 	}
 }
 

@@ -54,6 +54,29 @@ type Subscription interface {
 	Close() error
 }
 
+// ChannelSubscriber is registry.ChannelSubscriber: an optional method of
+// a Client, a subscription to channels that change while it lives.
+type ChannelSubscriber interface {
+	// SubscribeChannels subscribes to channels (at least one) on a
+	// connection of its own, and returns once the server has confirmed
+	// them.
+	SubscribeChannels(ctx context.Context, channels ...string) (ChannelSubscription, error)
+}
+
+// ChannelSubscription is registry.ChannelSubscription: a Subscription to
+// channels, which Subscribe and Unsubscribe change. Receive returns the
+// messages and pongs, not the server's confirmations of (un)subscribes;
+// an error reply (a refused channel: NOPERM) ends it as a broken
+// connection does. Subscribe, Unsubscribe and Ping are called by one
+// goroutine at a time, concurrently with Receive, and send without
+// waiting for a reply: the server takes them in order, so the pong of a
+// Ping sent after a Subscribe comes once the server has taken it.
+type ChannelSubscription interface {
+	Subscription
+	Subscribe(ctx context.Context, channels ...string) error
+	Unsubscribe(ctx context.Context, channels ...string) error
+}
+
 // ReplyError is registry.ReplyError: an error reply of the server.
 type ReplyError struct{ Err error }
 

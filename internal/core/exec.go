@@ -165,6 +165,26 @@ func (x *ClientExec) Subscribe(ctx context.Context, pattern string) (Subscriptio
 	return x.client.PSubscribe(ctx, pattern)
 }
 
+// SubscribeChannels subscribes to channels if the Client can
+// (ChannelSubscriber); ok is false when it cannot, and the caller
+// pattern-subscribes instead.
+func (x *ClientExec) SubscribeChannels(ctx context.Context, channels ...string) (sub ChannelSubscription, ok bool, err error) {
+	cs, ok := x.client.(ChannelSubscriber)
+	if !ok {
+		return nil, false, nil
+	}
+	ctx, cancel := Bound(ctx, x.timeout)
+	defer cancel()
+	sub, err = cs.SubscribeChannels(ctx, channels...)
+	return sub, true, err
+}
+
+// CanSubscribeChannels reports whether the Client is a ChannelSubscriber.
+func (x *ClientExec) CanSubscribeChannels() bool {
+	_, ok := x.client.(ChannelSubscriber)
+	return ok
+}
+
 func (x *ClientExec) Info(ctx context.Context, section string) (string, error) {
 	ic, ok := x.client.(infoClient)
 	if !ok {
