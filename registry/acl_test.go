@@ -24,6 +24,7 @@ func aclFor(t *testing.T, registryKey string) []any {
 	rules := []any{"on", ">pw-" + registryKey, "resetkeys", "resetchannels",
 		"~" + registryKey + ":*", "~{" + registryKey + ":*", "~{*}" + registryKey + ":*", "&" + registryKey + "-channel:*", "&" + registryKey + "-turn:*",
 		"-@all", "+evalsha", "+eval", "+psubscribe", "+ping", "+info",
+		"+subscribe", "+unsubscribe", // the release subscriber by key
 		"+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+publish",
 		"+zadd", "+zrank", "+zrem", "+zrange", "+zcard", "+zscore", "+zcount", "+hget", "+hset", "+hdel", "+time",
 		"+type", "+zremrangebyscore", "+exists", // a semaphore's, and the native release's
@@ -307,6 +308,46 @@ func TestLeastPrivilegeACLMulti(t *testing.T) {
 	mustNil(t, w.Release(bg(t)))
 	if n := b.do(t, "EXISTS", pfx+":a", pfx+":b", pfx+":c", pfx+":d"); n != int64(0) {
 		t.Fatalf("%v lock keys left after the releases", n)
+	}
+}
+
+// Under the ACL that docs/SECURITY.md gave before the release subscriber
+// by key (PSUBSCRIBE, not SUBSCRIBE), a registry subscribes to the
+// pattern, says so once at info level, and its waiters are woken by the
+// release message as before.
+func TestACLWithoutSubscribe(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	var rules []any
+	for _, r := range aclFor(t, pfx) {
+		if r != "+subscribe" && r != "+unsubscribe" {
+			rules = append(rules, r)
+		}
+	}
+	b.do(t, "ACL", append([]any{"SETUSER", pfx}, rules...)...)
+	t.Cleanup(func() { _, _ = redistest.Do(b.addr, "ACL", "DELUSER", pfx) })
+	logs := &logRecorder{}
+	holder := newRegPrefix(t, userPool(t, pfx), pfx)
+	r := newRegPrefix(t, userPool(t, pfx), pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10*time.Second),
+		registry.WithLogger(slog.New(logs)))
+	for round := range 2 {
+		h, err := holder.Acquire(bg(t), "k", 0)
+		mustNil(t, err)
+		l := obtain(t, r, "k")
+		got := lockInBackground(t, l)
+		waitQueued(t, b, l, 1) // its attempt refused: it waits, polling every 10 s
+		waitFor(t, 5*time.Second, "the pattern subscribed", func() bool {
+			n, _ := redis.Int(b.do(t, "PUBSUB", "NUMPAT"), nil)
+			return n == 1
+		})
+		mustNil(t, h.Release(bg(t)))
+		mustNil(t, recvWithin(t, got, 3*time.Second, "the waiter woken by the release, round "+fmt.Sprint(round)))
+	}
+	if _, byKey := registry.SubscribedKeys(r); byKey {
+		t.Fatal("still subscribing by key after SUBSCRIBE was refused")
+	}
+	if n, warns := logs.count(slog.LevelInfo, "refused SUBSCRIBE"), logs.count(slog.LevelWarn, "subscriber dropped"); n != 1 || warns != 0 {
+		t.Fatalf("%d infos and %d warnings of the release subscriber; want 1 info", n, warns)
 	}
 }
 

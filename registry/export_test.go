@@ -56,7 +56,7 @@ func WithTurns(window, ahead time.Duration) Option {
 // subscribed to by channel, and false if it subscribes by pattern.
 func SubscribedKeys(r *Registry) ([]string, bool) {
 	k := r.subscriber.keys
-	if k == nil {
+	if k == nil || !r.subscriber.byKey.Load() {
 		return nil, false
 	}
 	k.mu.Lock()

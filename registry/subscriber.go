@@ -65,6 +65,10 @@ type subscriber struct {
 	// to, by channel, instead of pattern (keysub.go); x is then its Client.
 	keys *keySubs
 	x    *core.ClientExec
+	// byKey is set while it subscribes by key: until the server refuses
+	// SUBSCRIBE (an ACL without it), when it subscribes to the pattern
+	// from then on.
+	byKey atomic.Bool
 }
 
 // newReleaseSubscriber returns r's subscriber to release messages, which
@@ -74,6 +78,7 @@ func newReleaseSubscriber(c *core.Core, cache *cache, watch *watchers, layout wi
 		pattern: layout.ChannelPattern(), lockKey: layout.LockKeyOfChannel, wakes: byRelease}
 	if x, ok := c.Exec.(*core.ClientExec); ok && x.CanSubscribeChannels() {
 		s.keys, s.x = newKeySubs(cfg.idle), x
+		s.byKey.Store(true)
 	}
 	return s
 }
@@ -103,7 +108,8 @@ func (s *subscriber) loop() {
 			subscribed bool
 			err        error
 		)
-		if s.keys != nil {
+		byKey := s.byKey.Load()
+		if byKey {
 			subscribed, err = s.keySession(&bo, s.x)
 		} else {
 			subscribed, err = s.session(&bo, pattern)
@@ -111,6 +117,14 @@ func (s *subscriber) loop() {
 		s.wakeAll() // messages may have been lost: everyone re-checks
 		if s.c.BG.IsClosed() {
 			return
+		}
+		if byKey && core.IsNoPerm(err) {
+			// An ACL that allows PSUBSCRIBE alone (as docs/SECURITY.md
+			// gave before the subscriber by key): the pattern from now on.
+			s.byKey.Store(false)
+			s.c.Log.Info("lockyard: the server refused SUBSCRIBE; the registry subscribes to every key's release channel instead (see docs/SECURITY.md)",
+				"pattern", pattern, "err", err)
+			continue
 		}
 		if !subscribed && s.wide != "" && core.IsNoPerm(err) {
 			var ok bool
@@ -120,7 +134,7 @@ func (s *subscriber) loop() {
 			continue
 		}
 		on := pattern
-		if s.keys != nil {
+		if byKey {
 			on = "the release channels of the keys waited for"
 		}
 		s.c.Log.Warn("lockyard: pub/sub subscriber dropped, resubscribing; waiters poll meanwhile", "pattern", on, "err", err)
