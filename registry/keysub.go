@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"context"
 	"sync"
 	"time"
 
@@ -149,9 +148,9 @@ func (s *subscriber) channels(lks []string) []string {
 
 // keySession is session for the subscriber by key: it subscribes to the
 // keys asked for, and dispatches messages until the subscription fails or
-// falls silent, or the registry is closed. Its sender goroutine sends every
-// SUBSCRIBE, UNSUBSCRIBE and PING, so that the pongs, in the order of the
-// pings, say which SUBSCRIBEs the server has taken (pending).
+// falls silent, or the registry is closed. The sender goroutine (serve)
+// sends every SUBSCRIBE, UNSUBSCRIBE and PING, so that the pongs, in the
+// order of the pings, say which SUBSCRIBEs the server has taken (pending).
 func (s *subscriber) keySession(bo *core.Backoff, x *core.ClientExec) (subscribed bool, err error) {
 	k := s.keys
 	sub, _, err := x.SubscribeChannels(s.c.BG.Ctx, k.begin(s)...)
@@ -161,8 +160,6 @@ func (s *subscriber) keySession(bo *core.Backoff, x *core.ClientExec) (subscribe
 	defer sub.Close()
 	bo.Reset()
 	s.wakeAll() // waiters that polled meanwhile switch to wake-ups
-	s.up.Store(true)
-	defer s.up.Store(false)
 	var (
 		pmu     sync.Mutex
 		pending [][]string // per PING sent and not answered: the keys subscribed just before it
@@ -173,57 +170,38 @@ func (s *subscriber) keySession(bo *core.Backoff, x *core.ClientExec) (subscribe
 		pmu.Unlock()
 		return sub.Ping(s.c.BG.Ctx)
 	}
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(subscriberPing)
-		defer t.Stop()
-		for {
-			var err error
-			select {
-			case <-stop:
-				return
-			case <-k.kick:
-				if lks := k.added(); len(lks) > 0 {
-					if err = sub.Subscribe(s.c.BG.Ctx, s.channels(lks)...); err == nil {
-						err = ping(lks)
-					}
-				}
-			case <-t.C:
-				if lks := k.stale(s.c.Now()); len(lks) > 0 {
-					err = sub.Unsubscribe(s.c.BG.Ctx, s.channels(lks)...)
-				}
-				if err == nil {
-					err = ping(nil)
+	return true, s.serve(sub, sender{
+		tick: func() error {
+			if lks := k.stale(s.c.Now()); len(lks) > 0 {
+				if err := sub.Unsubscribe(s.c.BG.Ctx, s.channels(lks)...); err != nil {
+					return err
 				}
 			}
-			if err != nil {
-				return // the receive sees the broken connection
+			return ping(nil)
+		},
+		kick: k.kick,
+		onKick: func() error {
+			lks := k.added()
+			if len(lks) == 0 {
+				return nil
 			}
-		}
-	}()
-	defer func() { close(stop); <-stopped }()
-	for {
-		ctx, cancel := context.WithTimeout(s.c.BG.Ctx, subscriberDead)
-		ch, err := sub.Receive(ctx)
-		cancel()
-		if err != nil {
-			return true, err
-		}
-		if ch != "" {
-			s.deliver(ch)
-			continue
-		}
-		pmu.Lock()
-		var lks []string
-		if len(pending) > 0 {
-			lks, pending = pending[0], pending[1:]
-		}
-		pmu.Unlock()
-		for _, lk := range lks { // subscribed now: a message before it may have been missed
-			s.signalKey(lk, core.EveryTurn)
-		}
-	}
+			if err := sub.Subscribe(s.c.BG.Ctx, s.channels(lks)...); err != nil {
+				return err
+			}
+			return ping(lks)
+		},
+		onPong: func() {
+			pmu.Lock()
+			var lks []string
+			if len(pending) > 0 {
+				lks, pending = pending[0], pending[1:]
+			}
+			pmu.Unlock()
+			for _, lk := range lks { // subscribed now: a message before it may have been missed
+				s.signalKey(lk, core.EveryTurn)
+			}
+		},
+	})
 }
 
 // signalKey counts n release messages of the lock key lk for its waiters.

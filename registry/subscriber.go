@@ -183,23 +183,44 @@ func (s *subscriber) session(bo *core.Backoff, pattern string) (subscribed bool,
 	bo.Reset()
 	s.refused.Store(false)
 	s.wakeAll() // waiters that polled meanwhile switch to wake-ups
+	return true, s.serve(sub, sender{tick: func() error { return sub.Ping(s.c.BG.Ctx) }})
+}
+
+// sender is what a session sends besides receiving: every subscriberPing,
+// tick (a PING, and what goes with it); on each kick, onKick. onPong, if
+// set, is told of each pong received.
+type sender struct {
+	tick   func() error
+	kick   <-chan struct{} // nil: never
+	onKick func() error
+	onPong func()
+}
+
+// serve dispatches sub's messages until the subscription fails or falls
+// silent, or the registry is closed (which cancels bg.ctx and so the
+// receive). Its sender goroutine does every send of h, one at a time,
+// while this goroutine receives, as Subscription allows; it stops before
+// serve returns, and so before the subscription is closed.
+func (s *subscriber) serve(sub core.Subscription, h sender) error {
 	s.up.Store(true)
 	defer s.up.Store(false)
-	// The pinger sends while this goroutine receives, as Subscription
-	// allows; it stops before the subscription is closed.
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
 		t := time.NewTicker(subscriberPing)
 		defer t.Stop()
 		for {
+			var err error
 			select {
 			case <-stop:
 				return
+			case <-h.kick:
+				err = h.onKick()
 			case <-t.C:
-				if sub.Ping(s.c.BG.Ctx) != nil {
-					return // the receive sees the broken connection
-				}
+				err = h.tick()
+			}
+			if err != nil {
+				return // the receive sees the broken connection
 			}
 		}
 	}()
@@ -208,10 +229,14 @@ func (s *subscriber) session(bo *core.Backoff, pattern string) (subscribed bool,
 		ctx, cancel := context.WithTimeout(s.c.BG.Ctx, subscriberDead)
 		ch, err := sub.Receive(ctx)
 		cancel()
-		if err != nil {
-			return true, err
+		switch {
+		case err != nil:
+			return err
+		case ch != "":
+			s.deliver(ch)
+		case h.onPong != nil:
+			h.onPong()
 		}
-		s.deliver(ch)
 	}
 }
 

@@ -94,20 +94,12 @@ func run(rounds, burst int, dir string) error {
 	if err != nil {
 		return err
 	}
-	srv, err := redistest.Start("--save", "", "--appendonly", "no")
+	srv, c, caps, err := server()
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	c, err := redis.Dial("tcp", srv.Addr)
-	if err != nil {
-		return err
-	}
 	defer c.Close()
-	caps, err := redistest.CapsOf(srv.Addr)
-	if err != nil {
-		return err
-	}
 	scripts := make([]*redis.Script, len(st))
 	for i, s := range st {
 		scripts[i] = redis.NewScript(s.keys, s.src)
@@ -166,6 +158,27 @@ func run(rounds, burst int, dir string) error {
 		prev = e
 	}
 	return nil
+}
+
+// server starts a private redis-server without persistence, and returns
+// it, a connection to it, and what it is.
+func server() (*redistest.Server, redis.Conn, redistest.Caps, error) {
+	srv, err := redistest.Start("--save", "", "--appendonly", "no")
+	if err != nil {
+		return nil, nil, redistest.Caps{}, err
+	}
+	c, err := redis.Dial("tcp", srv.Addr)
+	if err != nil {
+		srv.Close()
+		return nil, nil, redistest.Caps{}, err
+	}
+	caps, err := redistest.CapsOf(srv.Addr)
+	if err != nil {
+		c.Close()
+		srv.Close()
+		return nil, nil, redistest.Caps{}, err
+	}
+	return srv, c, caps, nil
 }
 
 // perCall is a command's server time per call, in µs.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
-	"github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/lockyard/lockyard/bench/internal/stat"
@@ -24,20 +23,12 @@ import (
 // EVALSHA, whose inner commands count inside it), medians of the bursts,
 // and the commands that ran per cycle.
 func runMulti(rounds, burst int) error {
-	srv, err := redistest.Start("--save", "", "--appendonly", "no")
+	srv, c, caps, err := server()
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	c, err := redis.Dial("tcp", srv.Addr)
-	if err != nil {
-		return err
-	}
 	defer c.Close()
-	caps, err := redistest.CapsOf(srv.Addr)
-	if err != nil {
-		return err
-	}
 	pool := redistest.NewPool(srv.Addr)
 	defer pool.Close()
 	reg, err := registry.New(pool, "bench")
