@@ -281,14 +281,18 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	key, ran := newKey(t), filepath.Join(t.TempDir(), "ran")
 	holdElsewhere(t, key)
 
-	numpat := func() int {
+	subs := func() int { // pattern subscriptions, and channels subscribed (by key: the registry's)
 		n, err := redis.Int(server.Do("PUBSUB", "NUMPAT"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n
+		chs, err := redis.Strings(server.Do("PUBSUB", "CHANNELS"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n + len(chs)
 	}
-	before := numpat()
+	before := subs()
 	cmd := lockyard("run", "--pubsub", "--wait", "1m", key, "--", "sh", "-c", ": > "+ran)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -300,7 +304,7 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 		}
 	}()
 	// A PubSubLock subscribes after its first failed attempt: run waits.
-	waitFor(t, 5*time.Second, "run to wait", func() bool { return numpat() > before })
+	waitFor(t, 5*time.Second, "run to wait", func() bool { return subs() > before })
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
