@@ -346,6 +346,9 @@ func TestACLWithoutSubscribe(t *testing.T) {
 	if _, byKey := registry.SubscribedKeys(r); byKey {
 		t.Fatal("still subscribing by key after SUBSCRIBE was refused")
 	}
+	if n := registry.KeysAskedFor(r); n != 0 {
+		t.Fatalf("%d keys remembered by the subscriber by key after it fell back to the pattern, want 0", n)
+	}
 	if n, warns := logs.count(slog.LevelInfo, "refused SUBSCRIBE"), logs.count(slog.LevelWarn, "subscriber dropped"); n != 1 || warns != 0 {
 		t.Fatalf("%d infos and %d warnings of the release subscriber; want 1 info", n, warns)
 	}

@@ -41,7 +41,7 @@ func (l *RedisLock) acquire(ctx context.Context, retryAll bool, ttl time.Duratio
 		first = false
 	}
 	w := core.Waiting{Key: l.key, Verb: "obtaining", Retrying: "lockyard: obtain failed, retrying", RetryAll: retryAll, Idle: r.cfg.idle, Wake: l.wake,
-		Listener: r.subscriber.listener(l.key)}
+		Listener: l.listen}
 	more, err := r.core.Acquire(ctx, &w, first, func(ctx context.Context, first bool, _ int64) (core.Turn, error) {
 		g, err := l.attempt(ctx, ttl, first, true)
 		if err != nil || g.ok || race == 0 {

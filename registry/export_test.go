@@ -50,8 +50,6 @@ func WithTurns(window, ahead time.Duration) Option {
 	}
 }
 
-// WithCrowdMemory sets how long a lock expects waiters after a release
-// found some (crowdMemory): its releases are not quiet meanwhile.
 // SubscribedKeys returns the lock keys that r's release subscriber has
 // subscribed to by channel, and false if it subscribes by pattern.
 func SubscribedKeys(r *Registry) ([]string, bool) {
@@ -69,6 +67,20 @@ func SubscribedKeys(r *Registry) ([]string, bool) {
 	return lks, true
 }
 
+// KeysAskedFor returns how many keys r's release subscriber by key
+// remembers that waiters asked for (none once it subscribes by pattern).
+func KeysAskedFor(r *Registry) int {
+	k := r.subscriber.keys
+	if k == nil {
+		return 0
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.wanted)
+}
+
+// WithCrowdMemory sets how long a lock expects waiters after a release
+// found some (crowdMemory): its releases are not quiet meanwhile.
 func WithCrowdMemory(d time.Duration) Option {
 	return func(c *config) error {
 		c.crowdMemory = d

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -20,8 +21,9 @@ import (
 // goroutine, followed by a PING; its pong says the server has taken the
 // SUBSCRIBE, and the waiters of the key are then woken once (EveryTurn): a
 // release between their attempt and the subscription is not missed. A key
-// that no waiter asked for during keyLinger (twice the poll interval and a
-// second: a waiter asks again at least once a poll interval) is
+// that no waiter asked for during linger (twice the poll interval, a
+// second, and WithReplicaAck's timeout: a waiter asks again after each
+// attempt, and sleeps at most a poll interval in between) is
 // unsubscribed at the next ping. The session always keeps the registry's
 // idle channel (layout.Channel(""), on which no release is published), so
 // that its connection stays in pub/sub mode with no key subscribed.
@@ -35,9 +37,22 @@ type keySubs struct {
 	on     map[string]bool  // lock key -> subscribed on the live session (SUBSCRIBE sent)
 }
 
-func newKeySubs(idle time.Duration) *keySubs {
-	return &keySubs{linger: 2*idle + subscriberPing, kick: make(chan struct{}, 1),
+// newKeySubs returns the keys of a registry whose waiters poll every idle
+// and whose refused attempts may wait attempt for replicas (WithReplicaAck:
+// its WAIT follows every obtain). An attempt slower than that (a slow
+// server) may see its key let go and taken again, and its waiters woken
+// once more: a cost, not a missed release.
+func newKeySubs(idle, attempt time.Duration) *keySubs {
+	return &keySubs{linger: 2*idle + subscriberPing + attempt, kick: make(chan struct{}, 1),
 		wanted: make(map[string]int64), on: make(map[string]bool)}
+}
+
+// forget drops every key: the subscriber no longer subscribes by key.
+func (k *keySubs) forget() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	clear(k.wanted)
+	clear(k.on)
 }
 
 // keyListener is the core.Listener of a waiter on the lock keys lks: it
@@ -65,7 +80,7 @@ func (s *subscriber) listener(lks ...string) core.Listener {
 // that waits for them, and starts the subscriber.
 func (s *subscriber) want(lks ...string) {
 	k := s.keys
-	if k == nil {
+	if k == nil || !s.byKey.Load() {
 		s.start()
 		return
 	}
@@ -154,6 +169,9 @@ func (s *subscriber) channels(lks []string) []string {
 func (s *subscriber) keySession(bo *core.Backoff, x *core.ClientExec) (subscribed bool, err error) {
 	k := s.keys
 	sub, _, err := x.SubscribeChannels(s.c.BG.Ctx, k.begin(s)...)
+	if err == nil && sub == nil {
+		err = errors.New("lockyard: the Client's SubscribeChannels returned no subscription")
+	}
 	if err != nil {
 		return false, err
 	}

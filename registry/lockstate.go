@@ -43,6 +43,9 @@ type RedisLock struct {
 	lastUsed atomic.Int64 // registry clock of the last Obtain, lock or unlock
 	since    atomic.Int64 // registry clock of the current outermost acquisition (observe.go)
 	wake     *core.Waker  // wakes the remote waiter (PubSubLock; nil otherwise)
+	// listen asks the release subscriber for the key's messages while the
+	// remote waiter waits (PubSubLock; nil otherwise).
+	listen core.Listener
 	// waiter is this instance's id in the key's wait queue: the registry
 	// id, "/", and a number unique to the instance (and to its wait: see
 	// core.Waiter), so that an instance evicted from the cache and kept by
@@ -60,6 +63,9 @@ func newRedisLock(r *engine, proto *mutexProto, name string) *RedisLock {
 	l.waiter.Renew(&r.core)
 	l.name, _ = r.layout.UserKey(key) // name, sharing key's memory
 	l.wake = core.NewWaker(r.cfg.lockType == PubSubLock)
+	if l.wake != nil {
+		l.listen = r.subscriber.listener(key)
+	}
 	l.touch()
 	return l
 }

@@ -77,7 +77,7 @@ func newReleaseSubscriber(c *core.Core, cache *cache, watch *watchers, layout wi
 	s := &subscriber{c: c, cache: cache, watch: watch, layout: layout, retry: cfg.refusedRetry,
 		pattern: layout.ChannelPattern(), lockKey: layout.LockKeyOfChannel, wakes: byRelease}
 	if x, ok := c.Exec.(*core.ClientExec); ok && x.CanSubscribeChannels() {
-		s.keys, s.x = newKeySubs(cfg.idle), x
+		s.keys, s.x = newKeySubs(cfg.idle, cfg.ackTimeout), x
 		s.byKey.Store(true)
 	}
 	return s
@@ -122,6 +122,7 @@ func (s *subscriber) loop() {
 			// An ACL that allows PSUBSCRIBE alone (as docs/SECURITY.md
 			// gave before the subscriber by key): the pattern from now on.
 			s.byKey.Store(false)
+			s.keys.forget()
 			s.c.Log.Info("lockyard: the server refused SUBSCRIBE; the registry subscribes to every key's release channel instead (see docs/SECURITY.md)",
 				"pattern", pattern, "err", err)
 			continue
@@ -220,7 +221,8 @@ func (s *subscriber) serve(sub core.Subscription, h sender) error {
 				err = h.tick()
 			}
 			if err != nil {
-				return // the receive sees the broken connection
+				_ = sub.Close() // a send failed: the receive ends too, and the session with it
+				return
 			}
 		}
 	}()
