@@ -75,7 +75,7 @@ func TestTLSAndACLUser(t *testing.T) {
 	// The ACL of docs/SECURITY.md for registry key "lockyard", plus +scan
 	// for status.
 	if _, err := s.Do("ACL", "SETUSER", "ops", "on", ">s3cret", "resetkeys", "resetchannels",
-		"~lockyard:*", "~{lockyard:*", "&lockyard-channel:*", "-@all", "+evalsha", "+eval", "+psubscribe",
+		"~lockyard:*", "~{lockyard:*", "&lockyard-channel:*", "-@all", "+evalsha", "+eval", "+subscribe", "+unsubscribe", "+psubscribe",
 		"+ping", "+info", "+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+publish", "+time", "+scan",
 		"+zadd", "+zrank", "+zrem", "+zrange", "+zcard", "+zscore", "+zcount", "+hget", "+hset", "+hdel"); err != nil {
 		t.Fatal(err)
