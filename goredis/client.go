@@ -188,7 +188,38 @@ func (c *Client) PSubscribe(ctx context.Context, pattern string) (registry.Subsc
 	}
 }
 
+// SubscribeChannels subscribes to channels with go-redis's PubSub, on one
+// node in Cluster (non-sharded PUBLISH reaches every node), and waits for
+// every confirmation (registry.ChannelSubscriber): a registry then
+// subscribes to the release channels of the keys its waiters wait for,
+// not to every key's.
+func (c *Client) SubscribeChannels(ctx context.Context, channels ...string) (registry.ChannelSubscription, error) {
+	ps := c.rdb.Subscribe(ctx, channels...)
+	for n := 0; n < len(channels); {
+		m, err := receive(ctx, ps)
+		if err != nil {
+			ps.Close()
+			return nil, replyError(err)
+		}
+		if sub, ok := m.(*redis.Subscription); ok && sub.Kind == "subscribe" {
+			n++
+		}
+	}
+	return &subscription{ps: ps}, nil
+}
+
 type subscription struct{ ps *redis.PubSub }
+
+// Subscribe sends SUBSCRIBE on the PubSub's connection; go-redis lets it
+// run while another goroutine receives (registry.ChannelSubscription).
+func (s *subscription) Subscribe(ctx context.Context, channels ...string) error {
+	return s.ps.Subscribe(ctx, channels...)
+}
+
+// Unsubscribe sends UNSUBSCRIBE (registry.ChannelSubscription).
+func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	return s.ps.Unsubscribe(ctx, channels...)
+}
 
 func (s *subscription) Receive(ctx context.Context) (string, error) {
 	for {

@@ -78,7 +78,8 @@ type Subscription = core.Subscription
 //		SubscribeChannels(ctx context.Context, channels ...string) (ChannelSubscription, error)
 //	}
 //
-// A registry whose Client has it (NewPoolClient's, and so New's) subscribes
+// A registry whose Client has it (NewPoolClient's, and so New's, and the
+// go-redis adapter's) subscribes
 // to the release channels of the keys that its PubSubLock waiters wait for,
 // for as long as they wait and a little longer, instead of to every key's
 // (PSubscribe): a release is then delivered only to the processes that wait

@@ -16,6 +16,7 @@ func TestRenewalAndScriptFlush(t *testing.T) {
 func TestReplicaAckWithoutReplica(t *testing.T) {
 	clienttest.ReplicaAckWithoutReplica(t, adapter, single.Addr)
 }
-func TestContention(t *testing.T)   { clienttest.Contention(t, adapter, single.Addr) }
-func TestClientSetNX(t *testing.T)  { clienttest.SetNX(t, adapter, single.Addr) }
-func TestClientNative(t *testing.T) { clienttest.Native(t, adapter, single.Addr) }
+func TestContention(t *testing.T)      { clienttest.Contention(t, adapter, single.Addr) }
+func TestSubscribesByKey(t *testing.T) { clienttest.SubscribesByKey(t, adapter, single.Addr) }
+func TestClientSetNX(t *testing.T)     { clienttest.SetNX(t, adapter, single.Addr) }
+func TestClientNative(t *testing.T)    { clienttest.Native(t, adapter, single.Addr) }

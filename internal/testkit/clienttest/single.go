@@ -189,3 +189,66 @@ func setNXGet(t *testing.T, a Adapter, addr string) {
 		t.Fatalf("after SetNXGet: value %q, PTTL %d ms; want a, 5s", v, p)
 	}
 }
+
+// SubscribesByKey: a PubSubLock registry on a Client that can subscribe by
+// channel (registry.ChannelSubscriber) subscribes to the release channel of
+// each key its waiters wait for, the first when its subscription opens and
+// the next on the live one, and no pattern; on one that cannot, to the
+// pattern. Either way the releases wake the waiters (they poll every 10s).
+func SubscribesByKey(t *testing.T, a Adapter, addr string) {
+	rc := a.single(t, addr)
+	pfx := prefix(t)
+	_, byKey := rc.(registry.ChannelSubscriber)
+	holder := NewRegistry(t, rc, pfx)
+	r := NewRegistry(t, rc, pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10*time.Second))
+	numsub := func(lk string) int64 {
+		v, err := redis.Values(redistest.Do(addr, "PUBSUB", "NUMSUB", wire.Layout{Registry: pfx}.Channel(lk)))
+		if err != nil || len(v) != 2 {
+			t.Fatalf("PUBSUB NUMSUB: %v %v", v, err)
+		}
+		n, _ := v[1].(int64)
+		return n
+	}
+	subscribed := func(lk string) bool {
+		if !byKey {
+			n, _ := redis.Int(redistest.Do(addr, "PUBSUB", "NUMPAT"))
+			return n == 1
+		}
+		return numsub(lk) == 1
+	}
+	var waits []chan time.Time
+	var leases []*registry.Lease
+	for _, k := range []string{"a", "b"} {
+		le, err := holder.Acquire(redistest.CtxFor(t, 5*time.Second), k, 0)
+		redistest.MustNil(t, err)
+		leases = append(leases, le)
+		l, err := r.Obtain(k)
+		redistest.MustNil(t, err)
+		got := make(chan time.Time, 1)
+		go func() {
+			if l.LockContext(redistest.CtxFor(t, 10*time.Second)) == nil {
+				got <- time.Now()
+				l.Unlock()
+			}
+			close(got)
+		}()
+		waits = append(waits, got)
+		redistest.WaitFor(t, 5*time.Second, "the waiter on "+k+" subscribed", func() bool { return subscribed(le.Key()) })
+	}
+	if byKey {
+		if n, _ := redis.Int(redistest.Do(addr, "PUBSUB", "NUMPAT")); n != 0 {
+			t.Fatalf("%d pattern subscriptions beside the subscription by key", n)
+		}
+	}
+	for i, le := range leases {
+		released := time.Now()
+		redistest.MustNil(t, le.Release(redistest.CtxFor(t, 5*time.Second)))
+		at, ok := <-waits[i]
+		if !ok {
+			t.Fatalf("the waiter on %s did not get the lock", le.Key())
+		}
+		if d := at.Sub(released); d > 2*time.Second {
+			t.Fatalf("the waiter on %s took the lock %v after the release", le.Key(), d)
+		}
+	}
+}
