@@ -229,7 +229,7 @@ type result struct {
 	multi                     int     // acquisitions of the multi-key goroutine (starve)
 	singlesPerSec             float64 // the single-key lockers' (starve)
 	longest, p99              float64 // waits, ms (of the multi-key goroutine in starve)
-	scripts, cmds, cpuPerAcq  float64 // per acquisition
+	cpuPerAcq                 float64 // per acquisition
 	scriptsPerAcq, cmdsPerAcq float64
 }
 
