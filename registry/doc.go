@@ -164,7 +164,10 @@
 //
 // A registry talks to Redis through a Client: run a script (alone, followed
 // by WAIT on the same connection, or pipelined in a batch) and
-// pattern-subscribe. New wraps a redigo pool in NewPoolClient; NewWithClient
+// pattern-subscribe; a Client that can also subscribe by channel
+// (ChannelSubscriber, as NewPoolClient's and the go-redis adapter's can)
+// lets a registry hear only the releases of the keys its waiters wait for.
+// New wraps a redigo pool in NewPoolClient; NewWithClient
 // takes any Client, such as the go-redis adapter of the module
 // github.com/lockyard/lockyard/goredis, which covers a single node, a
 // Sentinel-managed master and Redis Cluster. In Cluster every script touches
