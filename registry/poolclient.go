@@ -316,48 +316,45 @@ func doTimeout(c redis.Conn, timeout time.Duration, cmd string, args []any) (any
 
 // PSubscribe subscribes on a connection of its own, taken from the pool.
 func (p *poolClient) PSubscribe(ctx context.Context, pattern string) (Subscription, error) {
-	c, _, err := p.conn(ctx)
+	s, err := p.subscribe(ctx, "psubscribe", 1, func(psc redis.PubSubConn) error { return psc.PSubscribe(pattern) })
 	if err != nil {
-		return nil, err
+		return nil, err // not a nil *poolSub in the interface
 	}
-	s := &poolSub{psc: redis.PubSubConn{Conn: c}}
-	if err := s.psc.PSubscribe(pattern); err != nil {
-		s.Close()
-		return nil, err
-	}
-	for {
-		switch m := s.psc.ReceiveContext(ctx).(type) {
-		case error:
-			s.Close()
-			return nil, replyError(m)
-		case redis.Subscription:
-			if m.Kind == "psubscribe" {
-				return s, nil
-			}
-		}
-	}
+	return s, nil
 }
 
 // SubscribeChannels subscribes to channels on a connection of its own,
 // taken from the pool (ChannelSubscriber).
 func (p *poolClient) SubscribeChannels(ctx context.Context, channels ...string) (ChannelSubscription, error) {
+	s, err := p.subscribe(ctx, "subscribe", len(channels), func(psc redis.PubSubConn) error {
+		return psc.Subscribe(redis.Args{}.AddFlat(channels)...)
+	})
+	if err != nil {
+		return nil, err // not a nil *poolSub in the interface
+	}
+	return s, nil
+}
+
+// subscribe sends a subscription on a connection of its own, taken from
+// the pool, and returns once the server has confirmed n of kind.
+func (p *poolClient) subscribe(ctx context.Context, kind string, n int, send func(redis.PubSubConn) error) (*poolSub, error) {
 	c, _, err := p.conn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	s := &poolSub{psc: redis.PubSubConn{Conn: c}}
-	if err := s.psc.Subscribe(redis.Args{}.AddFlat(channels)...); err != nil {
+	if err := send(s.psc); err != nil {
 		s.Close()
 		return nil, err
 	}
-	for n := 0; n < len(channels); {
+	for n > 0 {
 		switch m := s.psc.ReceiveContext(ctx).(type) {
 		case error:
 			s.Close()
 			return nil, replyError(m)
 		case redis.Subscription:
-			if m.Kind == "subscribe" {
-				n++
+			if m.Kind == kind {
+				n--
 			}
 		}
 	}
