@@ -30,8 +30,13 @@ func failover(t *testing.T, a Adapter, opts ...registry.Option) (taken, doubles 
 	// back on the new master until its TTL runs out.
 	loadReg := NewRegistry(t, a.sentinel(t, s.SentinelAddrs()), pfx, append(opts, registry.WithExpireAfter(2*time.Second), registry.WithAutoRenew())...)
 	var loadAcq, loadErr, lostLoad atomic.Int64
+	loadCtx, stopLoad := context.WithCancel(context.Background())
 	work := redistest.StartLoad(t, 2, func(g int) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// A call may span the whole failover, which the test allows up to
+		// 90 s (promotion, then load resuming): a shorter bound turns a slow
+		// election (a sentinel that retries it after failover-timeout) into
+		// a load failure.
+		ctx, cancel := context.WithTimeout(loadCtx, 100*time.Second)
 		defer cancel()
 		err := loadReg.ExecuteLocked(ctx, fmt.Sprintf("load-%d", g), func(context.Context) error { return nil })
 		switch {
@@ -47,6 +52,7 @@ func failover(t *testing.T, a Adapter, opts ...registry.Option) (taken, doubles 
 		}
 	})
 	defer work.Halt()
+	defer stopLoad() // before Halt: a call still waiting ends now
 	redistest.WaitFor(t, 10*time.Second, "load", func() bool { return loadAcq.Load() > 10 })
 
 	for _, link := range s.Links {
