@@ -169,3 +169,9 @@ func WithRefusedRetry(d time.Duration) Option {
 		return nil
 	}
 }
+
+// SemAcquireSource is semacquire.lua as clients run it: after the prelude.
+var SemAcquireSource = preludeSrc + semAcquireSrc
+
+// RWAcquireSource is rwacquire.lua as clients run it.
+var RWAcquireSource = preludeSrc + rwRulesSrc + rwAcquireSrc

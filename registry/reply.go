@@ -72,8 +72,12 @@ func replyInts(v any, n ...int) ([3]int64, error) {
 
 // decodeGrant decodes obtain.lua's {1, fence}, or {0 or 2, sleep, after}
 // (not acquired: another holder has the key, or it is another waiter's
-// turn).
+// turn); and a plain 1, granted without a fencing token (the uncontended
+// path of semacquire.lua and rwacquire.lua, which builds no table).
 func decodeGrant(v any) (grant, error) {
+	if n, ok := v.(int64); ok && n == 1 {
+		return grant{ok: true}, nil
+	}
 	x, err := replyInts(v, 2, 3)
 	switch {
 	case err != nil:

@@ -3,11 +3,14 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/internal/wire"
@@ -677,4 +680,61 @@ func TestRWLockKeysInOneSlot(t *testing.T) {
 		}
 		mustNil(t, le.Release(ctx))
 	}
+}
+
+// rwacquire.lua gives a free key with nobody in line before it defines any
+// rule (its uncontended path), and says so with a plain 1; with a fencing
+// token to take it runs the full path. Either way a writer's token is in
+// field 'w' and the key expires after the TTL; a reader's expiry in the
+// readers' set is the server's clock plus the TTL, field 'r' is set, and
+// both keys expire after the TTL.
+func TestRWLockUncontendedScriptPath(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		script := redis.NewScript(7, registry.RWAcquireSource)
+		c := b.pool(t).Get()
+		defer c.Close()
+		for i, tc := range []struct {
+			name, side, fence string
+			plain             bool
+		}{
+			{"reader", "r", "0", true},
+			{"writer", "w", "0", true},
+			{"fenced reader", "r", "1", false},
+			{"fenced writer", "w", "1", false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				k := fmt.Sprintf("rwfast-%d", i)
+				keys := []any{k, k + ":q", k + ":i", k + ":t", k + ":p", k + ":f", k + ":r"}
+				args := append(keys, "reg:1", 2000, "reg/1/"+tc.side, 2, 100, 5, tc.fence, "x-turn:", 30, 30, 5, 1, tc.side, 0)
+				v, err := script.Do(c, args...)
+				mustNil(t, err)
+				if n, plain := v.(int64); plain != tc.plain || (plain && n != 1) {
+					t.Fatalf("reply %v; want the plain 1: %v", v, tc.plain)
+				}
+				expires := []any{k}
+				if tc.side == "w" {
+					if w, err := redis.String(c.Do("HGET", k, "w")); err != nil || w != "reg:1" {
+						t.Fatalf("field w is %q (%v); want the token", w, err)
+					}
+				} else {
+					if r, err := redis.String(c.Do("HGET", k, "r")); err != nil || r != "1" {
+						t.Fatalf("field r is %q (%v); want 1", r, err)
+					}
+					now, err := redis.Int64s(c.Do("TIME"))
+					mustNil(t, err)
+					score, err := redis.Float64(c.Do("ZSCORE", k+":r", "reg:1"))
+					mustNil(t, err)
+					if want := float64(now[0]*1000+now[1]/1000) + 2000; score < want-1000 || score > want+1 {
+						t.Fatalf("the reader expires at %.0f; want about %.0f (the server's clock + TTL)", score, want)
+					}
+					expires = append(expires, k+":r")
+				}
+				for _, key := range expires {
+					if pttl, err := redis.Int64(c.Do("PTTL", key)); err != nil || pttl <= 1000 || pttl > 2000 {
+						t.Fatalf("%s: PTTL %d (%v); want the TTL, 2000 ms", key, pttl, err)
+					}
+				}
+			})
+		}
+	})
 }

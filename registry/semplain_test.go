@@ -636,3 +636,47 @@ func TestSemaphoreExpectsWaitersForASecond(t *testing.T) {
 		}
 	})
 }
+
+// semacquire.lua takes a free permit with nobody in line before it defines
+// any rule (its uncontended path), and says so with a plain 1; a fencing
+// token to take, or leases of the caller's own behind it, take the full
+// path and its {1, fence, ...}. Either way the permit expires at the
+// server's clock plus the TTL, and so does the key.
+func TestSemaphoreUncontendedScriptPath(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		script := redis.NewScript(6, registry.SemAcquireSource)
+		c := b.pool(t).Get()
+		defer c.Close()
+		for i, tc := range []struct {
+			name        string
+			fence, more string
+			plain       bool
+		}{
+			{"uncontended", "0", "0", true},
+			{"fencing", "1", "0", false},
+			{"more of its own", "0", "1", false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				lk := fmt.Sprintf("fast-%d", i)
+				keys := []any{lk, lk + ":q", lk + ":i", lk + ":t", lk + ":p", lk + ":f"}
+				token := "tok#1"
+				args := append(keys, token, 2000, "reg/1", 2, 100, 5, tc.fence, "x-turn:", 30, 30, 5, 1, 1, tc.more, 0, 0, 1)
+				v, err := script.Do(c, args...)
+				mustNil(t, err)
+				if _, plain := v.(int64); plain != tc.plain || (plain && v.(int64) != 1) {
+					t.Fatalf("reply %v; want the plain 1: %v", v, tc.plain)
+				}
+				now, err := redis.Int64s(c.Do("TIME"))
+				mustNil(t, err)
+				score, err := redis.Float64(c.Do("ZSCORE", lk, token))
+				mustNil(t, err)
+				if want := float64(now[0]*1000+now[1]/1000) + 2000; score < want-1000 || score > want+1 {
+					t.Fatalf("the permit expires at %.0f; want about %.0f (the server's clock + TTL)", score, want)
+				}
+				if pttl, err := redis.Int64(c.Do("PTTL", lk)); err != nil || pttl <= 1000 || pttl > 2000 {
+					t.Fatalf("the key's PTTL is %d (%v); want the TTL, 2000 ms", pttl, err)
+				}
+			})
+		}
+	})
+}

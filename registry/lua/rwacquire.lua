@@ -29,7 +29,8 @@
 --          queue is then not tested for being empty
 --
 -- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
---        fencing); the caller's entry leaves the line. A reader's token
+--        fencing); the caller's entry leaves the line. 1: acquired on the
+--        uncontended path (nobody held or waited; no fencing). A reader's token
 --        that holds already (a registry's shared hold) keeps the later
 --        of its expiries.
 --        {0, sleep, after}: the other side holds the key (or the writer,
@@ -48,6 +49,26 @@ local v = redis.pcall('HMGET', KEYS[1], 'w', 'r')
 if v.err then
   local t = redis.pcall('TYPE', KEYS[1]) -- for the error's words: lockyard's other kinds are named by their types
   return redis.error_reply('WRONGTYPE rwlock key holds a ' .. (t.ok or 'value that is not a hash'))
+end
+if not v[1] and not v[2] and ARGV[14] ~= '1' and ARGV[7] ~= '1' and queueEmpty(KEYS[2]) then
+  -- Nobody holds the key or waits, and no fencing token to take: the
+  -- caller's, before any rule is defined (each is a closure made at every
+  -- run, the rules' tables too: most of an uncontended run's work). As
+  -- rwRules' take, for a key that is new: no PTTL to read.
+  local t = redis.pcall('TIME')
+  if type(t) == 'table' and not t.err then
+    local ttl = tonumber(ARGV[2])
+    if side == 'w' then
+      redis.call('HSET', KEYS[1], 'w', token)
+      redis.call('PEXPIRE', KEYS[1], ttl)
+      return 1
+    end
+    redis.call('ZADD', KEYS[7], 'GT', string.format('%d', tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000 + ttl), token)
+    redis.call('HSET', KEYS[1], 'r', '1')
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIRE', KEYS[7], ttl)
+    return 1
+  end
 end
 local clock, _, queueRules, permitRules = shared()
 local now = clock()

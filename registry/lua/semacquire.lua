@@ -42,7 +42,8 @@
 --          comes first, and when neither exists it is the only read
 --
 -- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
---        fencing); the caller leaves the queue. {1, fence, sleep, after}
+--        fencing); the caller leaves the queue. 1: acquired on the
+--        uncontended path (no fence, nobody in line). {1, fence, sleep, after}
 --        the same, and the caller's instance is queued again (ARGV[14]):
 --        sleep and after are for its next lease, as below. The same when
 --        the permit is already ARGV[1]'s (a resend after a lost reply),
@@ -77,6 +78,18 @@ if ARGV[17] == '1' and ARGV[15] ~= '1' then
   found = redis.pcall('EXISTS', KEYS[1], KEYS[2])
   if type(found) ~= 'number' then
     found = nil
+  elseif found == 0 and ARGV[7] ~= '1' and ARGV[14] ~= '1' then
+    -- Free, nobody in line, no fencing token to take, nobody of the
+    -- caller's behind it: the permit is the caller's before any rule is
+    -- defined (each is a closure made at every run, the rules' tables
+    -- too: most of an uncontended run's work). As permitRules' hold.
+    local t = redis.pcall('TIME')
+    if type(t) == 'table' and not t.err then
+      local ttl = tonumber(ARGV[2])
+      redis.call('ZADD', KEYS[1], string.format('%d', tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000 + ttl), token)
+      redis.call('PEXPIRE', KEYS[1], ttl)
+      return 1
+    end
   end
 end
 if found ~= 0 then
