@@ -44,14 +44,14 @@ if ARGV[6] then
   local now, held = clock(), redis.pcall('ZCARD', KEYS[1])
   if now and type(held) == 'number' then -- a sorted set (P.live raises on another type)
     local P = permitRules()
-    local free = tonumber(ARGV[7]) - P.live(KEYS[1], now)
-    P.offer(R, q, KEYS[1], now, free, ARGV[8], {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])})
+    local free = ARGV[7] - P.live(KEYS[1], now)
+    P.offer(R, q, KEYS[1], now, free, ARGV[8], {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0})
   end
   return 1
 end
 local moved = 1 -- the waiters behind it move up a place
 if not redis.pcall('GET', KEYS[1]) and not R.turnOf(q) then
-  local next, n, _, more = R.nextTurn(q, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5]), look = 4})
+  local next, n, _, more = R.nextTurn(q, nil, {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0, look = 4})
   if next then
     R.grant(q, next, n)
     more = more + 1

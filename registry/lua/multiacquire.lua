@@ -73,7 +73,7 @@ for i = 1, n do
   end
 end
 
-local mode, idle, spread, gather = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[13] == '1'
+local mode, idle, spread, gather = ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0, ARGV[13] == '1'
 local longest = tonumber(string.match(ARGV[13], '^#(%d+)$') or '0') -- gather once this key frees
 if taken > 0 and mode == 0 then
   -- Another holder has a key, and the caller does not queue: nothing to
@@ -130,7 +130,7 @@ if clear then -- every key free (or the caller's), nobody's turn, nobody waiting
 end
 
 local R = queueRules()
-local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11]), look = 4}
+local rules = {window = ARGV[9] + 0, ahead = ARGV[10] + 0, slack = ARGV[11] + 0, look = 4}
 
 -- Which keys the caller may take: each free key with no live turn goes to
 -- the first waiter in line that is sure to try soon (nextTurn, as in
@@ -254,7 +254,7 @@ end
 -- soonest: the longest sleep after which a poller is due soon enough for
 -- a turn (R.soon) from the moment it is described, its round trip
 -- (ARGV[12]) included.
-local soonest = math.max(1, R.soon(idle, rules) - tonumber(ARGV[12]))
+local soonest = math.max(1, R.soon(idle, rules) - ARGV[12])
 if gather then
   -- A gathering caller tries again within a turn (multiacquire.go): a
   -- poller so due is given the turns of the keys as they free.
@@ -266,7 +266,7 @@ elseif mode == 1 then
   -- otherwise never be free when it polls.
   sleep = math.min(sleep, soonest)
 end
-local due = now + sleep + tonumber(ARGV[12]) -- when its next try reaches the server
+local due = now + sleep + ARGV[12] -- when its next try reaches the server
 for i = 1, n do
   local q = qs[i]
   if not gather and not blocked[i] then

@@ -14,7 +14,7 @@
 -- Reply: how many lines it left.
 local _, _, queueRules = shared()
 local R = queueRules()
-local rules = {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5]), look = 4}
+local rules = {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0, look = 4}
 local left, now = 0, nil
 for i = 1, #KEYS / 5 do
   local b = 5 * i - 4

@@ -17,7 +17,7 @@
 local n = #KEYS / 5
 local out = {}
 local R, now = nil, nil
-local rules = {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5]), look = 4}
+local rules = {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0, look = 4}
 for i = 1, n do
   local b = 5 * i - 4
   local lk = KEYS[b]

@@ -52,7 +52,7 @@ if e ~= 0 then
   if taken > 0 then
     -- It sleeps until the first of the held keys expires, if that is
     -- sooner than its poll.
-    local reply, sleep = {0, 0, -1, taken}, math.max(1, tonumber(ARGV[4]) - tonumber(ARGV[5]))
+    local reply, sleep = {0, 0, -1, taken}, math.max(1, ARGV[4] - ARGV[5])
     for i = 1, n do
       reply[4 + i] = (values[i] and values[i] ~= ARGV[1]) and 1 or 0
       if reply[4 + i] == 1 then

@@ -32,7 +32,7 @@ local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}
 if R.turnOf(q) then
   return -1
 end
-local next, n, _, moved = R.nextTurn(q, nil, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5]), look = 4})
+local next, n, _, moved = R.nextTurn(q, nil, {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0, look = 4})
 if next then
   R.grant(q, next, n)
 end

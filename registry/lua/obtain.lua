@@ -77,8 +77,8 @@ end
 local clock, nextFence, queueRules = shared()
 local R = queueRules()
 local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}
-local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11]), look = 4}
-local mode, idle, spread = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local rules = {window = ARGV[9] + 0, ahead = ARGV[10] + 0, slack = ARGV[11] + 0, look = 4}
+local mode, idle, spread = ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0
 
 local now, turn = nil, R.turnOf(q)
 local past = turn and turn ~= id -- a turn announced before this script
@@ -124,7 +124,7 @@ if mode == 2 then
 end
 local ahead = R.enqueue(q, id, kind, now)
 local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
-local due = now + sleep + tonumber(ARGV[12]) -- when its next try reaches the server
+local due = now + sleep + ARGV[12] -- when its next try reaches the server
 R.describe(q, id, kind, now, due, due + idle)
 if past then
   ahead = ahead - 1 -- the message of that turn is past: one fewer to count

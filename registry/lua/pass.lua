@@ -52,7 +52,7 @@ end
 local _, nextFence, queueRules = shared()
 local R = queueRules()
 local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}
-local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11]), look = 4}
+local rules = {window = ARGV[9] + 0, ahead = ARGV[10] + 0, slack = ARGV[11] + 0, look = 4}
 local next, n, now, moved = R.nextTurn(q, nil, rules)
 if next == ARGV[3] then -- a stale entry of the holder's own instance
   R.drop(q, next)
@@ -69,7 +69,7 @@ if next or ARGV[12] == '1' then
   if not next then
     return {3}
   end
-  local idle = tonumber(ARGV[5])
+  local idle = ARGV[5] + 0
   local kind = 'p'
   if ARGV[4] == '2' then
     kind = 'l'
@@ -77,8 +77,8 @@ if next or ARGV[12] == '1' then
   local ahead = R.enqueue(q, ARGV[3], kind, now)
   -- Next in line: try again when the turn just given ends, in case its
   -- waiter does not take it.
-  local sleep = R.pause(-1, ahead, n, idle, tonumber(ARGV[6]))
-  local due = now + sleep + tonumber(ARGV[13])
+  local sleep = R.pause(-1, ahead, n, idle, ARGV[6] + 0)
+  local due = now + sleep + ARGV[13]
   R.describe(q, ARGV[3], kind, now, due, due + idle)
   return {2, sleep, ahead + 1 + moved}
 end

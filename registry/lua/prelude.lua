@@ -8,6 +8,12 @@
 -- shared()), and queueRules and permitRules define theirs when called. An
 -- uncontended release, obtain or pass defines two functions, not five.
 --
+-- Numbers that come as strings (ARGV, TIME, scores, queue entries) are
+-- read with s + 0 where the number is kept or compared, and used as they
+-- come where arithmetic converts them: tonumber(s) converts twice (its
+-- check, then its result), and the conversion (strtod) is a large part of
+-- a short script's work.
+--
 -- The wait queue of a lock key is kept in four keys of its Cluster slot
 -- (wire.Layout), named by a table q:
 --   q.order  sorted set: waiter id -> server time (ms) at which it began
@@ -53,7 +59,7 @@ local function shared()
     if type(t) ~= 'table' or t.err then
       return nil
     end
-    return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+    return t[1] * 1000 + t[2] / 1000
   end
 
   -- nextFence increments the fence counter key. A missing counter (a new
@@ -65,7 +71,7 @@ local function shared()
   local function nextFence(key)
     if not redis.call('GET', key) then
       local t = redis.call('TIME')
-      redis.call('SET', key, t[1] .. string.format('%06d', tonumber(t[2])))
+      redis.call('SET', key, t[1] .. string.format('%06d', t[2] + 0))
     end
     return redis.call('INCR', key)
   end
@@ -103,7 +109,7 @@ local function shared()
       if not kind then
         return nil
       end
-      return kind, tonumber(due), tonumber(lapse), tonumber(ended) or 0
+      return kind, due + 0, lapse + 0, ended ~= '' and ended + 0 or 0
     end
 
     -- drop takes waiter id out of the queue, and reports whether it was in it.
@@ -477,7 +483,7 @@ local function shared()
       if #first == 0 then
         return -2
       end
-      return math.max(math.floor(tonumber(first[2]) - now), 0)
+      return math.max(math.floor(first[2] - now), 0)
     end
     return {prune = prune, held = held, live = live, fenced = fenced, hold = hold, admit = admit, tell = tell, offer = offer, toBack = toBack, soonest = soonest}
   end

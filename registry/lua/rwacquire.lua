@@ -57,13 +57,13 @@ if not v[1] and not v[2] and ARGV[14] ~= '1' and ARGV[7] ~= '1' and queueEmpty(K
   -- rwRules' take, for a key that is new: no PTTL to read.
   local t = redis.pcall('TIME')
   if type(t) == 'table' and not t.err then
-    local ttl = tonumber(ARGV[2])
+    local ttl = ARGV[2] + 0
     if side == 'w' then
       redis.call('HSET', KEYS[1], 'w', token)
       redis.call('PEXPIRE', KEYS[1], ttl)
       return 1
     end
-    redis.call('ZADD', KEYS[7], 'GT', string.format('%d', tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000 + ttl), token)
+    redis.call('ZADD', KEYS[7], 'GT', string.format('%d', t[1] * 1000 + t[2] / 1000 + ttl), token)
     redis.call('HSET', KEYS[1], 'r', '1')
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[7], ttl)
@@ -91,9 +91,9 @@ local fenceKey, P = nil, nil
 if ARGV[7] == '1' then
   fenceKey, P = KEYS[6], permitRules()
 end
-local ttl, mode = tonumber(ARGV[2]), tonumber(ARGV[4])
+local ttl, mode = ARGV[2] + 0, ARGV[4] + 0
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
-local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11])}
+local rules = {window = ARGV[9] + 0, ahead = ARGV[10] + 0, slack = ARGV[11] + 0}
 local fits = not writer and (side == 'r' or readers() == 0)
 local behindWriter = false
 if fits then
@@ -125,7 +125,7 @@ if fits then
     pttl, turnLeft = -2, rules.window
   end
 end
-local idle, spread = tonumber(ARGV[5]), tonumber(ARGV[6])
+local idle, spread = ARGV[5] + 0, ARGV[6] + 0
 R = R or queueRules()
 if mode == 0 then
   return {status, R.pause(pttl, 2, turnLeft, idle, spread), -1}
@@ -137,7 +137,7 @@ end
 local fresh = side == 'w' and readers() > 0 and not R.qcall('ZSCORE', q.order, id)
 local ahead = R.enqueue(q, id, kind, now)
 local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
-local due = now + sleep + tonumber(ARGV[12])
+local due = now + sleep + ARGV[12]
 R.describe(q, id, kind, now, due, due + idle)
 if fresh then
   RW.yield(ARGV[8], KEYS[1], KEYS[7])

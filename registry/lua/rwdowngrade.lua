@@ -28,7 +28,7 @@ local now = clock()
 if not now then
   return redis.error_reply('ERR lockyard: a read-write lock needs the TIME command')
 end
-local ttl = tonumber(ARGV[2])
+local ttl = ARGV[2] + 0
 redis.call('HDEL', KEYS[1], 'w')
 redis.call('DEL', KEYS[7])
 local R = queueRules()
@@ -38,7 +38,7 @@ redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[7], ttl)
 if not queueEmpty(KEYS[2]) then
   local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
-  local _, told = RW.walk(R, q, now, {window = tonumber(ARGV[4]), ahead = tonumber(ARGV[5]), slack = tonumber(ARGV[6])}, nil, 'r', false, 1)
+  local _, told = RW.walk(R, q, now, {window = ARGV[4] + 0, ahead = ARGV[5] + 0, slack = ARGV[6] + 0}, nil, 'r', false, 1)
   if #told > 0 then
     permitRules().tell(ARGV[3], KEYS[1], told)
   end

@@ -24,7 +24,7 @@ if v.err or v[1] or not now or queueEmpty(KEYS[2]) then
 end
 local RW = rwRules()
 local held = RW.readers(KEYS[1], KEYS[7], v[2], now)
-local _, told = RW.walk(R, q, now, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])}, nil, 'r', false, held)
+local _, told = RW.walk(R, q, now, {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, nil, 'r', false, held)
 if #told > 0 then
   permitRules().tell(ARGV[2], KEYS[1], told)
 end

@@ -27,8 +27,8 @@ if not now then
 end
 if v[2] then
   local score = redis.call('ZSCORE', KEYS[7], ARGV[1])
-  if score and tonumber(score) > now then
-    return math.ceil(tonumber(score) - now)
+  if score and (score + 0) > now then
+    return math.ceil(score - now)
   elseif score then
     redis.call('ZREM', KEYS[7], ARGV[1])
   end
@@ -43,7 +43,7 @@ if not v[1] then
   held = RW.readers(KEYS[1], KEYS[7], v[2], now)
 end
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
-local _, told = RW.walk(R, q, now, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])}, nil, 'r', v[1], held)
+local _, told = RW.walk(R, q, now, {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, nil, 'r', v[1], held)
 if #told > 0 then
   permitRules().tell(ARGV[2], KEYS[1], told)
 end

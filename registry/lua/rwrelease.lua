@@ -44,7 +44,7 @@ if not writer then
   held = RW.readers(KEYS[1], KEYS[7], v[2], now)
 end
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
-local _, told = RW.walk(R, q, now, {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])}, nil, 'r', writer, held)
+local _, told = RW.walk(R, q, now, {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, nil, 'r', writer, held)
 if #told > 0 then
   permitRules().tell(ARGV[2], KEYS[1], told)
 end

@@ -54,7 +54,7 @@ local function rwRules()
     if #first == 0 then
       return -2
     end
-    return math.max(math.floor(tonumber(first[2]) - now), 0)
+    return math.max(math.floor(first[2] - now), 0)
   end
 
   -- take gives k to token on side ('r' or 'w') for ttl ms, and returns a
@@ -105,7 +105,7 @@ local function rwRules()
         break
       end
       for i = 1, #ids, 2 do
-        local id, since = ids[i], tonumber(ids[i + 1])
+        local id, since = ids[i], ids[i + 1] + 0
         if id == self then
           return side == 'r' or (held == 0 and turns == 0), told
         end

@@ -85,8 +85,8 @@ if ARGV[17] == '1' and ARGV[15] ~= '1' then
     -- too: most of an uncontended run's work). As permitRules' hold.
     local t = redis.pcall('TIME')
     if type(t) == 'table' and not t.err then
-      local ttl = tonumber(ARGV[2])
-      redis.call('ZADD', KEYS[1], string.format('%d', tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000 + ttl), token)
+      local ttl = ARGV[2] + 0
+      redis.call('ZADD', KEYS[1], string.format('%d', t[1] * 1000 + t[2] / 1000 + ttl), token)
       redis.call('PEXPIRE', KEYS[1], ttl)
       return 1
     end
@@ -119,7 +119,7 @@ if ARGV[7] == '1' then
   fenceKey = KEYS[6]
 end
 local P = permitRules()
-local permits, ttl = tonumber(ARGV[13]), tonumber(ARGV[2])
+local permits, ttl = ARGV[13] + 0, ARGV[2] + 0
 local pruned = held >= permits
 if pruned then
   -- Expired permits matter only when they would refuse the caller.
@@ -144,14 +144,14 @@ if held > 0 and ARGV[16] == '1' then
   end
 end
 local free = permits - held
-local mode, idle, spread = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local mode, idle, spread = ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0
 local kind = 'p'
 if mode == 2 then
   kind = 'l'
 end
 local R = nil
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
-local rules = {window = tonumber(ARGV[9]), ahead = tonumber(ARGV[10]), slack = tonumber(ARGV[11])}
+local rules = {window = ARGV[9] + 0, ahead = ARGV[10] + 0, slack = ARGV[11] + 0}
 
 -- granted gives the caller the permit and tells the listeners in told
 -- (nil: none) that their turn has come. With ARGV[14] set and no other
@@ -164,7 +164,7 @@ local function granted(told)
     R = R or queueRules()
     P.toBack(R, q, id, kind, now)
     local sleep = R.pause(P.soonest(KEYS[1], now), 0, nil, idle, spread)
-    local due = now + sleep + tonumber(ARGV[12])
+    local due = now + sleep + ARGV[12]
     R.describe(q, id, kind, now, due, due + idle)
     if told then
       P.tell(ARGV[8], KEYS[1], told)
@@ -237,6 +237,6 @@ end
 R = R or queueRules()
 local ahead = R.enqueue(q, id, kind, now, turnLeft == nil) -- the rank matters to a waiter next to a turn only (pause)
 local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
-local due = now + sleep + tonumber(ARGV[12])
+local due = now + sleep + ARGV[12]
 R.describe(q, id, kind, now, due, due + idle)
 return {status, sleep, 1}

@@ -25,8 +25,8 @@ local now = clock()
 if not now then
   return -1
 end
-if tonumber(score) > now then
-  return math.ceil(tonumber(score) - now)
+if (score + 0) > now then
+  return math.ceil(score - now)
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 if queueEmpty(KEYS[2]) then
@@ -37,6 +37,6 @@ if queueEmpty(KEYS[2]) then
 end
 local P = permitRules()
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
-local free = tonumber(ARGV[6]) - P.live(KEYS[1], now)
-P.offer(queueRules(), q, KEYS[1], now, free, ARGV[2], {window = tonumber(ARGV[3]), ahead = tonumber(ARGV[4]), slack = tonumber(ARGV[5])})
+local free = ARGV[6] - P.live(KEYS[1], now)
+P.offer(queueRules(), q, KEYS[1], now, free, ARGV[2], {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0})
 return -1

@@ -33,7 +33,7 @@ if type(score) ~= 'string' then
 end
 local clock, _, queueRules, permitRules = shared()
 local now = clock()
-if not now or tonumber(score) <= now then
+if not now or (score + 0) <= now then
   redis.call('ZREM', KEYS[1], ARGV[1])
   return {0}
 end
@@ -43,7 +43,7 @@ if ARGV[7] == '1' then
 end
 local P = permitRules()
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
-local rules = {window = tonumber(ARGV[4]), ahead = tonumber(ARGV[5]), slack = tonumber(ARGV[6])}
+local rules = {window = ARGV[4] + 0, ahead = ARGV[5] + 0, slack = ARGV[6] + 0}
 if ARGV[9] == '1' then
   -- The run of local holds is over: give the permit back, and the turns
   -- of the free permits to the waiters in line (the holder's own entry
@@ -55,7 +55,7 @@ if ARGV[9] == '1' then
     end
     return {3}
   end
-  P.offer(queueRules(), q, KEYS[1], now, tonumber(ARGV[8]) - P.live(KEYS[1], now), ARGV[3], rules)
+  P.offer(queueRules(), q, KEYS[1], now, ARGV[8] - P.live(KEYS[1], now), ARGV[3], rules)
   return {2}
 end
 local keep, R, free = true, nil, 0
@@ -63,7 +63,7 @@ if ARGV[12] == '1' or not queueEmpty(KEYS[2]) then
   R = queueRules()
   -- Would the waiters in line be admitted with this permit given back?
   -- Then the free permits cover them: keep it.
-  free = tonumber(ARGV[8]) - P.live(KEYS[1], now) + 1
+  free = ARGV[8] - P.live(KEYS[1], now) + 1
   local told
   keep, told = P.admit(R, q, now, free, ARGV[10], rules)
   P.tell(ARGV[3], KEYS[1], told)
@@ -80,7 +80,7 @@ if keep then
       P.offer(R, q, KEYS[1], now, free - 1, ARGV[3], rules)
     end
   end
-  return {1, P.hold(KEYS[1], ARGV[1], now, tonumber(ARGV[2]), fenceKey, 1)}
+  return {1, P.hold(KEYS[1], ARGV[1], now, ARGV[2] + 0, fenceKey, 1)}
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 return {2}

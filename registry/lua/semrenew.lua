@@ -12,12 +12,12 @@ if type(score) ~= 'string' then
   return 0
 end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-if tonumber(score) <= now then
+local now = t[1] * 1000 + t[2] / 1000
+if (score + 0) <= now then
   redis.call('ZREM', KEYS[1], ARGV[1])
   return 0
 end
-local ttl = tonumber(ARGV[2])
+local ttl = ARGV[2] + 0
 redis.call('ZADD', KEYS[1], string.format('%d', now + ttl), ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ttl then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
