@@ -738,3 +738,32 @@ func TestRWLockUncontendedScriptPath(t *testing.T) {
 		}
 	})
 }
+
+// A release tells the waiters of other registries that their turn has
+// come (on their turn channels): a reader waiting for a writer, and a
+// writer waiting for a reader, enter at once, not at their 10 s poll.
+func TestRWLockReleaseTellsWaiters(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		ctx := bg(t)
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
+		a := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		c := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		for _, writerFirst := range []bool{true, false} {
+			take := a.TryAcquireRead
+			if writerFirst {
+				take = a.TryAcquireWrite
+			}
+			held, err := take(ctx, 0)
+			mustNil(t, err)
+			waiter := acquireRW(ctx, c, !writerFirst)
+			notWithin(t, waiter, 200*time.Millisecond, "the waiter beside the holder") // it queued, and sleeps
+			mustNil(t, held.Release(ctx))
+			le := recvWithin(t, waiter, 3*time.Second, "the waiter, told of the release")
+			if le == nil {
+				t.Fatal("the waiter's acquisition failed")
+			}
+			mustNil(t, le.Release(ctx))
+		}
+	})
+}

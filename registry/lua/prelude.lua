@@ -4,9 +4,10 @@
 -- be run alone with a fixed clock (prelude_test.go). Lua makes a closure of
 -- each function at every run of a script, so only queueEmpty, which the
 -- fast paths need, is defined at once: shared defines the other rules, when
--- a script needs them (local clock, nextFence, queueRules, permitRules =
--- shared()), and queueRules and permitRules define theirs when called. An
--- uncontended release, obtain or pass defines two functions, not five.
+-- a script needs them (local clock, nextFence, queueRules, permitRules,
+-- tell = shared()), and queueRules and permitRules define theirs when
+-- called. An uncontended release, obtain or pass defines two functions,
+-- not six.
 --
 -- Numbers that come as strings (ARGV, TIME, scores, queue entries) are
 -- read with s + 0 where the number is kept or compared, and used as they
@@ -48,7 +49,7 @@ local function queueEmpty(order)
 end
 
 -- shared defines, and returns, the rules that the fast paths do not need:
--- clock, nextFence, queueRules and permitRules.
+-- clock, nextFence, queueRules, permitRules and tell.
 local function shared()
   -- clock returns the server's time in ms (with its microseconds as the
   -- fraction, so that waiters who queue in one ms keep their order), or nil
@@ -74,6 +75,23 @@ local function shared()
       redis.call('SET', key, t[1] .. string.format('%06d', t[2] + 0))
     end
     return redis.call('INCR', key)
+  end
+
+  -- tell publishes the turn message of the semaphore or read-write lock
+  -- whose key is key to each waiter of ids (admit, walk), on its
+  -- registry's turn channel: prefix, the registry id (the waiter id before
+  -- its '/'), ':' and key (wire.Layout.TurnChannel). Only that registry
+  -- hears it. A message the server refuses (an ACL without the turn
+  -- channels) is a message lost: the waiter tries when its sleep ends. It
+  -- is defined here, not in permitRules, so that a read-write lock's
+  -- scripts tell without defining the permits' rules.
+  local function tell(prefix, key, ids)
+    for _, id in ipairs(ids) do
+      local reg = string.match(id, '^([^/]+)/')
+      if reg then
+        redis.pcall('PUBLISH', prefix .. reg .. ':' .. key, key)
+      end
+    end
   end
 
   -- queueRules returns the wait queue's rules as a table of functions.
@@ -440,21 +458,6 @@ local function shared()
       return true, told
     end
 
-    -- tell publishes the turn message of the semaphore whose key is key to
-    -- each waiter of ids (admit), on its registry's turn channel: prefix,
-    -- the registry id (the waiter id before its '/'), ':' and key
-    -- (wire.Layout.TurnChannel). Only that registry hears it. A message the
-    -- server refuses (an ACL without the turn channels) is a message lost:
-    -- the waiter tries when its sleep ends.
-    local function tell(prefix, key, ids)
-      for _, id in ipairs(ids) do
-        local reg = string.match(id, '^([^/]+)/')
-        if reg then
-          redis.pcall('PUBLISH', prefix .. reg .. ':' .. key, key)
-        end
-      end
-    end
-
     -- offer gives the turns of free permits of key to the waiters first in
     -- line (admit, for a caller not in line) and tells the listeners among
     -- them (tell, on prefix): what every script does with permits that it
@@ -487,5 +490,5 @@ local function shared()
     end
     return {prune = prune, held = held, live = live, fenced = fenced, hold = hold, admit = admit, tell = tell, offer = offer, toBack = toBack, soonest = soonest}
   end
-  return clock, nextFence, queueRules, permitRules
+  return clock, nextFence, queueRules, permitRules, tell
 end

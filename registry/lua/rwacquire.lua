@@ -70,7 +70,7 @@ if not v[1] and not v[2] and ARGV[14] ~= '1' and ARGV[7] ~= '1' and queueEmpty(K
     return 1
   end
 end
-local clock, _, queueRules, permitRules = shared()
+local clock, _, queueRules, permitRules, tell = shared()
 local now = clock()
 if not now then
   return redis.error_reply('ERR lockyard: a read-write lock needs the TIME command')
@@ -102,8 +102,7 @@ if fits then
     R = queueRules()
     ok, told, behindWriter = RW.walk(R, q, now, rules, id, side, writer, readers())
     if #told > 0 then
-      P = P or permitRules()
-      P.tell(ARGV[8], KEYS[1], told)
+      tell(ARGV[8], KEYS[1], told)
     end
   end
   if ok then

@@ -23,7 +23,7 @@ if v[1] ~= ARGV[1] then
   end
   return 0
 end
-local clock, _, queueRules, permitRules = shared()
+local clock, _, queueRules, _, tell = shared()
 local now = clock()
 if not now then
   return redis.error_reply('ERR lockyard: a read-write lock needs the TIME command')
@@ -40,7 +40,7 @@ if not queueEmpty(KEYS[2]) then
   local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
   local _, told = RW.walk(R, q, now, {window = ARGV[4] + 0, ahead = ARGV[5] + 0, slack = ARGV[6] + 0}, nil, 'r', false, 1)
   if #told > 0 then
-    permitRules().tell(ARGV[3], KEYS[1], told)
+    tell(ARGV[3], KEYS[1], told)
   end
 end
 return 1

@@ -11,7 +11,7 @@
 -- ARGV[5]  ms added to a polling waiter's turn
 --
 -- Reply: 1 when its entry was removed, 0 when it had none.
-local clock, _, queueRules, permitRules = shared()
+local clock, _, queueRules, _, tell = shared()
 local R = queueRules()
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
 if not R.drop(q, ARGV[1]) then
@@ -26,6 +26,6 @@ local RW = rwRules()
 local held = RW.readers(KEYS[1], KEYS[7], v[2], now)
 local _, told = RW.walk(R, q, now, {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, nil, 'r', false, held)
 if #told > 0 then
-  permitRules().tell(ARGV[2], KEYS[1], told)
+  tell(ARGV[2], KEYS[1], told)
 end
 return 1

@@ -32,7 +32,7 @@ if queueEmpty(KEYS[2]) then
   end
   return 1
 end
-local clock, _, queueRules, permitRules = shared()
+local clock, _, queueRules, _, tell = shared()
 local now = clock()
 if not now then
   return 2
@@ -46,6 +46,6 @@ end
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
 local _, told = RW.walk(R, q, now, {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, nil, 'r', writer, held)
 if #told > 0 then
-  permitRules().tell(ARGV[2], KEYS[1], told)
+  tell(ARGV[2], KEYS[1], told)
 end
 return 2

@@ -23,7 +23,7 @@
 -- its front enter together, a writer enters alone once no reader holds,
 -- and a waiting writer holds up every reader behind it (a poller not due
 -- soon is passed over and keeps its place, as for a lock). Listeners are
--- told their turn on their registry's turn channel (permitRules' tell).
+-- told their turn on their registry's turn channel (the prelude's tell).
 local function rwRules()
   local function ms(n)
     return string.format('%d', n)
