@@ -165,7 +165,8 @@
 // A registry talks to Redis through a Client: run a script (alone, followed
 // by WAIT on the same connection, or pipelined in a batch) and
 // pattern-subscribe; a Client that can also subscribe by channel
-// (ChannelSubscriber, as NewPoolClient's and the go-redis adapter's can)
+// (ChannelSubscriber, as NewPoolClient's and the go-redis and rueidis
+// adapters' can)
 // lets a registry hear only the releases of the keys its waiters wait for.
 // New wraps a redigo pool in NewPoolClient; NewWithClient
 // takes any Client, such as the go-redis adapter of the module

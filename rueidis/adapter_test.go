@@ -383,3 +383,49 @@ func mustInfo(t *testing.T, cl *rueidislock.Client) string {
 	mustNil(t, err)
 	return info
 }
+
+// Under an ACL that refuses SUBSCRIBE, SubscribeChannels's error is the
+// server's NOPERM (a registry.ReplyError), and a registry on the adapter
+// falls back to the pattern: its waiter still hears the release, long
+// before its 10 s poll.
+func TestSubscribeRefusedFallsBackToPattern(t *testing.T) {
+	user := "nosub-" + strconv.FormatInt(prefixSeq.Add(1), 10)
+	_, err := redistest.Do(single.Addr, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-subscribe")
+	mustNil(t, err)
+	t.Cleanup(func() { _, _ = redistest.Do(single.Addr, "ACL", "DELUSER", user) })
+	opt := singleOptions(single.Addr)
+	opt.Username, opt.Password = user, "pw"
+	c := rueidislock.NewClient(newClient(t, opt))
+
+	_, err = c.SubscribeChannels(ctxFor(t, 5*time.Second), "some-channel")
+	var re *registry.ReplyError
+	if !errors.As(err, &re) || !strings.HasPrefix(re.Error(), "NOPERM") {
+		t.Fatalf("SubscribeChannels = %v (%T); want the server's NOPERM as a registry.ReplyError", err, err)
+	}
+
+	pfx := prefix(t)
+	holder := newRegistry(t, newSingle(t), pfx)
+	le, err := holder.Acquire(ctxFor(t, 5*time.Second), "k", 0)
+	mustNil(t, err)
+	r := clienttest.NewRegistry(t, c, pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10*time.Second))
+	l, err := r.Obtain("k")
+	mustNil(t, err)
+	got := make(chan error, 1)
+	go func() {
+		err := l.LockContext(ctxFor(t, 8*time.Second))
+		if err == nil {
+			l.Unlock()
+		}
+		got <- err
+	}()
+	waitFor(t, 5*time.Second, "the waiter's pattern subscription", func() bool {
+		n, err := redigo.Int(redistest.Do(single.Addr, "PUBSUB", "NUMPAT"))
+		return err == nil && n > 0
+	})
+	released := time.Now()
+	mustNil(t, le.Release(ctxFor(t, 5*time.Second)))
+	mustNil(t, <-got)
+	if d := time.Since(released); d > 2*time.Second {
+		t.Fatalf("the waiter took the lock %v after the release; want it woken by the release", d)
+	}
+}

@@ -292,10 +292,24 @@ func (c *Client) Info(ctx context.Context, section string) (string, error) {
 // non-sharded PUBLISH reaches every node), whose messages rueidis hands to
 // a hook, and returns once the server has confirmed the subscription.
 func (c *Client) PSubscribe(ctx context.Context, pattern string) (registry.Subscription, error) {
+	return c.subscribe(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Psubscribe().Pattern(pattern).Build() })
+}
+
+// SubscribeChannels subscribes to channels on a dedicated connection, as
+// PSubscribe does, and returns once the server has confirmed them
+// (registry.ChannelSubscriber): a registry then subscribes to the release
+// channels of the keys its waiters wait for, not to every key's.
+func (c *Client) SubscribeChannels(ctx context.Context, channels ...string) (registry.ChannelSubscription, error) {
+	return c.subscribe(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Subscribe().Channel(channels...).Build() })
+}
+
+// subscribe dedicates a connection, hooks its messages, and sends the
+// subscribe command that cmd builds.
+func (c *Client) subscribe(ctx context.Context, cmd func(rueidis.Builder) rueidis.Completed) (*subscription, error) {
 	dc, _ := c.c.Dedicate()
 	s := &subscription{dc: dc, events: make(chan string, 256), done: make(chan struct{})}
 	s.fail = dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: s.onMessage})
-	if err := dc.Do(ctx, dc.B().Psubscribe().Pattern(pattern).Build()).Error(); err != nil {
+	if err := dc.Do(ctx, cmd(dc.B())).Error(); err != nil {
 		s.Close()
 		return nil, replyError(err)
 	}
@@ -369,11 +383,8 @@ func (s *subscription) failed() error {
 // Ping sends PING on the subscription's connection (RESP3 answers it
 // there with a plain PONG) and queues the pong for Receive.
 func (s *subscription) Ping(ctx context.Context) error {
-	if err := s.failed(); err != nil {
+	if err := s.send(ctx, s.dc.B().Ping().Build()); err != nil {
 		return err
-	}
-	if err := s.dc.Do(ctx, s.dc.B().Ping().Build()).Error(); err != nil {
-		return replyError(err)
 	}
 	select {
 	case s.events <- "":
@@ -383,6 +394,26 @@ func (s *subscription) Ping(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Subscribe adds channels to the subscription; rueidis returns once the
+// server has confirmed them (registry.ChannelSubscription).
+func (s *subscription) Subscribe(ctx context.Context, channels ...string) error {
+	return s.send(ctx, s.dc.B().Subscribe().Channel(channels...).Build())
+}
+
+// Unsubscribe drops channels from the subscription
+// (registry.ChannelSubscription).
+func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	return s.send(ctx, s.dc.B().Unsubscribe().Channel(channels...).Build())
+}
+
+// send sends cmd on the subscription's connection, unless it has ended.
+func (s *subscription) send(ctx context.Context, cmd rueidis.Completed) error {
+	if err := s.failed(); err != nil {
+		return err
+	}
+	return replyError(s.dc.Do(ctx, cmd).Error())
 }
 
 // Close ends a Receive in progress, then closes the connection (rueidis

@@ -251,4 +251,26 @@ func SubscribesByKey(t *testing.T, a Adapter, addr string) {
 			t.Fatalf("the waiter on %s took the lock %v after the release", le.Key(), d)
 		}
 	}
+	if !byKey {
+		return
+	}
+	// A key no waiter asks for is let go: after two polls and a second,
+	// here 1.2 s.
+	quick := NewRegistry(t, rc, pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(100*time.Millisecond))
+	le, err := holder.Acquire(redistest.CtxFor(t, 5*time.Second), "c", 0)
+	redistest.MustNil(t, err)
+	l, err := quick.Obtain("c")
+	redistest.MustNil(t, err)
+	got := make(chan error, 1)
+	go func() {
+		err := l.LockContext(redistest.CtxFor(t, 5*time.Second))
+		if err == nil {
+			l.Unlock()
+		}
+		got <- err
+	}()
+	redistest.WaitFor(t, 5*time.Second, "the waiter on c subscribed", func() bool { return numsub(le.Key()) == 1 })
+	redistest.MustNil(t, le.Release(redistest.CtxFor(t, 5*time.Second)))
+	redistest.MustNil(t, <-got)
+	redistest.WaitFor(t, 10*time.Second, "the key c let go", func() bool { return numsub(le.Key()) == 0 })
 }
