@@ -2,12 +2,12 @@
 -- that needs them (scripts.go). Nothing here reads KEYS or ARGV: every
 -- function takes its keys and settings as arguments, so that the rules can
 -- be run alone with a fixed clock (prelude_test.go). Lua makes a closure of
--- each function at every run of a script, so only queueEmpty, which the
--- fast paths need, is defined at once: shared defines the other rules, when
--- a script needs them (local clock, nextFence, queueRules, permitRules,
--- tell = shared()), and queueRules and permitRules define theirs when
--- called. An uncontended release, obtain or pass defines two functions,
--- not six.
+-- each function at every run of a script, so only queueEmpty and clock,
+-- which the fast paths need, are defined at once: shared defines the other
+-- rules, when a script needs them (local clock, nextFence, queueRules,
+-- permitRules, tell = shared()), and queueRules and permitRules define
+-- theirs when called. An uncontended release, obtain or pass defines three
+-- functions, not seven.
 --
 -- Numbers that come as strings (ARGV, TIME, scores, queue entries) are
 -- read with s + 0 where the number is kept or compared, and used as they
@@ -48,21 +48,24 @@ local function queueEmpty(order)
   return type(r) == 'table' and not r.err and #r == 0
 end
 
--- shared defines, and returns, the rules that the fast paths do not need:
--- clock, nextFence, queueRules, permitRules and tell.
-local function shared()
-  -- clock returns the server's time in ms (with its microseconds as the
-  -- fraction, so that waiters who queue in one ms keep their order), or nil
-  -- if the script may not call TIME (an ACL without +time); the scripts then
-  -- keep no queue.
-  local function clock()
-    local t = redis.pcall('TIME')
-    if type(t) ~= 'table' or t.err then
-      return nil
-    end
-    return t[1] * 1000 + t[2] / 1000
+-- clock returns the server's time in ms (with its microseconds as the
+-- fraction, so that waiters who queue in one ms keep their order), or nil
+-- if the script may not call TIME (an ACL without +time); the scripts then
+-- keep no queue. It is defined at once, as queueEmpty is: the uncontended
+-- paths of semacquire.lua and rwacquire.lua read the clock before any
+-- other rule.
+local function clock()
+  local t = redis.pcall('TIME')
+  if type(t) ~= 'table' or t.err then
+    return nil
   end
+  return t[1] * 1000 + t[2] / 1000
+end
 
+-- shared defines, and returns, the rules that the fast paths do not need
+-- (and clock, for the scripts' convenience): clock, nextFence, queueRules,
+-- permitRules and tell.
+local function shared()
   -- nextFence increments the fence counter key. A missing counter (a new
   -- key, or one Redis lost: a restart without persistence, a failover to a
   -- replica that lacked it, FLUSHALL) is first seeded with the server's clock

@@ -55,15 +55,15 @@ if not v[1] and not v[2] and ARGV[14] ~= '1' and ARGV[7] ~= '1' and queueEmpty(K
   -- caller's, before any rule is defined (each is a closure made at every
   -- run, the rules' tables too: most of an uncontended run's work). As
   -- rwRules' take, for a key that is new: no PTTL to read.
-  local t = redis.pcall('TIME')
-  if type(t) == 'table' and not t.err then
+  local now = clock()
+  if now then
     local ttl = ARGV[2] + 0
     if side == 'w' then
       redis.call('HSET', KEYS[1], 'w', token)
       redis.call('PEXPIRE', KEYS[1], ttl)
       return 1
     end
-    redis.call('ZADD', KEYS[7], 'GT', string.format('%d', t[1] * 1000 + t[2] / 1000 + ttl), token)
+    redis.call('ZADD', KEYS[7], 'GT', string.format('%d', now + ttl), token)
     redis.call('HSET', KEYS[1], 'r', '1')
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[7], ttl)

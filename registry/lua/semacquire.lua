@@ -83,10 +83,10 @@ if ARGV[17] == '1' and ARGV[15] ~= '1' then
     -- caller's behind it: the permit is the caller's before any rule is
     -- defined (each is a closure made at every run, the rules' tables
     -- too: most of an uncontended run's work). As permitRules' hold.
-    local t = redis.pcall('TIME')
-    if type(t) == 'table' and not t.err then
+    local now = clock()
+    if now then
       local ttl = ARGV[2] + 0
-      redis.call('ZADD', KEYS[1], string.format('%d', t[1] * 1000 + t[2] / 1000 + ttl), token)
+      redis.call('ZADD', KEYS[1], string.format('%d', now + ttl), token)
       redis.call('PEXPIRE', KEYS[1], ttl)
       return 1
     end
