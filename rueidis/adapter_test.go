@@ -397,10 +397,10 @@ func TestSubscribeRefusedFallsBackToPattern(t *testing.T) {
 	opt.Username, opt.Password = user, "pw"
 	c := rueidislock.NewClient(newClient(t, opt))
 
-	_, err = c.SubscribeChannels(ctxFor(t, 5*time.Second), "some-channel")
+	sub, err := c.SubscribeChannels(ctxFor(t, 5*time.Second), "some-channel")
 	var re *registry.ReplyError
-	if !errors.As(err, &re) || !strings.HasPrefix(re.Error(), "NOPERM") {
-		t.Fatalf("SubscribeChannels = %v (%T); want the server's NOPERM as a registry.ReplyError", err, err)
+	if !errors.As(err, &re) || !strings.HasPrefix(re.Error(), "NOPERM") || sub != nil {
+		t.Fatalf("SubscribeChannels = %v, %v (%T); want nil and the server's NOPERM as a registry.ReplyError", sub, err, err)
 	}
 
 	pfx := prefix(t)
@@ -427,5 +427,34 @@ func TestSubscribeRefusedFallsBackToPattern(t *testing.T) {
 	mustNil(t, <-got)
 	if d := time.Since(released); d > 2*time.Second {
 		t.Fatalf("the waiter took the lock %v after the release; want it woken by the release", d)
+	}
+}
+
+// A subscription's refused SUBSCRIBE ends it, as a broken connection does
+// (registry.ChannelSubscription): Receive returns the refusal. A refused
+// PSubscribe returns a nil Subscription, not a nil pointer in one.
+func TestChannelSubscriptionRefusalEndsIt(t *testing.T) {
+	user := "okonly-" + strconv.FormatInt(prefixSeq.Add(1), 10)
+	_, err := redistest.Do(single.Addr, "ACL", "SETUSER", user, "on", ">pw", "~*", "resetchannels", "&ok*", "+@all")
+	mustNil(t, err)
+	t.Cleanup(func() { _, _ = redistest.Do(single.Addr, "ACL", "DELUSER", user) })
+	opt := singleOptions(single.Addr)
+	opt.Username, opt.Password = user, "pw"
+	c := rueidislock.NewClient(newClient(t, opt))
+
+	if ps, err := c.PSubscribe(ctxFor(t, 5*time.Second), "bad*"); ps != nil || err == nil {
+		t.Fatalf("PSubscribe(bad*) = %v, %v; want nil and NOPERM", ps, err)
+	}
+	sub, err := c.SubscribeChannels(ctxFor(t, 5*time.Second), "ok-1")
+	mustNil(t, err)
+	defer sub.Close()
+	err = sub.Subscribe(ctxFor(t, 5*time.Second), "bad-1")
+	var re *registry.ReplyError
+	if !errors.As(err, &re) || !strings.HasPrefix(re.Error(), "NOPERM") {
+		t.Fatalf("Subscribe(bad-1) = %v; want the server's NOPERM", err)
+	}
+	_, err = sub.Receive(ctxFor(t, 2*time.Second))
+	if !errors.As(err, &re) || !strings.HasPrefix(re.Error(), "NOPERM") {
+		t.Fatalf("Receive after the refusal = %v; want the refusal", err)
 	}
 }

@@ -292,7 +292,11 @@ func (c *Client) Info(ctx context.Context, section string) (string, error) {
 // non-sharded PUBLISH reaches every node), whose messages rueidis hands to
 // a hook, and returns once the server has confirmed the subscription.
 func (c *Client) PSubscribe(ctx context.Context, pattern string) (registry.Subscription, error) {
-	return c.subscribe(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Psubscribe().Pattern(pattern).Build() })
+	s, err := c.subscribe(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Psubscribe().Pattern(pattern).Build() })
+	if err != nil {
+		return nil, err // not a nil *subscription in the interface
+	}
+	return s, nil
 }
 
 // SubscribeChannels subscribes to channels on a dedicated connection, as
@@ -300,7 +304,11 @@ func (c *Client) PSubscribe(ctx context.Context, pattern string) (registry.Subsc
 // (registry.ChannelSubscriber): a registry then subscribes to the release
 // channels of the keys its waiters wait for, not to every key's.
 func (c *Client) SubscribeChannels(ctx context.Context, channels ...string) (registry.ChannelSubscription, error) {
-	return c.subscribe(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Subscribe().Channel(channels...).Build() })
+	s, err := c.subscribe(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Subscribe().Channel(channels...).Build() })
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // subscribe dedicates a connection, hooks its messages, and sends the
@@ -350,7 +358,7 @@ func (s *subscription) onMessage(m rueidis.PubSubMessage) {
 func (s *subscription) Receive(ctx context.Context) (string, error) {
 	select {
 	case <-s.done:
-		return "", errClosed
+		return "", s.closedErr()
 	default:
 	}
 	select {
@@ -367,13 +375,23 @@ func (s *subscription) Receive(ctx context.Context) (string, error) {
 		}
 		return "", s.err // later Receives find fail closed: s.err again
 	case <-s.done:
-		return "", errClosed
+		return "", s.closedErr()
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}
 }
 
-// failed returns the connection's end, once a Receive has seen it.
+// closedErr is Receive's error once the subscription is closed: the
+// server's refusal that closed it (send), else errClosed.
+func (s *subscription) closedErr() error {
+	if err := s.failed(); err != nil {
+		return err
+	}
+	return errClosed
+}
+
+// failed returns the connection's end, once a Receive has seen it, or the
+// server's refusal that ended the subscription (send).
 func (s *subscription) failed() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -409,11 +427,24 @@ func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) erro
 }
 
 // send sends cmd on the subscription's connection, unless it has ended.
+// The server's refusal (NOPERM for a channel) ends the subscription, as a
+// broken connection does (registry.ChannelSubscription): Receive returns
+// it.
 func (s *subscription) send(ctx context.Context, cmd rueidis.Completed) error {
 	if err := s.failed(); err != nil {
 		return err
 	}
-	return replyError(s.dc.Do(ctx, cmd).Error())
+	err := replyError(s.dc.Do(ctx, cmd).Error())
+	var re *registry.ReplyError
+	if errors.As(err, &re) {
+		s.mu.Lock()
+		if s.err == nil {
+			s.err = err
+		}
+		s.mu.Unlock()
+		s.Close()
+	}
+	return err
 }
 
 // Close ends a Receive in progress, then closes the connection (rueidis
