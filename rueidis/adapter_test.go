@@ -384,18 +384,34 @@ func mustInfo(t *testing.T, cl *rueidislock.Client) string {
 	return info
 }
 
+// clientAs returns the adapter on the single-node server, logged in as a
+// user of its own with the ACL rules given (deleted at the end of the test).
+func clientAs(t *testing.T, rules ...string) *rueidislock.Client {
+	t.Helper()
+	user := "acl-" + strconv.FormatInt(prefixSeq.Add(1), 10)
+	_, err := redistest.Do(single.Addr, "ACL", append([]any{"SETUSER", user, "on", ">pw"}, anys(rules)...)...)
+	mustNil(t, err)
+	t.Cleanup(func() { _, _ = redistest.Do(single.Addr, "ACL", "DELUSER", user) })
+	opt := singleOptions(single.Addr)
+	opt.Username, opt.Password = user, "pw"
+	return rueidislock.NewClient(newClient(t, opt))
+}
+
+// anys returns ss as a []any.
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
 // Under an ACL that refuses SUBSCRIBE, SubscribeChannels's error is the
 // server's NOPERM (a registry.ReplyError), and a registry on the adapter
 // falls back to the pattern: its waiter still hears the release, long
 // before its 10 s poll.
 func TestSubscribeRefusedFallsBackToPattern(t *testing.T) {
-	user := "nosub-" + strconv.FormatInt(prefixSeq.Add(1), 10)
-	_, err := redistest.Do(single.Addr, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-subscribe")
-	mustNil(t, err)
-	t.Cleanup(func() { _, _ = redistest.Do(single.Addr, "ACL", "DELUSER", user) })
-	opt := singleOptions(single.Addr)
-	opt.Username, opt.Password = user, "pw"
-	c := rueidislock.NewClient(newClient(t, opt))
+	c := clientAs(t, "~*", "&*", "+@all", "-subscribe")
 
 	sub, err := c.SubscribeChannels(ctxFor(t, 5*time.Second), "some-channel")
 	var re *registry.ReplyError
@@ -434,13 +450,7 @@ func TestSubscribeRefusedFallsBackToPattern(t *testing.T) {
 // (registry.ChannelSubscription): Receive returns the refusal. A refused
 // PSubscribe returns a nil Subscription, not a nil pointer in one.
 func TestChannelSubscriptionRefusalEndsIt(t *testing.T) {
-	user := "okonly-" + strconv.FormatInt(prefixSeq.Add(1), 10)
-	_, err := redistest.Do(single.Addr, "ACL", "SETUSER", user, "on", ">pw", "~*", "resetchannels", "&ok*", "+@all")
-	mustNil(t, err)
-	t.Cleanup(func() { _, _ = redistest.Do(single.Addr, "ACL", "DELUSER", user) })
-	opt := singleOptions(single.Addr)
-	opt.Username, opt.Password = user, "pw"
-	c := rueidislock.NewClient(newClient(t, opt))
+	c := clientAs(t, "~*", "resetchannels", "&ok*", "+@all")
 
 	if ps, err := c.PSubscribe(ctxFor(t, 5*time.Second), "bad*"); ps != nil || err == nil {
 		t.Fatalf("PSubscribe(bad*) = %v, %v; want nil and NOPERM", ps, err)
