@@ -60,14 +60,7 @@ func ClusterWakeups(t *testing.T, a Adapter) {
 		redistest.MustNil(t, h.LockContext(redistest.CtxFor(t, 5*time.Second)))
 		w, err := waiter.Obtain(ks[0])
 		redistest.MustNil(t, err)
-		got := make(chan time.Time, 1)
-		go func() {
-			defer close(got)
-			if w.LockContext(redistest.CtxFor(t, 5*time.Second)) == nil {
-				got <- time.Now()
-				w.Unlock()
-			}
-		}()
+		got := lockAt(t, w, 5*time.Second)
 		redistest.WaitFor(t, 5*time.Second, "the waiter in the wait queue", func() bool {
 			n, _ := redis.Int(c.DoKey(h.Key(), "EXISTS", wire.Layout{HashTag: true}.QueueKey(h.Key())))
 			return n == 1

@@ -33,14 +33,7 @@ func SingleNode(t *testing.T, a Adapter, addr string) {
 	if l2.TryLock() {
 		t.Fatal("a second registry took a held lock")
 	}
-	got := make(chan time.Time, 1)
-	go func() {
-		if l2.LockContext(redistest.CtxFor(t, 5*time.Second)) == nil {
-			got <- time.Now()
-			l2.Unlock()
-		}
-		close(got)
-	}()
+	got := lockAt(t, l2, 5*time.Second)
 	redistest.WaitFor(t, 5*time.Second, "the waiter in the wait queue", func() bool {
 		n, _ := redis.Int(redistest.Do(addr, "EXISTS", wire.Layout{}.QueueKey(l1.Key())))
 		return n == 1
@@ -216,7 +209,7 @@ func SubscribesByKey(t *testing.T, a Adapter, addr string) {
 		}
 		return numsub(lk) == 1
 	}
-	var waits []chan time.Time
+	var waits []<-chan time.Time
 	var leases []*registry.Lease
 	for _, k := range []string{"a", "b"} {
 		le, err := holder.Acquire(redistest.CtxFor(t, 5*time.Second), k, 0)
@@ -224,14 +217,7 @@ func SubscribesByKey(t *testing.T, a Adapter, addr string) {
 		leases = append(leases, le)
 		l, err := r.Obtain(k)
 		redistest.MustNil(t, err)
-		got := make(chan time.Time, 1)
-		go func() {
-			if l.LockContext(redistest.CtxFor(t, 10*time.Second)) == nil {
-				got <- time.Now()
-				l.Unlock()
-			}
-			close(got)
-		}()
+		got := lockAt(t, l, 10*time.Second)
 		waits = append(waits, got)
 		redistest.WaitFor(t, 5*time.Second, "the waiter on "+k+" subscribed", func() bool { return subscribed(le.Key()) })
 	}
@@ -273,4 +259,19 @@ func SubscribesByKey(t *testing.T, a Adapter, addr string) {
 	redistest.MustNil(t, le.Release(redistest.CtxFor(t, 5*time.Second)))
 	redistest.MustNil(t, <-got)
 	redistest.WaitFor(t, 10*time.Second, "the key c let go", func() bool { return numsub(le.Key()) == 0 })
+}
+
+// lockAt locks l in a goroutine, within d, and sends when it got the lock
+// (then unlocks it); the channel is closed after, or at once if it did not
+// get it.
+func lockAt(t *testing.T, l *registry.RedisLock, d time.Duration) <-chan time.Time {
+	got := make(chan time.Time, 1)
+	go func() {
+		defer close(got)
+		if l.LockContext(redistest.CtxFor(t, d)) == nil {
+			got <- time.Now()
+			l.Unlock()
+		}
+	}()
+	return got
 }
