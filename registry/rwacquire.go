@@ -69,7 +69,7 @@ func (l *RWLock) acquireOnce(ctx context.Context, ttl time.Duration, write, wait
 		l.done()
 		return nil, fmt.Errorf("%w: leases of this registry hold or wait for %q", ErrNotObtained, l.key)
 	}
-	p, waited, err := l.obtain(ctx, ttl, write, waits)
+	p, waited, err := l.obtain(ctx, ttl, write, waits, start)
 	if err != nil {
 		_ = l.local.Unlock(who)
 		l.done()
@@ -101,10 +101,10 @@ func (l *RWLock) done() {
 // obtain gets a lease that holds the local queue its hold: the registry's
 // read hold that it joins, or one from Redis, which one lease at a time
 // (the head) asks for.
-func (l *RWLock) obtain(ctx context.Context, ttl time.Duration, write, waits bool) (p *rwHold, waited bool, err error) {
+func (l *RWLock) obtain(ctx context.Context, ttl time.Duration, write, waits bool, start int64) (p *rwHold, waited bool, err error) {
 	r := l.eng
 	if !write {
-		if p := l.join(ttl); p != nil {
+		if p := l.join(ttl, start); p != nil {
 			return p, false, nil
 		}
 	}
@@ -121,10 +121,10 @@ func (l *RWLock) obtain(ctx context.Context, ttl time.Duration, write, waits boo
 	}
 	defer func() { _ = l.head.Unlock(head) }()
 	if !write {
-		if p := l.join(ttl); p != nil { // another reader took a hold meanwhile
+		if p := l.join(ttl, start); p != nil { // another reader took a hold meanwhile
 			return p, false, nil
 		}
-		if p := l.rejoin(ctx, ttl); p != nil {
+		if p := l.rejoin(ctx, ttl, start); p != nil {
 			return p, false, nil
 		}
 	}
@@ -141,11 +141,13 @@ func (l *RWLock) obtain(ctx context.Context, ttl time.Duration, write, waits boo
 	return l.wait(ctx, ttl, write)
 }
 
-// join returns the registry's read hold with one more lease on it, if new
-// readers may join it: it was admitted in Redis less than rwJoinCheck ago,
-// no writer was heard to wait, it is valid for two thirds of ttl, and the
-// registry does not fence (each fenced lease has a token of its own).
-func (l *RWLock) join(ttl time.Duration) *rwHold {
+// join returns the registry's read hold with one more lease on it, if a
+// reader that began to wait at start may join it: it was admitted in
+// Redis less than rwJoinCheck ago, with no waiter left in line behind it
+// or before start, no writer was heard to wait, it is valid for two thirds
+// of ttl, and the registry does not fence (each fenced lease has a token
+// of its own).
+func (l *RWLock) join(ttl time.Duration, start int64) *rwHold {
 	if l.proto.s.fencing {
 		return nil
 	}
@@ -153,7 +155,7 @@ func (l *RWLock) join(ttl time.Duration) *rwHold {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.shared
-	if p == nil || p.closed || now-p.asked >= int64(rwJoinCheck) || p.h.Lost(now) || p.h.Deadline.Load()-now < int64(ttl)*2/3 {
+	if p == nil || p.closed || p.before != 0 && start >= p.before || now-p.asked >= int64(rwJoinCheck) || p.h.Lost(now) || p.h.Deadline.Load()-now < int64(ttl)*2/3 {
 		return nil
 	}
 	p.users++
@@ -163,15 +165,17 @@ func (l *RWLock) join(ttl time.Duration) *rwHold {
 // rejoin asks Redis whether new readers may still join the registry's read
 // hold (rwacquire.lua with its token: no writer waits ahead of them), and
 // returns it with one more lease on it if so, renewed to ttl when it has
-// less than two thirds of that left. Otherwise no new reader joins it.
-func (l *RWLock) rejoin(ctx context.Context, ttl time.Duration) *rwHold {
+// less than two thirds of that left. Otherwise no new reader joins it. A
+// reader that began to wait at start, after the hold was let in with
+// waiters behind it, does not ask: it queues behind them.
+func (l *RWLock) rejoin(ctx context.Context, ttl time.Duration, start int64) *rwHold {
 	r := l.eng
 	if l.proto.s.fencing {
 		return nil
 	}
 	l.mu.Lock()
 	p := l.shared
-	if p == nil || p.closed || p.h.Lost(r.core.Now()) {
+	if p == nil || p.closed || p.before != 0 && start >= p.before || p.h.Lost(r.core.Now()) {
 		l.mu.Unlock()
 		return nil
 	}
@@ -187,7 +191,10 @@ func (l *RWLock) rejoin(ctx context.Context, ttl time.Duration) *rwHold {
 	}
 	l.mu.Lock()
 	if ok && !p.closed {
-		p.asked = sent
+		p.asked, p.before = sent, 0
+		if g.behind {
+			p.before = sent
+		}
 		l.mu.Unlock()
 		return p
 	}
@@ -255,7 +262,7 @@ func (l *RWLock) attempt(ctx context.Context, ttl time.Duration, write bool, h h
 			l.rtt = time.Duration(r.core.Now() - sent)
 			l.setQueued(h.waiter)
 		}
-		return nil, g, nil
+		return nil, g.grant, nil
 	}
 	if h.waits {
 		l.setQueued("") // the script took the entry out of line
@@ -266,6 +273,9 @@ func (l *RWLock) attempt(ctx context.Context, ttl time.Duration, write bool, h h
 		return nil, grant{sleep: 0, after: -1}, nil
 	}
 	p := &rwHold{l: l, write: write, users: 1, asked: sent}
+	if g.behind {
+		p.before = sent
+	}
 	p.h = core.NewHold(&r.core, l.key, token, g.fence, ttl, deadline, p, l.proto)
 	r.core.Watchdog.Track(p.h)
 	if !write && !l.proto.s.fencing {
@@ -276,7 +286,7 @@ func (l *RWLock) attempt(ctx context.Context, ttl time.Duration, write bool, h h
 			r.turns.Listen(l.wake) // a writer that waits tells this registry
 		}
 	}
-	return p, g, nil
+	return p, g.grant, nil
 }
 
 // setQueued records the instance's entry in line after the head's

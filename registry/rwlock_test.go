@@ -767,3 +767,64 @@ func TestRWLockReleaseTellsWaiters(t *testing.T) {
 		}
 	})
 }
+
+// waitersOf polls Inspect of key until it shows n waiters, within 5 s.
+func waitersOf(t *testing.T, r *registry.Registry, key string, n int) {
+	t.Helper()
+	ctx := bg(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		info, err := r.Inspect(ctx, key)
+		mustNil(t, err)
+		if len(info.Waiters) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Inspect(%q) shows %d waiters after 5s, want %d: %+v", key, len(info.Waiters), n, info)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRWLockLateReaderQueuesBehindWriter: the readers queued behind a
+// writer enter together when it leaves, and a reader of the same registry
+// that comes after them does not share their hold ahead of a writer that
+// waits behind them: it queues behind that writer (phase-fair). The
+// writer queued while the first writer held the key, when no reader held
+// it to be told.
+func TestRWLockLateReaderQueuesBehindWriter(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		ctx := bg(t)
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
+		ra := newRegPrefix(t, b.pool(t), pfx, opts...)
+		a := rwlock(t, ra, "k")
+		b1 := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		c := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		w1, err := b1.TryAcquireWrite(ctx, 0)
+		mustNil(t, err)
+		r1 := acquireRW(ctx, a, false)
+		waitersOf(t, ra, "k", 1)
+		w2 := acquireRW(ctx, c, true)
+		waitersOf(t, ra, "k", 2)
+		mustNil(t, w1.Release(ctx))
+		le1 := recvWithin(t, r1, 3*time.Second, "the reader queued behind the first writer")
+		if le1 == nil {
+			t.Fatal("the first reader's acquisition failed")
+		}
+		r2 := acquireRW(ctx, a, false)
+		notWithin(t, r2, 300*time.Millisecond, "a reader that came after the second writer queued, beside the first reader")
+		mustNil(t, le1.Release(ctx))
+		lw2 := recvWithin(t, w2, 3*time.Second, "the second writer, once the first reader left")
+		if lw2 == nil {
+			t.Fatal("the second writer's acquisition failed")
+		}
+		notWithin(t, r2, 100*time.Millisecond, "the late reader beside the second writer")
+		mustNil(t, lw2.Release(ctx))
+		le2 := recvWithin(t, r2, 3*time.Second, "the late reader, once the second writer left")
+		if le2 == nil {
+			t.Fatal("the late reader's acquisition failed")
+		}
+		mustNil(t, le2.Release(ctx))
+	})
+}

@@ -68,17 +68,28 @@ func side(write bool) string {
 	return "r"
 }
 
+// rwGrant is rwacquire.lua's reply: the mutex protocol's grant, and for a
+// reader let in, whether waiters stay in line behind its entry (a writer,
+// most likely): its registry's readers that come later do not share its
+// hold, they queue behind them.
+type rwGrant struct {
+	grant
+	behind bool
+}
+
 // acquire takes lk's read side (write false) or write side for token, or
 // queues h's waiter (h.waits) and says when to try again.
-func (p *rwProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, write bool, h hint) (grant, error) {
+func (p *rwProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, write bool, h hint) (rwGrant, error) {
 	s := &p.s
 	c := Call{Keys: p.keys(lk), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
 		s.fenceArg, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), side(write), flag(h.queued)}}
 	v, err := p.one.One(ctx, rwAcquireScript, c)
 	if err != nil {
-		return unknown, err
+		return rwGrant{grant: unknown}, err
 	}
-	return decodeGrant(v)
+	g, err := decodeGrant(v)
+	x, _ := v.([]any) // {1, fence, 1}
+	return rwGrant{grant: g, behind: g.ok && len(x) == 3 && x[2] == int64(1)}, err
 }
 
 // release gives token's hold back, and reports whether it held lk, and

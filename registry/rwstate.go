@@ -38,7 +38,10 @@ const kindRWLock = "rwlock"
 // Redis: a reader that comes while its registry reads joins that hold
 // without a round trip, unless a writer waits (its registry is told, or
 // finds out at the latest rwJoinCheck later), so 16 reading goroutines
-// cost Redis about as much as one. Under WithFencing each read lease takes
+// cost Redis about as much as one. A hold let in with a writer waiting
+// behind it in line (the readers queued behind a writer, entering when it
+// leaves) is shared only by the readers that were waiting then: a reader
+// that comes later queues behind that writer. Under WithFencing each read lease takes
 // a hold of its own, so that every lease gets a larger fencing token than
 // every earlier one, reads and writes alike.
 //
@@ -94,6 +97,10 @@ type rwHold struct {
 	users  int   // leases that hold it
 	closed bool  // new readers no longer join it (a writer waits, or it was lost)
 	asked  int64 // registry clock of its last admission in Redis
+	// before, when not 0: only leases that began to wait before it (the
+	// registry clock) join the hold: Redis let it in with waiters left in
+	// line, and readers that came after them queue behind them.
+	before int64
 	// keep is the registry clock until which a lease asked it kept
 	// (ReleaseAfter) while other leases still held it.
 	keep int64

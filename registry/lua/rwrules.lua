@@ -91,7 +91,8 @@ local function rwRules()
   -- soon or has waited a poll), a writer once nobody is. Its second result lists the
   -- listeners given a turn, to tell; its third is true when a waiting
   -- writer that cannot enter yet stopped it (the readers that hold the key
-  -- go first). Entries that lapsed are dropped (at
+  -- go first); its fourth, when it stopped at self (those behind it were
+  -- not looked at). Entries that lapsed are dropped (at
   -- most 64), and at most 64 live ones are examined, as admit does.
   local function walk(R, q, now, r, self, side, writer, held)
     local told = {}
@@ -107,7 +108,7 @@ local function rwRules()
       for i = 1, #ids, 2 do
         local id, since = ids[i], ids[i + 1] + 0
         if id == self then
-          return side == 'r' or (held == 0 and turns == 0), told
+          return side == 'r' or (held == 0 and turns == 0), told, false, true
         end
         local kind, due, lapse, ended = R.waiter(q, id)
         if R.gone(kind, lapse, ended, now, r) then
