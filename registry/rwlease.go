@@ -101,12 +101,14 @@ func (l *RWLock) downgrade(ctx context.Context, p *rwHold, le *Lease) error {
 	// even once ctx is done. If the outcome is still unknown, the lease is
 	// a reader's from now on, since it may be one in Redis, with readers
 	// beside it: the error says so, and the caller must not write.
-	var ok bool
+	var ok, behind bool
 	var err error
+	var sent int64
 	for try := 0; try < 3; try++ {
 		_, _, err = r.core.Retried(context.WithoutCancel(ctx), func(ctx context.Context) (bool, error) {
 			var err error
-			ok, err = l.proto.downgrade(ctx, l.key, h.Token, h.TTL())
+			sent = r.core.Now()
+			ok, behind, err = l.proto.downgrade(ctx, l.key, h.Token, h.TTL())
 			return ok, err
 		})
 		if err == nil || !core.IsAmbiguous(err) {
@@ -115,7 +117,7 @@ func (l *RWLock) downgrade(ctx context.Context, p *rwHold, le *Lease) error {
 	}
 	switch {
 	case err != nil && core.IsAmbiguous(err):
-		l.becomeReader(p, le)
+		l.becomeReader(p, le, sent) // a writer may wait: later readers do not join
 		return core.WrapKey("downgrading (the lease may read beside other readers now: it no longer writes)", l.key, err)
 	case err != nil:
 		return core.WrapKey("downgrading", l.key, err)
@@ -123,17 +125,22 @@ func (l *RWLock) downgrade(ctx context.Context, p *rwHold, le *Lease) error {
 		h.Lose()
 		return fmt.Errorf("%w: the write hold of %q expired or was taken", ErrLockLost, l.key)
 	}
-	l.becomeReader(p, le)
+	before := int64(0)
+	if behind {
+		before = sent
+	}
+	l.becomeReader(p, le, before)
 	return nil
 }
 
 // becomeReader makes le, a lease on the write hold p that Redis holds as a
-// read hold now, a reader locally: new readers of this registry join it,
-// and the local queue lets those queued behind it in.
-func (l *RWLock) becomeReader(p *rwHold, le *Lease) {
+// read hold now, a reader locally: new readers of this registry join it
+// (before, when not 0: only those that began to wait before it, as
+// rwHold.before), and the local queue lets those queued behind it in.
+func (l *RWLock) becomeReader(p *rwHold, le *Lease, before int64) {
 	r := l.eng
 	l.mu.Lock()
-	p.write, p.asked = false, r.core.Now()
+	p.write, p.asked, p.before = false, r.core.Now(), before
 	if !l.proto.s.fencing && (l.shared == nil || l.shared.closed) {
 		l.shared = p
 	}

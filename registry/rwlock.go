@@ -84,14 +84,15 @@ func (l *RWLock) TryAcquireWrite(ctx context.Context, ttl time.Duration) (*Lease
 // Downgrade turns the lease's write hold of a read-write lock into a read
 // hold, in one step: no writer can take the key in between, and the
 // readers at the front of the line (and this registry's, queued behind
-// the lease) enter beside it. The lease keeps its token and TTL, and is
-// released as a read lease. It returns ErrNotOwner for a lease that is
-// released, or holds no write side of a read-write lock, and ErrLockLost
-// if the hold was lost. A reply lost to a timeout is asked for again (the
-// step is safe to repeat); if its outcome stays unknown, the lease is a
-// read lease from then on, since it may be one in Redis with readers
-// beside it, and the error says so: after any error the caller must not
-// write.
+// the lease) enter beside it; while a writer waits in line, this
+// registry's readers that come later queue behind that writer. The lease
+// keeps its token and TTL, and is released as a read lease. It returns
+// ErrNotOwner for a lease that is released, or holds no write side of a
+// read-write lock, and ErrLockLost if the hold was lost. A reply lost to a
+// timeout is asked for again (the step is safe to repeat); if its outcome
+// stays unknown, the lease is a read lease from then on, since it may be
+// one in Redis with readers beside it, and the error says so: after any
+// error the caller must not write.
 func (le *Lease) Downgrade(ctx context.Context) error {
 	p, ok := le.of.(*rwHold)
 	if !ok {

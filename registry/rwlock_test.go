@@ -828,3 +828,76 @@ func TestRWLockLateReaderQueuesBehindWriter(t *testing.T) {
 		mustNil(t, le2.Release(ctx))
 	})
 }
+
+// TestRWLockDowngradeGatesLateReaders: a writer that queued while the key
+// was written (no reader held it to be told) is not passed by a reader of
+// the downgrading registry that comes after the downgrade: it queues behind
+// the writer (TryAcquireRead: ErrNotObtained) instead of sharing the hold.
+func TestRWLockDowngradeGatesLateReaders(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		ctx := bg(t)
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
+		ra := newRegPrefix(t, b.pool(t), pfx, opts...)
+		a := rwlock(t, ra, "k")
+		c := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		wa, err := a.TryAcquireWrite(ctx, 0)
+		mustNil(t, err)
+		cw := acquireRW(ctx, c, true)
+		waitersOf(t, ra, "k", 1)
+		mustNil(t, wa.Downgrade(ctx))
+		late, err := a.TryAcquireRead(ctx, 0)
+		if err == nil {
+			_ = late.Release(ctx)
+			t.Fatal("a reader that came after the downgrade shared the hold ahead of the waiting writer")
+		}
+		mustIs(t, err, registry.ErrNotObtained)
+		mustNil(t, wa.Release(ctx))
+		lw := recvWithin(t, cw, 3*time.Second, "the waiting writer, once the downgraded hold was released")
+		if lw == nil {
+			t.Fatal("the waiting writer's acquisition failed")
+		}
+		mustNil(t, lw.Release(ctx))
+	})
+}
+
+// TestRWLockReadersOnlyShareHold: a reader let in while only readers stay
+// in line behind it (a poller passed over, not due yet) leaves its hold
+// open to its registry's later readers: they share it (one token in Redis),
+// with no round trip of their own.
+func TestRWLockReadersOnlyShareHold(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		ctx := bg(t)
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
+		ra := newRegPrefix(t, b.pool(t), pfx, opts...)
+		a := rwlock(t, ra, "k")
+		w := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		d := rwlock(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.SpinLock), registry.WithIdleBetweenTries(time.Second)), "k")
+		lw, err := w.TryAcquireWrite(ctx, 0)
+		mustNil(t, err)
+		r1 := acquireRW(ctx, a, false)
+		waitersOf(t, ra, "k", 1)
+		rd := acquireRW(ctx, d, false)
+		waitersOf(t, ra, "k", 2)
+		mustNil(t, lw.Release(ctx))
+		le1 := recvWithin(t, r1, 3*time.Second, "the first reader, once the writer left")
+		if le1 == nil {
+			t.Fatal("the first reader's acquisition failed")
+		}
+		le2, err := a.TryAcquireRead(ctx, 0)
+		mustNil(t, err)
+		info, err := ra.Inspect(ctx, "k")
+		mustNil(t, err)
+		if len(info.Holders) != 1 {
+			t.Errorf("the registry's two readers hold %d tokens, want 1 (no writer waits): %+v", len(info.Holders), info.Holders)
+		}
+		mustNil(t, le1.Release(ctx))
+		mustNil(t, le2.Release(ctx))
+		le3 := recvWithin(t, rd, 5*time.Second, "the polling reader")
+		if le3 == nil {
+			t.Fatal("the polling reader's acquisition failed")
+		}
+		mustNil(t, le3.Release(ctx))
+	})
+}

@@ -69,9 +69,9 @@ func side(write bool) string {
 }
 
 // rwGrant is rwacquire.lua's reply: the mutex protocol's grant, and for a
-// reader let in, whether waiters stay in line behind its entry (a writer,
-// most likely): its registry's readers that come later do not share its
-// hold, they queue behind them.
+// reader let in, whether a writer stays in line behind its entry: its
+// registry's readers that come later do not share its hold, they queue
+// behind the writer.
 type rwGrant struct {
 	grant
 	behind bool
@@ -99,9 +99,15 @@ func (p *rwProto) release(ctx context.Context, lk, token string) (done, others b
 }
 
 // downgrade turns token's write hold into a read hold of ttl, and reports
-// whether it still held lk.
-func (p *rwProto) downgrade(ctx context.Context, lk, token string, ttl time.Duration) (bool, error) {
-	return core.DecodeDone(p.one.One(ctx, rwDowngradeScript, Call{Keys: p.keys(lk), Args: p.turnArgs(token, p.s.ttlOf(ttl))}))
+// whether it still held lk, and whether a writer waits in line (behind:
+// the registry's readers that come later do not share the hold).
+func (p *rwProto) downgrade(ctx context.Context, lk, token string, ttl time.Duration) (ok, behind bool, err error) {
+	v, err := p.one.One(ctx, rwDowngradeScript, Call{Keys: p.keys(lk), Args: p.turnArgs(token, p.s.ttlOf(ttl))})
+	if err != nil {
+		return false, false, err
+	}
+	n, err := core.ReplyInt(v)
+	return n >= 1, n == 2, err
 }
 
 // nudge gives the turns of the line once token's hold has expired

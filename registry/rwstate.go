@@ -45,6 +45,11 @@ const kindRWLock = "rwlock"
 // a hold of its own, so that every lease gets a larger fencing token than
 // every earlier one, reads and writes alike.
 //
+// As with sync.RWMutex, a goroutine must not take a second read lease of
+// a key while it holds one: leases are not reentrant, and a writer that
+// waits in between makes the second wait behind it, while the writer waits
+// for the first.
+//
 // There is no upgrade from read to write: two readers that both upgrade
 // would each wait for the other. Release the read lease and acquire the
 // write side, then check again what was read (it may have changed in

@@ -30,9 +30,9 @@
 --
 -- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
 --        fencing); the caller's entry leaves the line. {1, fence, 1}: a
---        reader acquired with waiters left in line behind its entry (a
---        writer, most likely): its registry's readers that came after it
---        queued do not share its hold. 1: acquired on the
+--        reader acquired with a writer left in line behind its entry (among
+--        the 16 after it): its registry's readers that come later do not
+--        share its hold. 1: acquired on the
 --        uncontended path (nobody held or waited; no fencing). A reader's token
 --        that holds already (a registry's shared hold) keeps the later
 --        of its expiries.
@@ -100,10 +100,10 @@ local rules = {window = ARGV[9] + 0, ahead = ARGV[10] + 0, slack = ARGV[11] + 0}
 local fits = not writer and (side == 'r' or readers() == 0)
 local behindWriter = false
 if fits then
-  local ok, told, atSelf = true, nil, false
+  local ok, told, rank = true, nil, nil
   if ARGV[14] == '1' or not queueEmpty(KEYS[2]) then
     R = queueRules()
-    ok, told, behindWriter, atSelf = RW.walk(R, q, now, rules, id, side, writer, readers())
+    ok, told, behindWriter, rank = RW.walk(R, q, now, rules, id, side, writer, readers())
     if #told > 0 then
       tell(ARGV[8], KEYS[1], told)
     end
@@ -114,8 +114,8 @@ if fits then
     end
     -- 'r' is set still unless readers() found every reader expired.
     local fence = RW.take(KEYS[1], KEYS[7], side, token, now, ttl, fenceKey, P, v[2] and held ~= 0)
-    if side == 'r' and atSelf and not queueEmpty(KEYS[2]) then
-      return {1, fence, 1} -- waiters behind the caller: readers that come later queue behind them
+    if side == 'r' and rank and RW.writerFrom(R, q, rank) then
+      return {1, fence, 1} -- a writer behind the caller: readers that come later queue behind it
     end
     return {1, fence}
   end

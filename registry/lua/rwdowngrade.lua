@@ -12,7 +12,9 @@
 -- ARGV[6]  ms added to a polling waiter's turn
 --
 -- Reply: 1 downgraded (also when the token reads already: a resend after
---        a lost reply); 0 the hold was gone.
+--        a lost reply); 2 downgraded, with a writer in line (among its
+--        first 16): the registry's readers that come later do not share
+--        the hold; 0 the hold was gone.
 local v = redis.pcall('HMGET', KEYS[1], 'w', 'r')
 if v.err then
   return 0
@@ -41,6 +43,9 @@ if not queueEmpty(KEYS[2]) then
   local _, told = RW.walk(R, q, now, {window = ARGV[4] + 0, ahead = ARGV[5] + 0, slack = ARGV[6] + 0}, nil, 'r', false, 1)
   if #told > 0 then
     tell(ARGV[3], KEYS[1], told)
+  end
+  if RW.writerFrom(R, q, 0) then
+    return 2
   end
 end
 return 1

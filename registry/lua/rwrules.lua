@@ -92,7 +92,7 @@ local function rwRules()
   -- listeners given a turn, to tell; its third is true when a waiting
   -- writer that cannot enter yet stopped it (the readers that hold the key
   -- go first); its fourth, when it stopped at self (those behind it were
-  -- not looked at). Entries that lapsed are dropped (at
+  -- not looked at), self's rank in line. Entries that lapsed are dropped (at
   -- most 64), and at most 64 live ones are examined, as admit does.
   local function walk(R, q, now, r, self, side, writer, held)
     local told = {}
@@ -108,7 +108,7 @@ local function rwRules()
       for i = 1, #ids, 2 do
         local id, since = ids[i], ids[i + 1] + 0
         if id == self then
-          return side == 'r' or (held == 0 and turns == 0), told, false, true
+          return side == 'r' or (held == 0 and turns == 0), told, false, start
         end
         local kind, due, lapse, ended = R.waiter(q, id)
         if R.gone(kind, lapse, ended, now, r) then
@@ -169,5 +169,16 @@ local function rwRules()
     end
   end
 
-  return {readers = readers, soonest = soonest, take = take, walk = walk, yield = yield}
+  -- writerFrom reports whether a writer's entry is among the 16 of line
+  -- q from rank i: a reader let in there leaves a writer behind it.
+  local function writerFrom(R, q, i)
+    for _, id in ipairs(R.qcall('ZRANGE', q.order, i, i + 15) or {}) do
+      if string.sub(id, -2) == '/w' then
+        return true
+      end
+    end
+    return false
+  end
+
+  return {readers = readers, soonest = soonest, take = take, walk = walk, yield = yield, writerFrom = writerFrom}
 end
