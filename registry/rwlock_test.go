@@ -77,10 +77,7 @@ func TestRWLockSides(t *testing.T) {
 				if err := rc.Release(ctx); err != nil {
 					t.Fatal(err)
 				}
-				wl := recvWithin(t, w, 5*time.Second, "the writer, once the readers left")
-				if wl == nil {
-					t.Fatal("AcquireWrite failed")
-				}
+				wl := leaseWithin(t, w, 5*time.Second, "the writer, once the readers left")
 				if _, err := a.TryAcquireRead(ctx, 0); !errors.Is(err, registry.ErrNotObtained) {
 					t.Fatalf("TryAcquireRead beside a writer: %v", err)
 				}
@@ -89,10 +86,7 @@ func TestRWLockSides(t *testing.T) {
 				if err := wl.Release(ctx); err != nil {
 					t.Fatal(err)
 				}
-				rl := recvWithin(t, rd, 5*time.Second, "the reader, once the writer left")
-				if rl == nil {
-					t.Fatal("AcquireRead failed")
-				}
+				rl := leaseWithin(t, rd, 5*time.Second, "the reader, once the writer left")
 				if err := rl.Release(ctx); err != nil {
 					t.Fatal(err)
 				}
@@ -246,10 +240,7 @@ func TestRWLockReadersExpireOneByOne(t *testing.T) {
 		got := acquireRW(ctx, w, true)
 		notWithin(t, got, 100*time.Millisecond, "a writer beside two readers")
 		mustNil(t, ll.Release(ctx))
-		le := recvWithin(t, got, 3*time.Second, "the writer, after the short reader's TTL")
-		if le == nil {
-			t.Fatal("AcquireWrite failed")
-		}
+		le := leaseWithin(t, got, 3*time.Second, "the writer, after the short reader's TTL")
 		if d := time.Since(start); d < 350*time.Millisecond || d > 1500*time.Millisecond {
 			t.Fatalf("the writer got in %v after the short reader (TTL 400ms) took its share", d)
 		}
@@ -323,17 +314,11 @@ func TestRWLockDowngrade(t *testing.T) {
 		if err := w.Downgrade(ctx); !errors.Is(err, registry.ErrNotOwner) {
 			t.Fatalf("a second Downgrade: %v", err)
 		}
-		r := recvWithin(t, localReader, 3*time.Second, "the local reader, after Downgrade")
-		if r == nil {
-			t.Fatal("AcquireRead failed")
-		}
+		r := leaseWithin(t, localReader, 3*time.Second, "the local reader, after Downgrade")
 		notWithin(t, otherWriter, 100*time.Millisecond, "a writer beside the downgraded lease")
 		mustNil(t, r.Release(ctx))
 		mustNil(t, w.Release(ctx))
-		ow := recvWithin(t, otherWriter, 3*time.Second, "the writer, after the readers")
-		if ow == nil {
-			t.Fatal("AcquireWrite failed")
-		}
+		ow := leaseWithin(t, otherWriter, 3*time.Second, "the writer, after the readers")
 		mustNil(t, ow.Release(ctx))
 		if err := r.Downgrade(ctx); !errors.Is(err, registry.ErrNotOwner) {
 			t.Fatalf("Downgrade of a released read lease: %v", err)
@@ -613,10 +598,7 @@ func TestRWLockReaderAfterExpiredReaders(t *testing.T) {
 	if le := recvWithin(t, wl, 5*time.Second, "the writer to give up"); le != nil {
 		t.Fatal("the writer got in beside a reader")
 	}
-	r := recvWithin(t, rl, 5*time.Second, "the reader, after the dead reader's TTL")
-	if r == nil {
-		t.Fatal("AcquireRead failed")
-	}
+	r := leaseWithin(t, rl, 5*time.Second, "the reader, after the dead reader's TTL")
 	if n := b.do(t, "HEXISTS", a.Key(), "r"); n != int64(1) {
 		t.Fatalf("the key is not marked read while a reader holds it: HEXISTS %v", n)
 	}
@@ -744,11 +726,9 @@ func TestRWLockUncontendedScriptPath(t *testing.T) {
 // writer waiting for a reader, enter at once, not at their 10 s poll.
 func TestRWLockReleaseTellsWaiters(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
 		ctx := bg(t)
-		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
-		a := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
-		c := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		_, ls, _ := toldRWLocks(t, b, 2)
+		a, c := ls[0], ls[1]
 		for _, writerFirst := range []bool{true, false} {
 			take := a.TryAcquireRead
 			if writerFirst {
@@ -759,13 +739,39 @@ func TestRWLockReleaseTellsWaiters(t *testing.T) {
 			waiter := acquireRW(ctx, c, !writerFirst)
 			notWithin(t, waiter, 200*time.Millisecond, "the waiter beside the holder") // it queued, and sleeps
 			mustNil(t, held.Release(ctx))
-			le := recvWithin(t, waiter, 3*time.Second, "the waiter, told of the release")
-			if le == nil {
-				t.Fatal("the waiter's acquisition failed")
-			}
+			le := leaseWithin(t, waiter, 3*time.Second, "the waiter, told of the release")
 			mustNil(t, le.Release(ctx))
 		}
 	})
+}
+
+// toldRWLocks returns the RWLock "k" of n registries on one prefix
+// (PubSubLock, polling every 10 s: a waiter gets in when told), the first
+// registry (for Inspect), and the prefix.
+func toldRWLocks(t *testing.T, b *backend, n int) (*registry.Registry, []*registry.RWLock, string) {
+	t.Helper()
+	pfx := prefix(t)
+	var first *registry.Registry
+	ls := make([]*registry.RWLock, n)
+	for i := range ls {
+		r := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10*time.Second))
+		if i == 0 {
+			first = r
+		}
+		ls[i] = rwlock(t, r, "k")
+	}
+	return first, ls, pfx
+}
+
+// leaseWithin returns the lease that an acquisition (acquireRW) sends on
+// ch within d, and fails the test if none comes or the acquisition failed.
+func leaseWithin(t *testing.T, ch <-chan *registry.Lease, d time.Duration, what string) *registry.Lease {
+	t.Helper()
+	le := recvWithin(t, ch, d, what)
+	if le == nil {
+		t.Fatalf("%s: the acquisition failed", what)
+	}
+	return le
 }
 
 // waitersOf polls Inspect of key until it shows n waiters, within 5 s.
@@ -794,13 +800,9 @@ func waitersOf(t *testing.T, r *registry.Registry, key string, n int) {
 // it to be told.
 func TestRWLockLateReaderQueuesBehindWriter(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
 		ctx := bg(t)
-		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
-		ra := newRegPrefix(t, b.pool(t), pfx, opts...)
-		a := rwlock(t, ra, "k")
-		b1 := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
-		c := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		ra, ls, _ := toldRWLocks(t, b, 3)
+		a, b1, c := ls[0], ls[1], ls[2]
 		w1, err := b1.TryAcquireWrite(ctx, 0)
 		mustNil(t, err)
 		r1 := acquireRW(ctx, a, false)
@@ -808,23 +810,14 @@ func TestRWLockLateReaderQueuesBehindWriter(t *testing.T) {
 		w2 := acquireRW(ctx, c, true)
 		waitersOf(t, ra, "k", 2)
 		mustNil(t, w1.Release(ctx))
-		le1 := recvWithin(t, r1, 3*time.Second, "the reader queued behind the first writer")
-		if le1 == nil {
-			t.Fatal("the first reader's acquisition failed")
-		}
+		le1 := leaseWithin(t, r1, 3*time.Second, "the reader queued behind the first writer")
 		r2 := acquireRW(ctx, a, false)
 		notWithin(t, r2, 300*time.Millisecond, "a reader that came after the second writer queued, beside the first reader")
 		mustNil(t, le1.Release(ctx))
-		lw2 := recvWithin(t, w2, 3*time.Second, "the second writer, once the first reader left")
-		if lw2 == nil {
-			t.Fatal("the second writer's acquisition failed")
-		}
+		lw2 := leaseWithin(t, w2, 3*time.Second, "the second writer, once the first reader left")
 		notWithin(t, r2, 100*time.Millisecond, "the late reader beside the second writer")
 		mustNil(t, lw2.Release(ctx))
-		le2 := recvWithin(t, r2, 3*time.Second, "the late reader, once the second writer left")
-		if le2 == nil {
-			t.Fatal("the late reader's acquisition failed")
-		}
+		le2 := leaseWithin(t, r2, 3*time.Second, "the late reader, once the second writer left")
 		mustNil(t, le2.Release(ctx))
 	})
 }
@@ -835,12 +828,9 @@ func TestRWLockLateReaderQueuesBehindWriter(t *testing.T) {
 // the writer (TryAcquireRead: ErrNotObtained) instead of sharing the hold.
 func TestRWLockDowngradeGatesLateReaders(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
 		ctx := bg(t)
-		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
-		ra := newRegPrefix(t, b.pool(t), pfx, opts...)
-		a := rwlock(t, ra, "k")
-		c := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		ra, ls, _ := toldRWLocks(t, b, 2)
+		a, c := ls[0], ls[1]
 		wa, err := a.TryAcquireWrite(ctx, 0)
 		mustNil(t, err)
 		cw := acquireRW(ctx, c, true)
@@ -853,10 +843,7 @@ func TestRWLockDowngradeGatesLateReaders(t *testing.T) {
 		}
 		mustIs(t, err, registry.ErrNotObtained)
 		mustNil(t, wa.Release(ctx))
-		lw := recvWithin(t, cw, 3*time.Second, "the waiting writer, once the downgraded hold was released")
-		if lw == nil {
-			t.Fatal("the waiting writer's acquisition failed")
-		}
+		lw := leaseWithin(t, cw, 3*time.Second, "the waiting writer, once the downgraded hold was released")
 		mustNil(t, lw.Release(ctx))
 	})
 }
@@ -867,12 +854,9 @@ func TestRWLockDowngradeGatesLateReaders(t *testing.T) {
 // with no round trip of their own.
 func TestRWLockReadersOnlyShareHold(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
 		ctx := bg(t)
-		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
-		ra := newRegPrefix(t, b.pool(t), pfx, opts...)
-		a := rwlock(t, ra, "k")
-		w := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		ra, ls, pfx := toldRWLocks(t, b, 2)
+		a, w := ls[0], ls[1]
 		d := rwlock(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.SpinLock), registry.WithIdleBetweenTries(time.Second)), "k")
 		lw, err := w.TryAcquireWrite(ctx, 0)
 		mustNil(t, err)
@@ -881,10 +865,7 @@ func TestRWLockReadersOnlyShareHold(t *testing.T) {
 		rd := acquireRW(ctx, d, false)
 		waitersOf(t, ra, "k", 2)
 		mustNil(t, lw.Release(ctx))
-		le1 := recvWithin(t, r1, 3*time.Second, "the first reader, once the writer left")
-		if le1 == nil {
-			t.Fatal("the first reader's acquisition failed")
-		}
+		le1 := leaseWithin(t, r1, 3*time.Second, "the first reader, once the writer left")
 		le2, err := a.TryAcquireRead(ctx, 0)
 		mustNil(t, err)
 		info, err := ra.Inspect(ctx, "k")
@@ -894,10 +875,7 @@ func TestRWLockReadersOnlyShareHold(t *testing.T) {
 		}
 		mustNil(t, le1.Release(ctx))
 		mustNil(t, le2.Release(ctx))
-		le3 := recvWithin(t, rd, 5*time.Second, "the polling reader")
-		if le3 == nil {
-			t.Fatal("the polling reader's acquisition failed")
-		}
+		le3 := leaseWithin(t, rd, 5*time.Second, "the polling reader")
 		mustNil(t, le3.Release(ctx))
 	})
 }
