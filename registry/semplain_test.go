@@ -680,3 +680,53 @@ func TestSemaphoreUncontendedScriptPath(t *testing.T) {
 		}
 	})
 }
+
+// TestSemaphoreRefusedTryScriptPath: semacquire.lua refuses a caller that
+// does not wait (TryAcquire) on a semaphore whose permits are all held and
+// live before it defines any rule; it still counts an expired permit as
+// free (the full path prunes it and grants one) and still answers a resend
+// of a token that holds a permit with a grant.
+func TestSemaphoreRefusedTryScriptPath(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		script := redis.NewScript(6, registry.SemAcquireSource)
+		c := b.pool(t).Get()
+		defer c.Close()
+		now, err := redis.Int64s(c.Do("TIME"))
+		mustNil(t, err)
+		ms := now[0]*1000 + now[1]/1000
+		for i, tc := range []struct {
+			name    string
+			expired bool   // one of the two permits expired a second ago
+			token   string // the caller's token ("a#2": a resend of a holder's)
+			granted bool
+		}{
+			{"all live", false, "tok#2", false},
+			{"one expired", true, "tok#2", true},
+			{"a resend of a holder's", false, "a#2", true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				lk := fmt.Sprintf("try-%d", i)
+				second := ms + 60000
+				if tc.expired {
+					second = ms - 1000
+				}
+				_, err := c.Do("ZADD", lk, ms+60000, "a#2", second, "b#2")
+				mustNil(t, err)
+				_, err = c.Do("ZADD", lk+":q", 1, "other/1") // someone waits: no uncontended path
+				mustNil(t, err)
+				keys := []any{lk, lk + ":q", lk + ":i", lk + ":t", lk + ":p", lk + ":f"}
+				args := append(keys, tc.token, 2000, "reg/t", 0, 100, 5, 0, "x-turn:", 30, 30, 5, 1, 2, 0, 0, 0, 0)
+				v, err := script.Do(c, args...)
+				mustNil(t, err)
+				x, err := redis.Int64s(v, nil)
+				mustNil(t, err)
+				if got := x[0] == 1; got != tc.granted {
+					t.Fatalf("reply %v; want granted: %v", x, tc.granted)
+				}
+				if !tc.granted && (len(x) != 3 || x[0] != 0 || x[2] != -1) {
+					t.Fatalf("reply %v; want {0, 0, -1}: refused, not queued", x)
+				}
+			})
+		}
+	})
+}
