@@ -143,10 +143,10 @@ func (l *RWLock) obtain(ctx context.Context, ttl time.Duration, write, waits boo
 
 // join returns the registry's read hold with one more lease on it, if a
 // reader that began to wait at start may join it: it was admitted in
-// Redis less than rwJoinCheck ago, with no waiter left in line behind it
-// or before start, no writer was heard to wait, it is valid for two thirds
-// of ttl, and the registry does not fence (each fenced lease has a token
-// of its own).
+// Redis less than rwJoinCheck ago, with no writer in line behind it
+// (rwHold.before) or before start, no writer was heard to wait, it is
+// valid for two thirds of ttl, and the registry does not fence (each
+// fenced lease has a token of its own).
 func (l *RWLock) join(ttl time.Duration, start int64) *rwHold {
 	if l.proto.s.fencing {
 		return nil
@@ -166,8 +166,8 @@ func (l *RWLock) join(ttl time.Duration, start int64) *rwHold {
 // hold (rwacquire.lua with its token: no writer waits ahead of them), and
 // returns it with one more lease on it if so, renewed to ttl when it has
 // less than two thirds of that left. Otherwise no new reader joins it. A
-// reader that began to wait at start, after the hold was let in with
-// waiters behind it, does not ask: it queues behind them.
+// reader that began to wait at start, after the hold was let in with a
+// writer in line behind it, does not ask: it queues behind that writer.
 func (l *RWLock) rejoin(ctx context.Context, ttl time.Duration, start int64) *rwHold {
 	r := l.eng
 	if l.proto.s.fencing {

@@ -103,8 +103,8 @@ type rwHold struct {
 	closed bool  // new readers no longer join it (a writer waits, or it was lost)
 	asked  int64 // registry clock of its last admission in Redis
 	// before, when not 0: only leases that began to wait before it (the
-	// registry clock) join the hold: Redis let it in with waiters left in
-	// line, and readers that came after them queue behind them.
+	// registry clock) join the hold: Redis let it in with a writer in line
+	// behind it, and readers that come later queue behind that writer.
 	before int64
 	// keep is the registry clock until which a lease asked it kept
 	// (ReleaseAfter) while other leases still held it.

@@ -99,20 +99,20 @@ if found ~= 0 then
     return redis.error_reply('WRONGTYPE semaphore key holds a ' .. (t.ok or 'value that is not a sorted set'))
   end
 end
--- nobodyWaits reports whether the wait queue is empty: from found, where
--- the semaphore key exists exactly when it holds permits (an empty sorted
--- set does not), or by queueEmpty.
 if ARGV[4] == '0' and ARGV[16] ~= '1' and held >= ARGV[13] + 0 then
   -- A caller that does not wait (TryAcquire) and every permit held: it is
   -- refused before any rule is defined, unless some permit has expired
   -- (the full path prunes it and counts it free) or is the caller's own (a
   -- resend after a lost reply). A TryAcquire that a busy semaphore keeps
-  -- refusing costs the server about half of what the full path does.
+  -- refusing costs the server about two thirds of the full path's work.
   local now = clock()
   if now and redis.call('ZCOUNT', KEYS[1], '(' .. string.format('%d', now), '+inf') >= ARGV[13] + 0 and not redis.call('ZSCORE', KEYS[1], token) then
     return {0, 0, -1}
   end
 end
+-- nobodyWaits reports whether the wait queue is empty: from found, where
+-- the semaphore key exists exactly when it holds permits (an empty sorted
+-- set does not), or by queueEmpty.
 local inKey = held
 local function nobodyWaits()
   if found then
