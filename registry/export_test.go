@@ -175,3 +175,6 @@ var SemAcquireSource = preludeSrc + semAcquireSrc
 
 // RWAcquireSource is rwacquire.lua as clients run it.
 var RWAcquireSource = preludeSrc + rwRulesSrc + rwAcquireSrc
+
+// ObtainSource is obtain.lua as clients run it.
+var ObtainSource = preludeSrc + obtainSrc

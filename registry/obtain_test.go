@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -191,6 +192,51 @@ func TestPassSeesWaiters(t *testing.T) {
 		cmds := scriptsOnly(cp.Commands())
 		if len(cmds) < 2 || cmds[0] != "EVALSHA" || cmds[1] != "EVALSHA" {
 			t.Fatalf("after a pass that released for a waiter, the next goroutine's commands were %v, want the pass, then the obtain script", cmds)
+		}
+	})
+}
+
+// TestObtainRefusedTryScriptPath: obtain.lua refuses a caller that does
+// not wait (TryLock) on a key another holder has before it defines any
+// rule, with the sleep the full path gives a caller not in line (until the
+// holder's expiry when that is sooner than a poll, else a poll less the
+// jitter), and queues none; a caller that polls is still queued.
+func TestObtainRefusedTryScriptPath(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		script := redis.NewScript(6, registry.ObtainSource)
+		c := b.pool(t).Get()
+		defer c.Close()
+		for i, tc := range []struct {
+			name       string
+			pttl       int // the holder's, ms
+			mode       int
+			sleepAbout int // the sleep in the reply, within 20 ms below
+			queued     bool
+		}{
+			{"held long", 60000, 0, 100 - 7, false},
+			{"expiring before a poll", 50, 0, 51, false},
+			{"a poller", 60000, 1, 100 - 7, true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				lk := fmt.Sprintf("try-lock-%d", i)
+				_, err := c.Do("SET", lk, "other", "PX", tc.pttl)
+				mustNil(t, err)
+				keys := []any{lk, lk + ":q", lk + ":i", lk + ":t", lk + ":p", lk + ":f"}
+				args := append(keys, "tok", 2000, "reg/1", tc.mode, 100, 7, 0, "x-channel:"+lk, 30, 30, 5, 1)
+				x, err := redis.Int64s(script.Do(c, args...))
+				mustNil(t, err)
+				if len(x) != 3 || x[0] != 0 || x[1] > int64(tc.sleepAbout) || x[1] < int64(tc.sleepAbout)-20 {
+					t.Fatalf("reply %v; want {0, about %d, after}", x, tc.sleepAbout)
+				}
+				if queued := x[2] != -1; queued != tc.queued {
+					t.Fatalf("reply %v: queued %v, want %v", x, queued, tc.queued)
+				}
+				n, err := redis.Int(c.Do("ZCARD", lk+":q"))
+				mustNil(t, err)
+				if (n == 1) != tc.queued {
+					t.Fatalf("%d waiters in line; want queued: %v", n, tc.queued)
+				}
+			})
 		}
 	})
 }

@@ -74,6 +74,13 @@ if not value and not redis.pcall('GET', KEYS[4]) and queueEmpty(KEYS[2]) then
   return {1, 0}
 end
 
+if value and ARGV[4] == '0' then
+  -- Another holder has the key, and the caller does not wait (TryLock):
+  -- refused before any rule is defined, with the sleep the full path
+  -- would give a caller not in line.
+  return {0, pause(redis.call('PTTL', KEYS[1]), 2, nil, ARGV[5] + 0, ARGV[6] + 0), -1}
+end
+
 local clock, nextFence, queueRules = shared()
 local R = queueRules()
 local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}

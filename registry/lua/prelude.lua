@@ -2,12 +2,12 @@
 -- that needs them (scripts.go). Nothing here reads KEYS or ARGV: every
 -- function takes its keys and settings as arguments, so that the rules can
 -- be run alone with a fixed clock (prelude_test.go). Lua makes a closure of
--- each function at every run of a script, so only queueEmpty and clock,
--- which the fast paths need, are defined at once: shared defines the other
--- rules, when a script needs them (local clock, nextFence, queueRules,
+-- each function at every run of a script, so only queueEmpty, clock and
+-- pause, which the fast paths need, are defined at once: shared defines the
+-- other rules, when a script needs them (local clock, nextFence, queueRules,
 -- permitRules, tell = shared()), and queueRules and permitRules define
--- theirs when called. An uncontended release, obtain or pass defines three
--- functions, not seven.
+-- theirs when called. An uncontended release, obtain or pass defines four
+-- functions, not eight.
 --
 -- Numbers that come as strings (ARGV, TIME, scores, queue entries) are
 -- read with s + 0 where the number is kept or compared, and used as they
@@ -60,6 +60,24 @@ local function clock()
     return nil
   end
   return t[1] * 1000 + t[2] / 1000
+end
+
+-- pause returns how long (ms) a waiter that failed to take the key sleeps
+-- before it tries again by itself: a waiter at most second in line to a
+-- turn until the turn ends (turnLeft: its ms left, or nil); else until the
+-- holder's key expires (pttl: ms left, -1 without expiry, -2 none), if
+-- sooner than its poll interval idle; else idle shortened by spread (a
+-- jitter, so that the waiters of many processes do not poll in step). It is
+-- defined at once: obtain.lua refuses a TryLock on a held key with it, before
+-- any other rule.
+local function pause(pttl, rank, turnLeft, idle, spread)
+  if turnLeft and rank <= 1 then
+    return turnLeft + 1
+  end
+  if pttl >= 0 and pttl < idle then
+    return pttl + 1
+  end
+  return math.max(1, idle - spread)
 end
 
 -- shared defines, and returns, the rules that the fast paths do not need
@@ -317,21 +335,6 @@ local function shared()
       redis.call('SET', q.turn, id, 'PX', ms(math.max(1, n)))
     end
 
-    -- pause returns how long (ms) a waiter that failed to take the key sleeps
-    -- before it tries again by itself: a waiter at most second in line to a
-    -- turn until the turn ends (turnLeft: its ms left, or nil); else until the
-    -- holder's key expires (pttl: ms left, -1 without expiry, -2 none), if
-    -- sooner than its poll interval idle; else idle shortened by spread (a
-    -- jitter, so that the waiters of many processes do not poll in step).
-    local function pause(pttl, rank, turnLeft, idle, spread)
-      if turnLeft and rank <= 1 then
-        return turnLeft + 1
-      end
-      if pttl >= 0 and pttl < idle then
-        return pttl + 1
-      end
-      return math.max(1, idle - spread)
-    end
     return {ms = ms, qcall = qcall, waiter = waiter, drop = drop, enqueue = enqueue, describe = describe, gone = gone, soon = soon, turnFor = turnFor, nextTurn = nextTurn, announce = announce, turnOf = turnOf, grant = grant, pause = pause}
   end
 
