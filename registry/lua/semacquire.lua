@@ -101,10 +101,11 @@ if found ~= 0 then
 end
 if ARGV[4] == '0' and ARGV[16] ~= '1' and held >= ARGV[13] + 0 then
   -- A caller that does not wait (TryAcquire) and every permit held: it is
-  -- refused before any rule is defined, unless some permit has expired
-  -- (the full path prunes it and counts it free) or is the caller's own (a
-  -- resend after a lost reply). A TryAcquire that a busy semaphore keeps
-  -- refusing costs the server about two thirds of the full path's work.
+  -- refused before any rule is defined, unless fewer than that are live
+  -- (the full path prunes the expired ones and counts them free) or one is
+  -- the caller's own (a resend after a lost reply). A TryAcquire that a busy
+  -- semaphore keeps refusing costs the server about two thirds of the full
+  -- path's work.
   local now = clock()
   if now and redis.call('ZCOUNT', KEYS[1], '(' .. string.format('%d', now), '+inf') >= ARGV[13] + 0 and not redis.call('ZSCORE', KEYS[1], token) then
     return {0, 0, -1}
