@@ -879,3 +879,49 @@ func TestRWLockReadersOnlyShareHold(t *testing.T) {
 		mustNil(t, le3.Release(ctx))
 	})
 }
+
+// TestRWLockRefusedTryScriptPath: rwacquire.lua refuses a caller that does
+// not wait on a key a writer holds before it defines any rule, with the
+// sleep the full path gives a caller not in line, and queues none; a
+// caller that listens is still queued.
+func TestRWLockRefusedTryScriptPath(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		script := redis.NewScript(7, registry.RWAcquireSource)
+		c := b.pool(t).Get()
+		defer c.Close()
+		for i, tc := range []struct {
+			name, side string
+			pttl       int // the writer's, ms
+			mode       int
+			sleepAbout int // the sleep in the reply, within 20 ms below
+			queued     bool
+		}{
+			{"reader", "r", 60000, 0, 100 - 7, false},
+			{"writer, the holder expiring before a poll", "w", 50, 0, 51, false},
+			{"a listening reader", "r", 60000, 2, 0, true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				k := fmt.Sprintf("rwtry-%d", i)
+				_, err := c.Do("HSET", k, "w", "other:1")
+				mustNil(t, err)
+				_, err = c.Do("PEXPIRE", k, tc.pttl)
+				mustNil(t, err)
+				keys := []any{k, k + ":q", k + ":i", k + ":t", k + ":p", k + ":f", k + ":r"}
+				args := append(keys, "reg:1", 2000, "reg/1/"+tc.side, tc.mode, 100, 7, 0, "x-turn:", 30, 30, 5, 1, tc.side, 0)
+				x, err := redis.Int64s(script.Do(c, args...))
+				mustNil(t, err)
+				if len(x) != 3 || x[0] != 0 || !tc.queued && (x[1] > int64(tc.sleepAbout) || x[1] < int64(tc.sleepAbout)-20) {
+					t.Fatalf("reply %v; want {0, about %d, after}", x, tc.sleepAbout)
+				}
+				if queued := x[2] != -1; queued != tc.queued {
+					t.Fatalf("reply %v: queued %v, want %v", x, queued, tc.queued)
+				}
+				n, err := redis.Int(c.Do("ZCARD", k+":q"))
+				mustNil(t, err)
+				if (n == 1) != tc.queued {
+					t.Fatalf("%d waiters in line; want queued: %v", n, tc.queued)
+				}
+			})
+		}
+	})
+}

@@ -73,6 +73,15 @@ if not v[1] and not v[2] and ARGV[14] ~= '1' and ARGV[7] ~= '1' and queueEmpty(K
     return 1
   end
 end
+if v[1] and v[1] ~= token and ARGV[4] == '0' then
+  -- A writer holds the key, and the caller does not wait (TryAcquireRead,
+  -- TryAcquireWrite): refused before any rule is defined, as obtain.lua
+  -- refuses a TryLock, with the full path's sleep for a caller not in line
+  -- (until the writer's expiry, if sooner than a poll).
+  if clock() then
+    return {0, pause(redis.call('PTTL', KEYS[1]), 2, nil, ARGV[5] + 0, ARGV[6] + 0), -1}
+  end
+end
 local clock, _, queueRules, permitRules, tell = shared()
 local now = clock()
 if not now then
