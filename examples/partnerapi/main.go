@@ -114,9 +114,9 @@ func round(addr string, capped bool, c config) (result, error) {
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-				var permit *registry.Lease
 				if capped {
-					if permit, err = sem.Acquire(ctx, 10*time.Second); err != nil {
+					permit, err := sem.Acquire(ctx, 10*time.Second)
+					if err != nil {
 						fail(err)
 						return
 					}
