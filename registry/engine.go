@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"sync/atomic"
+
 	"github.com/lockyard/lockyard/internal/core"
 	"github.com/lockyard/lockyard/internal/wire"
 )
@@ -26,4 +28,7 @@ type engine struct {
 	subscriber *subscriber // release messages
 	turns      *subscriber // semaphore turns, told to this registry alone
 	eviction   eviction
+	// grantSeq numbers the refused attempts that a script may grant a
+	// permit to (Semaphore.granted).
+	grantSeq atomic.Uint64
 }

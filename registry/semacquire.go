@@ -155,16 +155,20 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 		more = s.needers > 1
 		s.mu.Unlock()
 	}
+	var seq uint64
 	sent := r.core.Now()
+	if waits && s.pubsub && !h.deaf {
+		seq = s.expectGrant(token, sent, ttl)
+	}
 	compare := first && (s.compared.Load() == 0 || sent-s.compared.Load() >= int64(compareEvery))
-	g, err := s.proto.acquire(ctx, s.key, token, ttl, s.permits, h, more, compare, s.quiet())
+	g, err := s.proto.acquire(ctx, s.key, token, ttl, s.permits, h, more, compare, s.quiet(), seq)
 	if compare && err == nil {
 		s.compared.Store(max(sent, 1))
 	}
 	switch {
 	case err != nil:
 		err = otherCount(s.permits, wrongKind(kindSemaphore, err))
-		if core.IsAmbiguous(err) {
+		if core.IsAmbiguous(err) && s.settleGrant(seq, grantDropped) != grantGiven {
 			s.releaseLater(token) // the script may have added the permit
 			if waits {
 				s.setQueued(true) // or queued the instance: a head that gives up leaves the line
@@ -179,6 +183,11 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 			s.crowd.Found(true, sent) // a full semaphore: the next attempt reads its count first, and a release gives turns
 		}
 		return nil, g.grant, nil
+	}
+	if s.settleGrant(seq, grantTaken) == grantGiven {
+		// A resent attempt that found the permit a script granted to its
+		// first run (granted): that one is the registry's already.
+		return nil, grant{sleep: 0, after: -1}, nil
 	}
 	if waits {
 		s.setQueued(g.queued)

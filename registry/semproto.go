@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -64,11 +65,15 @@ type semGrant struct {
 // compare: the attempt compares permits with the holders' count (at most
 // once a second: compareEvery); quiet: the caller expects the semaphore
 // free, with nobody in line.
-func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, permits int, h hint, more, compare, quiet bool) (semGrant, error) {
+func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, permits int, h hint, more, compare, quiet bool, seq uint64) (semGrant, error) {
 	s := &p.s
+	gs := ""
+	if seq != 0 {
+		gs = strconv.FormatUint(seq, 10)
+	}
 	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
 		s.fenceArg, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits, flag(more), flag(h.queued), flag(compare),
-		flag(quiet)}}
+		flag(quiet), gs}}
 	v, err := p.one.One(ctx, semAcquireScript, c)
 	if err != nil {
 		return semGrant{grant: unknown}, err

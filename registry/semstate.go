@@ -89,6 +89,7 @@ type Semaphore struct {
 	// took the entry out of line clears queued only if no attempt of the
 	// head set it since the pass was sent.
 	queuedAt uint64
+	grants   grantBook // the attempts that a script may grant a permit to (semgrant.go)
 }
 
 // semTurn is the head's bookkeeping between heads: the instance's wait in

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,9 +71,10 @@ func heardOn(t *testing.T, b *backend, pfx string) func() []string {
 	}
 }
 
-// A turn is told to the registry whose turn it is, on its own turn channel
-// (wire.Layout.TurnChannel): no release message, and nothing to the
-// registries behind it, which sleep on until their own turn.
+// A turn is told to the registry whose turn it is, on its own turn channels
+// (wire.Layout.TurnChannel, and the grant's probe and message): no release
+// message, and nothing to the registries behind it, which sleep on until
+// their own turn.
 func TestSemaphoreTurnToldToItsRegistryAlone(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx := prefix(t)
@@ -85,6 +87,20 @@ func TestSemaphoreTurnToldToItsRegistryAlone(t *testing.T) {
 			rs, ss = append(rs, r), append(ss, semaphore(t, r, "k", 1))
 		}
 		heard := heardOn(t, b, pfx)
+		// onlyTo fails t unless every message heard from the n-th on is on
+		// a turn channel of registry id, and there is one.
+		onlyTo := func(n int, id string) int {
+			t.Helper()
+			waitFor(t, time.Second, "the turn heard", func() bool { return len(heard()) > n })
+			got := heard()
+			for _, ch := range got[n:] {
+				rest, ok := strings.CutPrefix(ch, w.TurnPrefix()+id)
+				if !ok || !strings.HasSuffix(rest, ":"+ss[1].Key()) || rest[0] != ':' && rest[0] != '|' {
+					t.Fatalf("messages: %q, want them on %s's turn channels alone", got[n:], id)
+				}
+			}
+			return len(got)
+		}
 		a, err := ss[0].Acquire(bg(t), 0)
 		mustNil(t, err)
 		first := acquirePermit(bg(t), ss[1], 0)
@@ -92,17 +108,84 @@ func TestSemaphoreTurnToldToItsRegistryAlone(t *testing.T) {
 		second := acquirePermit(bg(t), ss[2], 0)
 		waitFor(t, 5*time.Second, "the second waiter in line", func() bool { return queueLen(t, b, ss[1].Key(), false) == 2 })
 		c := toldAfter(t, a, first, "the first in line")
-		want := []string{w.TurnChannel(rs[1].ID(), ss[1].Key())}
-		waitFor(t, time.Second, "the turn heard", func() bool { return len(heard()) >= len(want) })
-		if got := heard(); !slices.Equal(got, want) {
-			t.Fatalf("messages after the first release: %q, want %q (the turn, to its registry alone)", got, want)
-		}
+		n := onlyTo(0, rs[1].ID())
 		d := toldAfter(t, c, second, "the second in line")
+		onlyTo(n, rs[2].ID())
 		mustNil(t, d.Release(bg(t)))
-		want = append(want, w.TurnChannel(rs[2].ID(), ss[2].Key()))
-		waitFor(t, time.Second, "nothing more heard", func() bool { return len(heard()) >= len(want) })
-		if got := heard(); !slices.Equal(got, want) {
-			t.Fatalf("messages: %q, want %q", got, want)
+	})
+}
+
+// semacquireCounter counts the runs of semacquire.lua.
+type semacquireCounter struct {
+	registry.Client
+	n atomic.Int32
+}
+
+func (c *semacquireCounter) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	if s.Name() == "semacquire" {
+		c.n.Add(1)
+	}
+	return c.Client.Eval(ctx, s, keys, args)
+}
+
+// A listener in line is given the permit by the release that gives it its
+// turn (a grant, prelude.lua's deliver): it does not try again. The permit
+// is its own, fenced after the holder's, and its release gives it back.
+func TestSemaphoreTurnGrantsPermit(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second), registry.WithFencing()}
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
+		c := &semacquireCounter{Client: registry.NewPoolClient(b.pool(t))}
+		wr := newRegClientPrefix(t, c, pfx, opts...)
+		waiter := semaphore(t, wr, "k", 1)
+		a, err := holder.Acquire(bg(t), 0)
+		mustNil(t, err)
+		got := acquirePermit(bg(t), waiter, 0)
+		waitFor(t, 5*time.Second, "the waiter in line, its registry listening", func() bool {
+			return queueLen(t, b, holder.Key(), false) == 1 && wr.TurnsSubscribed()
+		})
+		tries := c.n.Load() // the subscription, once up, wakes the waiter: one more try
+		le := toldAfter(t, a, got, "the waiter")
+		if n := c.n.Load() - tries; n != 0 {
+			t.Fatalf("the waiter ran semacquire.lua %d times after the release, want 0 (the release granted the permit)", n)
+		}
+		if le.Token() <= a.Token() || a.Token() != 0 && le.Token() <= 0 {
+			t.Fatalf("fencing token %d after the holder's", le.Token())
+		}
+		if n := zcard(t, b, holder.Key()); n != 1 || queueLen(t, b, holder.Key(), false) != 0 {
+			t.Fatalf("%d permits held, %d in line, want 1 and 0", n, queueLen(t, b, holder.Key(), false))
+		}
+		mustNil(t, le.Release(bg(t)))
+		if n := zcard(t, b, holder.Key()); n != 0 {
+			t.Fatalf("%d permits held after the release", n)
+		}
+	})
+}
+
+// A grant needs a registry that listens: a waiter whose registry hears
+// nothing (its process died) is told its turn, as before grants, and given
+// no permit, which would idle until its TTL.
+func TestSemaphoreNoGrantToDeafWaiter(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		w := wire.Layout{Registry: pfx}
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k", 1)
+		a, err := holder.Acquire(bg(t), 0)
+		mustNil(t, err)
+		// A listener's entry with a grant record, of a registry that
+		// subscribes to nothing.
+		const ghost = "ghost/1"
+		lk := holder.Key()
+		due := time.Now().Add(time.Minute).UnixMilli() // the entry stays live
+		b.do(t, "ZADD", w.QueueKey(lk), "1", ghost)
+		b.do(t, "HSET", w.WaitersKey(lk), ghost, fmt.Sprintf("l %d %d", due, due+60000), ghost+"|", "ghost:tok#1 60000 7")
+		mustNil(t, a.Release(bg(t)))
+		if v := b.do(t, "ZSCORE", lk, "ghost:tok#1"); v != nil {
+			t.Fatalf("the deaf waiter was granted a permit (score %v)", v)
+		}
+		if n := queueLen(t, b, lk, false); n != 1 {
+			t.Fatalf("%d in line, want the deaf waiter still there (its turn given)", n)
 		}
 	})
 }
@@ -364,5 +447,73 @@ func TestStaleLeaveKeepsTheNextWait(t *testing.T) {
 		released := time.Now()
 		mustNil(t, held.Release(bg(t)))
 		toldWithin(t, next, released)
+	})
+}
+
+// regrantClient runs one semacquire.lua twice, as a client that resends
+// after a lost reply does, and calls between runs (after the first, which
+// queues the waiter) between, which releases the permit: the release
+// grants it to the first run's token, and the second run finds it that
+// token's.
+type regrantClient struct {
+	registry.Client
+	between atomic.Pointer[func()]
+}
+
+func (c *regrantClient) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	f := c.between.Load()
+	if s.Name() != "semacquire" || f == nil || !c.between.CompareAndSwap(f, nil) {
+		return c.Client.Eval(ctx, s, keys, args)
+	}
+	if _, err := c.Client.Eval(ctx, s, keys, args); err != nil {
+		return nil, err
+	}
+	(*f)()
+	return c.Client.Eval(ctx, s, keys, args)
+}
+
+// A permit granted to an attempt that its client resent, and that the
+// resend found its own, is held once: by one lease of the registry, not by
+// the attempt's lease and, as a spare, by the next one.
+func TestSemaphoreGrantOfResentAttemptHeldOnce(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second)}
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
+		c := &regrantClient{Client: registry.NewPoolClient(b.pool(t))}
+		wr := newRegClientPrefix(t, c, pfx, opts...)
+		waiter := semaphore(t, wr, "k", 1)
+		a, err := holder.Acquire(bg(t), 0)
+		mustNil(t, err)
+		// The waiter's registry listens for its turns once an attempt was
+		// refused.
+		ctx, cancel := context.WithTimeout(bg(t), 100*time.Millisecond)
+		_, err = waiter.Acquire(ctx, 0)
+		cancel()
+		mustIs(t, err, context.DeadlineExceeded)
+		waitFor(t, 5*time.Second, "the waiter's registry listening, out of line", func() bool {
+			return wr.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
+		})
+		release := func() { mustNil(t, a.Release(bg(t))) }
+		c.between.Store(&release)
+		one, two := acquirePermit(bg(t), waiter, 0), acquirePermit(bg(t), waiter, 0)
+		var first *registry.Lease
+		select {
+		case first = <-one:
+		case first = <-two:
+			one, two = two, one
+		case <-time.After(5 * time.Second):
+			t.Fatal("no lease got the granted permit")
+		}
+		if first == nil {
+			t.Fatal("Acquire failed")
+		}
+		notWithin(t, two, 300*time.Millisecond, "a second lease on the one permit")
+		if n := zcard(t, b, holder.Key()); n != 1 {
+			t.Fatalf("%d permits held, want 1", n)
+		}
+		mustNil(t, first.Release(bg(t)))
+		second := recvWithin(t, two, 5*time.Second, "the second lease, after the first's release")
+		mustNil(t, second.Release(bg(t)))
 	})
 }

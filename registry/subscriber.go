@@ -50,6 +50,9 @@ type subscriber struct {
 	wide    string
 	lockKey func(ch string) (lk string, ok bool) // the lock key that channel ch names, if it is for this registry
 	wakes   wakeup                               // the waiters it wakes: those woken by the messages it hears
+	// grant, if set, hands a permit that a semaphore's script granted to
+	// the waiter that channel ch names (the turn subscriber's).
+	grant func(ch string)
 	// watch, if set, are the waiters on several keys that it wakes too
 	// (the release subscriber's: AcquireAll).
 	watch *watchers
@@ -89,7 +92,20 @@ func newTurnSubscriber(c *core.Core, cache *cache, layout wire.Layout, cfg *conf
 	return &subscriber{c: c, cache: cache, layout: layout, retry: cfg.refusedRetry,
 		pattern: layout.TurnPattern(id), wide: layout.AllTurnsPattern(),
 		lockKey: func(ch string) (string, bool) { return layout.LockKeyOfTurnChannel(id, ch) },
-		wakes:   byTurn}
+		grant: func(ch string) {
+			lk, seq, fence, ok := layout.LockKeyOfGrantChannel(id, ch)
+			if !ok {
+				return
+			}
+			if name, ok := layout.UserKey(lk); ok {
+				if e, ok := cache.peek(name); ok {
+					if sem, ok := e.(*Semaphore); ok {
+						sem.granted(seq, fence)
+					}
+				}
+			}
+		},
+		wakes: byTurn}
 }
 
 // start starts the subscriber once: a registry that never waits never
@@ -247,6 +263,8 @@ func (s *subscriber) serve(sub core.Subscription, h sender) error {
 func (s *subscriber) deliver(ch string) {
 	if lk, ok := s.lockKey(ch); ok {
 		s.signalKey(lk, 1)
+	} else if s.grant != nil {
+		s.grant(ch)
 	}
 }
 

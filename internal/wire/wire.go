@@ -152,8 +152,43 @@ func (w Layout) TurnPrefix() string { return w.Registry + "-turn:" }
 func (w Layout) TurnChannel(id, lk string) string { return w.TurnPrefix() + id + ":" + lk }
 
 // TurnPattern returns the PSUBSCRIBE pattern that matches every turn
-// channel of registry id.
-func (w Layout) TurnPattern(id string) string { return GlobEscape(w.TurnPrefix()+id+":") + "*" }
+// channel of registry id, and its grant channels (GrantChannel).
+func (w Layout) TurnPattern(id string) string { return GlobEscape(w.TurnPrefix()+id) + "[:|]*" }
+
+// GrantChannel returns the channel on which registry id is told that a
+// script gave its waiter a permit of the semaphore whose lock key is lk,
+// for the token of the waiter's refused attempt numbered seq, with fencing
+// token fence (0 without fencing): TurnPrefix id "|" seq "." fence ":" lk
+// (lua/prelude.lua, deliver, builds it). TurnPattern matches it; a turn
+// channel is never one, nor the probe that precedes it (TurnPrefix id
+// "|:" lk), which the registry ignores.
+func (w Layout) GrantChannel(id string, seq uint64, fence int64, lk string) string {
+	return w.TurnPrefix() + id + "|" + strconv.FormatUint(seq, 10) + "." + strconv.FormatInt(fence, 10) + ":" + lk
+}
+
+// LockKeyOfGrantChannel returns the lock key, attempt number and fencing
+// token that the grant channel ch of registry id names (GrantChannel),
+// and false if ch is not one of its grant channels.
+func (w Layout) LockKeyOfGrantChannel(id, ch string) (lk string, seq uint64, fence int64, ok bool) {
+	rest, ok := strings.CutPrefix(ch, w.TurnPrefix()+id+"|")
+	if !ok {
+		return "", 0, 0, false
+	}
+	head, lk, ok := strings.Cut(rest, ":")
+	if !ok {
+		return "", 0, 0, false
+	}
+	a, b, ok := strings.Cut(head, ".")
+	if !ok {
+		return "", 0, 0, false
+	}
+	seq, err1 := strconv.ParseUint(a, 10, 64)
+	fence, err2 := strconv.ParseInt(b, 10, 64)
+	if err1 != nil || err2 != nil {
+		return "", 0, 0, false
+	}
+	return lk, seq, fence, true
+}
 
 // AllTurnsPattern returns the PSUBSCRIBE pattern that matches the turn
 // channels of every registry id (an ACL can allow it, not TurnPattern).

@@ -18,7 +18,7 @@ func TestChannelPatternEscapesGlobs(t *testing.T) {
 			t.Errorf("ChannelPattern(%q) = %q, want %q", in, got, want)
 		}
 	}
-	if got := (Layout{Registry: "a*"}).TurnPattern("id?"); got != `a\*-turn:id\?:*` {
+	if got := (Layout{Registry: "a*"}).TurnPattern("id?"); got != `a\*-turn:id\?[:|]*` {
 		t.Errorf("TurnPattern = %q", got)
 	}
 	if got := (Layout{Registry: "a*"}).AllTurnsPattern(); got != `a\*-turn:*` {
@@ -126,6 +126,18 @@ func FuzzLayout(f *testing.F) {
 			}
 			if got, ok := w.LockKeyOfTurnChannel("0a-b", w.TurnChannel("0a-b", lk)); !ok || got != lk {
 				t.Fatalf("LockKeyOfTurnChannel(TurnChannel(%q)) = %q, %v", lk, got, ok)
+			}
+			grant := w.GrantChannel("0a-b", uint64(len(key)), int64(len(prefix))<<40, lk)
+			if got, seq, fence, ok := w.LockKeyOfGrantChannel("0a-b", grant); !ok || got != lk || seq != uint64(len(key)) || fence != int64(len(prefix))<<40 {
+				t.Fatalf("LockKeyOfGrantChannel(%q) = %q, %d, %d, %v", grant, got, seq, fence, ok)
+			}
+			for _, ch := range []string{w.TurnChannel("0a-b", lk), w.TurnPrefix() + "0a-b|:" + lk, w.GrantChannel("0a-bc", 1, 2, lk)} {
+				if _, _, _, ok := w.LockKeyOfGrantChannel("0a-b", ch); ok {
+					t.Fatalf("LockKeyOfGrantChannel(%q): a grant channel", ch)
+				}
+			}
+			if _, ok := w.LockKeyOfTurnChannel("0a-b", grant); ok {
+				t.Fatalf("LockKeyOfTurnChannel(%q): a turn channel", grant)
 			}
 			for _, k := range []string{w.FenceKey(lk), w.QueueKey(lk), w.WaitersKey(lk), w.TurnKey(lk), w.PollsKey(lk)} {
 				if _, isLock := w.UserKey(k); isLock && prefix[0] != '{' {

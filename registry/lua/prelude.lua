@@ -27,6 +27,8 @@
 --            that polls (SpinLock); DUE is when it will next try by itself;
 --            LAPSE is when its entry stops counting unless it tries again;
 --            END, when the turn it was last given ended (until it tries).
+--            A semaphore's listener has a second field, id .. '|': its
+--            grant record, 'TOKEN TTL SEQ' (semacquire.lua, deliver).
 --   q.turn   string: the waiter that a free lock key is kept for, while
 --            this key lives (a few ms; set by grant).
 -- A waiter is one lock instance ('registryId/n'): the head of that
@@ -156,7 +158,7 @@ local function shared()
       if qcall('ZREM', q.order, id) ~= 1 then
         return false
       end
-      qcall('HDEL', q.info, id)
+      qcall('HDEL', q.info, id, id .. '|')
       qcall('ZREM', q.polls, id)
       return true
     end
@@ -193,8 +195,12 @@ local function shared()
     -- until its entry lapses: each key lives up to twice as long as the last
     -- entry (they are extended in steps, not on every write), and none is left
     -- without a time to live.
-    local function describe(q, id, kind, now, due, lapse)
-      qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse))
+    local function describe(q, id, kind, now, due, lapse, grant)
+      if grant then
+        qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse), id .. '|', grant)
+      else
+        qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse))
+      end
       local keys = {q.order, q.info}
       if kind == 'p' then
         keys[3] = q.polls
@@ -468,9 +474,45 @@ local function shared()
     -- line (admit, for a caller not in line) and tells the listeners among
     -- them (tell, on prefix): what every script does with permits that it
     -- freed, or found free, beside the one it deals with.
-    local function offer(R, q, key, now, free, prefix, r)
+    -- deliver tells each listener of told (admit) that its turn has come,
+    -- on its registry's turn channel (tell): TURNPREFIX REGID ':' KEY. A
+    -- listener whose entry carries a grant record (field id .. '|' of
+    -- q.info: 'TOKEN TTL SEQ', written by its refused attempt,
+    -- semacquire.lua) is given the permit instead, if its registry listens:
+    -- a probe (TURNPREFIX REGID '|:' KEY, which the registry ignores) that
+    -- the server delivered to a subscriber (PUBLISH counts its receivers)
+    -- is followed by the permit, set for TOKEN for TTL ms, the entry's
+    -- leaving the line, and the grant message TURNPREFIX REGID '|' SEQ '.'
+    -- FENCE ':' KEY. The grant message is sent only for a permit set, so
+    -- that a count that misses a receiver (a Cluster counts those of one
+    -- node) costs a grant, never a permit: a probe heard by nobody is
+    -- followed by the turn message, as for a listener without a record.
+    -- fence: the fence counter key, or nil (FENCE 0).
+    local function deliver(R, q, key, told, now, prefix, fence)
+      for _, id in ipairs(told) do
+        local reg = string.match(id, '^([^/]+)/')
+        if reg then
+          local token, ttl, seq = nil, nil, nil
+          local rec = R.qcall('HGET', q.info, id .. '|')
+          if type(rec) == 'string' then
+            token, ttl, seq = string.match(rec, '^(%S+) (%d+) (%d+)$')
+          end
+          local heard = token and redis.pcall('PUBLISH', prefix .. reg .. '|:' .. key, key)
+          if type(heard) == 'number' and heard > 0 then
+            ttl = ttl + 0
+            local f = hold(key, token, now, ttl, fence, 1)
+            R.drop(q, id)
+            redis.pcall('PUBLISH', prefix .. reg .. '|' .. seq .. '.' .. ms(f) .. ':' .. key, key)
+          else
+            redis.pcall('PUBLISH', prefix .. reg .. ':' .. key, key)
+          end
+        end
+      end
+    end
+
+    local function offer(R, q, key, now, free, prefix, r, fence)
       local _, told = admit(R, q, now, free, nil, r)
-      tell(prefix, key, told)
+      deliver(R, q, key, told, now, prefix, fence)
     end
 
     -- toBack puts waiter id, in line or not, at the back of the queue q
@@ -494,7 +536,7 @@ local function shared()
       end
       return math.max(math.floor(first[2] - now), 0)
     end
-    return {prune = prune, held = held, live = live, fenced = fenced, hold = hold, admit = admit, tell = tell, offer = offer, toBack = toBack, soonest = soonest}
+    return {prune = prune, held = held, live = live, fenced = fenced, hold = hold, admit = admit, tell = tell, deliver = deliver, offer = offer, toBack = toBack, soonest = soonest}
   end
   return clock, nextFence, queueRules, permitRules, tell
 end

@@ -40,6 +40,12 @@
 --          line (its instance is quiet: semlease.go, core.Crowd): unless
 --          it is in line, one EXISTS of the semaphore key and the queue
 --          comes first, and when neither exists it is the only read
+-- ARGV[18] the attempt's number ('' for none): a listener (ARGV[4] 2)
+--          that is refused and queued records it in its entry, with the
+--          token and TTL (field waiter id .. '|' of the queue info), so
+--          that the script that gives it its turn may give it the permit
+--          for that token instead (prelude.lua, deliver: a grant). A
+--          later refusal replaces the record; leaving the line drops it.
 --
 -- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
 --        fencing); the caller leaves the queue. 1: acquired on the
@@ -179,12 +185,12 @@ local function granted(told)
     local due = now + sleep + ARGV[12]
     R.describe(q, id, kind, now, due, due + idle)
     if told then
-      P.tell(ARGV[8], KEYS[1], told)
+      P.deliver(R, q, KEYS[1], told, now, ARGV[8], fenceKey)
     end
     return {1, fence, sleep, 1}
   end
   if told then -- the next lease tries at once
-    P.tell(ARGV[8], KEYS[1], told)
+    P.deliver(R, q, KEYS[1], told, now, ARGV[8], fenceKey)
   end
   return {1, fence}
 end
@@ -219,12 +225,12 @@ if ok then
     -- Permits are free besides the caller's: admit stopped at the caller
     -- (first in line, or ahead of those told) and told nobody behind it.
     -- Their turns go to the first in line now.
-    P.offer(R, q, KEYS[1], now, free - 1, ARGV[8], rules)
+    P.offer(R, q, KEYS[1], now, free - 1, ARGV[8], rules, fenceKey)
   end
   return granted(told)
 end
 if told then
-  P.tell(ARGV[8], KEYS[1], told)
+  P.deliver(R, q, KEYS[1], told, now, ARGV[8], fenceKey)
 end
 if held > 0 and redis.call('ZSCORE', KEYS[1], token) then
   -- A resend after a lost reply, whose first run took a permit: it is the
@@ -250,5 +256,9 @@ R = R or queueRules()
 local ahead = R.enqueue(q, id, kind, now, turnLeft == nil) -- the rank matters to a waiter next to a turn only (pause)
 local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
 local due = now + sleep + ARGV[12]
-R.describe(q, id, kind, now, due, due + idle)
+local record = nil
+if mode == 2 and ARGV[18] and ARGV[18] ~= '' then
+  record = token .. ' ' .. ARGV[2] .. ' ' .. ARGV[18]
+end
+R.describe(q, id, kind, now, due, due + idle, record)
 return {status, sleep, 1}

@@ -55,7 +55,7 @@ if ARGV[9] == '1' then
     end
     return {3}
   end
-  P.offer(queueRules(), q, KEYS[1], now, ARGV[8] - P.live(KEYS[1], now), ARGV[3], rules)
+  P.offer(queueRules(), q, KEYS[1], now, ARGV[8] - P.live(KEYS[1], now), ARGV[3], rules, fenceKey)
   return {2}
 end
 local keep, R, free = true, nil, 0
@@ -66,7 +66,7 @@ if ARGV[12] == '1' or not queueEmpty(KEYS[2]) then
   free = ARGV[8] - P.live(KEYS[1], now) + 1
   local told
   keep, told = P.admit(R, q, now, free, ARGV[10], rules)
-  P.tell(ARGV[3], KEYS[1], told)
+  P.deliver(R, q, KEYS[1], told, now, ARGV[3], fenceKey)
 end
 if keep then
   if R then
@@ -77,7 +77,7 @@ if keep then
       -- Permits are free besides this one, and the holder's entry may have
       -- been first in line for them (admit stops at it), or told a turn
       -- that it no longer takes: their turns go to the first in line now.
-      P.offer(R, q, KEYS[1], now, free - 1, ARGV[3], rules)
+      P.offer(R, q, KEYS[1], now, free - 1, ARGV[3], rules, fenceKey)
     end
   end
   return {1, P.hold(KEYS[1], ARGV[1], now, ARGV[2] + 0, fenceKey, 1)}

@@ -55,7 +55,11 @@ local R = queueRules()
 local P = permitRules()
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
 local free = ARGV[6] - P.live(KEYS[1], now)
-P.offer(R, q, KEYS[1], now, free, ARGV[2], {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0})
+local fenceKey = nil
+if ARGV[7] == '1' then
+  fenceKey = KEYS[6]
+end
+P.offer(R, q, KEYS[1], now, free, ARGV[2], {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, fenceKey)
 if queueEmpty(KEYS[2]) then
   forget()
   return 1
