@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockyard/lockyard/internal/core"
@@ -24,6 +25,21 @@ func (r *Registry) CacheLen() int { return r.cache.len() }
 // semaphore turns is taken, and the waiters it may have missed messages
 // for were woken.
 func (r *Registry) TurnsSubscribed() bool { return r.turns.up.Load() }
+
+// LoseGrants makes r's turn subscriber drop the next n grant messages, as
+// a connection that failed after the server counted it would. Call it
+// before r's first semaphore attempt (the subscriber reads it unguarded).
+func (r *Registry) LoseGrants(n int32) {
+	var left atomic.Int32
+	left.Store(n)
+	grant := r.turns.grant
+	r.turns.grant = func(ch string) {
+		if _, ok := r.layout.GrantOfChannel(r.core.ClientID, ch); ok && left.Add(-1) >= 0 {
+			return
+		}
+		grant(ch)
+	}
+}
 
 // SplitBySlot makes r's AcquireAll take its keys one Cluster slot's group
 // at a time, as after a CROSSSLOT reply, on any server.
@@ -175,6 +191,12 @@ var SemAcquireSource = preludeSrc + semAcquireSrc
 
 // RWAcquireSource is rwacquire.lua as clients run it.
 var RWAcquireSource = preludeSrc + rwRulesSrc + rwAcquireSrc
+
+// SemReleaseSource is semrelease.lua as clients run it.
+var SemReleaseSource = preludeSrc + semReleaseSrc
+
+// SemPassSource is sempass.lua as clients run it.
+var SemPassSource = preludeSrc + semPassSrc
 
 // ObtainSource is obtain.lua as clients run it.
 var ObtainSource = preludeSrc + obtainSrc

@@ -78,7 +78,7 @@ func build(registryKey string, opts []Option, newExec func(config, *core.Counter
 	}
 	r.core.ServerLost = r.labels.lost
 	r.subscriber = newReleaseSubscriber(&r.core, &r.cache, &r.watch, r.layout, &r.cfg)
-	r.turns = newTurnSubscriber(&r.core, &r.cache, r.layout, &r.cfg)
+	r.turns = newTurnSubscriber(&r.core, &r.cache, r.layout, &r.cfg, r.granted)
 	return r, nil
 }
 

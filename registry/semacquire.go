@@ -22,7 +22,12 @@ func (s *Semaphore) obtain(ctx context.Context, ttl time.Duration) (p *permit, w
 	s.mu.Lock()
 	if !s.queued { // the last head's entry is gone: no turn to wait for
 		s.turn.waitUntil = 0
+	} else if s.grantWait > 0 {
+		// A grant queued the instance again for this head: it waits for
+		// the next grant, its own (no turn message counts).
+		s.turn = semTurn{waitUntil: s.grantWait, mark: s.wake.Mark(), after: core.EveryTurn, rtt: s.turn.rtt}
 	}
+	s.grantWait = 0
 	s.mu.Unlock()
 	// line is the instance's wait in line: until when (0: none), and for
 	// how many turn messages since mark. A head that leaves with a
@@ -148,27 +153,32 @@ func (s *Semaphore) deaf() bool {
 func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, waits, first bool, mark int64) (*permit, grant, error) {
 	r := s.eng
 	r.labels.publish(ctx) // once, before the registry's first attempt
-	token := r.core.NewPermitToken(s.count)
 	more := false
 	if waits {
 		s.mu.Lock()
 		more = s.needers > 1
 		s.mu.Unlock()
 	}
-	var seq uint64
+	var (
+		token, record, claim string
+		seq, claimed         uint64
+	)
 	sent := r.core.Now()
-	if waits && s.pubsub && !h.deaf {
-		seq = s.expectGrant(token, sent, ttl)
+	if waits && s.asksGrants(h.deaf) {
+		claimed, claim = s.claimArg()
+		seq, token, record = s.grantRecordArg(sent, ttl)
+	} else {
+		token = r.core.NewPermitToken(s.count)
 	}
 	compare := first && (s.compared.Load() == 0 || sent-s.compared.Load() >= int64(compareEvery))
-	g, err := s.proto.acquire(ctx, s.key, token, ttl, s.permits, h, more, compare, s.quiet(), seq)
+	g, err := s.proto.acquire(ctx, s.key, token, ttl, s.permits, h, more, compare, s.quiet(), record, claim)
 	if compare && err == nil {
 		s.compared.Store(max(sent, 1))
 	}
 	switch {
 	case err != nil:
 		err = otherCount(s.permits, wrongKind(kindSemaphore, err))
-		if core.IsAmbiguous(err) && s.settleGrant(seq, grantDropped) != grantGiven {
+		if core.IsAmbiguous(err) {
 			s.releaseLater(token) // the script may have added the permit
 			if waits {
 				s.setQueued(true) // or queued the instance: a head that gives up leaves the line
@@ -184,11 +194,6 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 		}
 		return nil, g.grant, nil
 	}
-	if s.settleGrant(seq, grantTaken) == grantGiven {
-		// A resent attempt that found the permit a script granted to its
-		// first run (granted): that one is the registry's already.
-		return nil, grant{sleep: 0, after: -1}, nil
-	}
 	if waits {
 		s.setQueued(g.queued)
 	}
@@ -203,7 +208,16 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 		s.releaseLater(token)
 		return nil, grant{sleep: 0, after: -1}, nil
 	}
+	if g.claimed {
+		token, seq = claim, claimed
+	}
 	p := &permit{s: s, run: core.Run{Since: sent, LastCmd: sent}}
+	if s.took(seq, p) {
+		// The permit a script granted (a resent attempt found the one its
+		// first run was granted, or a claim the one whose message came
+		// meanwhile): a spare of the instance's already.
+		return nil, grant{sleep: 0, after: -1}, nil
+	}
 	s.install(p, core.NewHold(&r.core, s.key, token, g.fence, ttl, deadline, p, s.proto))
 	return p, g.grant, nil
 }

@@ -1,129 +1,213 @@
 package registry
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/lockyard/lockyard/internal/core"
+	"github.com/lockyard/lockyard/internal/wire"
 )
 
-// A permit granted by a script. A listener's refused attempt leaves a
-// grant record in its entry in line (semacquire.lua, ARGV[18]): its token,
-// TTL and number. When its turn comes, the script that gives the turn
-// sets the permit for that token itself and tells the registry on its turn
-// channel (prelude.lua, deliver), so that the waiter need not try again:
-// one request fewer for each turn. The instance remembers its last
-// attempts (grantBook), and makes the permit a spare for its waiting
-// leases (granted), valid for the attempt's TTL from when the attempt was
-// sent: the permit was set later, when the script ran.
+// Permits granted by a script. A listener's refused attempt leaves a grant
+// record in its entry in line (semacquire.lua, ARGV[18]): when its turn
+// comes, the script that gives the turn sets a permit itself and tells the
+// registry on its turn channel (prelude.lua, deliver), so that the waiter
+// need not try again: one request fewer for each turn. A record stands for
+// a run of grant numbers, one for the waiting lease and one for each lease
+// of the registry behind it (each grant queues the instance again for the
+// next, as an attempt granted the last free permit while more leases wait
+// does). A grant's permit has the registry's grant token of its number
+// (wire.GrantToken), which the attempt that recorded it takes as its own
+// token too, so that a resent attempt finds the permit granted to its first
+// run, as it finds one its first run took. The instance remembers its last
+// records (grantBook) and makes each permit granted a spare for its
+// waiting leases (granted), valid for the TTL from when the attempt was
+// sent: the permit was set later, when the script ran. A grant whose
+// message was lost is claimed by the next attempt (semacquire.lua,
+// ARGV[19]); one for a number that no instance remembers is given back.
 
-// grantRecords is how many attempts an instance remembers: the line keeps
-// the last refused one's record, and grants of those before it may still
-// be on their way.
+// grantRecords is how many records an instance remembers: the line keeps
+// the last one, and grants of those before it may still be on their way.
 const grantRecords = 8
 
-// grantState is what became of an attempt that a script may grant a
-// permit to.
-type grantState uint8
+// maxGrantRun bounds the run of grants one record stands for: the waiting
+// lease and at most maxGrantRun-1 behind it.
+const maxGrantRun = 16
 
-const (
-	grantNone    grantState = iota // not remembered (or not one of them)
-	grantWaiting                   // sent, refused, or not answered yet
-	grantGiven                     // a script granted it the permit, now a spare (granted)
-	grantTaken                     // the attempt took a permit itself (a resend that found it granted)
-	grantDropped                   // the attempt's outcome is unknown: a grant is given back
-)
-
-// grantRecord is an attempt that a script may grant a permit to: its
-// number, token, when it was sent (registry clock) and TTL.
+// grantRecord is the run of grant numbers seq to seq+n-1 that an attempt
+// sent at sent (registry clock) recorded, for permits of TTL ttl.
 type grantRecord struct {
-	seq   uint64
-	token string
-	sent  int64
-	ttl   int64 // ns
-	state grantState
+	seq, n uint64
+	sent   int64
+	ttl    time.Duration
+	given  uint64 // the numbers this instance got the permits of, a bit each from seq
+	// permits are those installed for them, to tell whether a number
+	// granted twice (a resent attempt that recorded an old run again) is
+	// still held.
+	permits [maxGrantRun]*permit
 }
 
-// grantBook is a ring of an instance's last attempts (under its mu).
+// grantBook is a ring of an instance's last records (under its mu).
 type grantBook struct {
 	recs [grantRecords]grantRecord
 	at   int
 }
 
-// expectGrant remembers an attempt before it is sent (the grant's message
-// may come before its reply), and returns its number.
-func (s *Semaphore) expectGrant(token string, sent int64, ttl time.Duration) uint64 {
-	seq := s.eng.grantSeq.Add(1)
-	s.mu.Lock()
-	b := &s.grants
-	b.recs[b.at] = grantRecord{seq: seq, token: token, sent: sent, ttl: int64(ttl), state: grantWaiting}
-	b.at = (b.at + 1) % grantRecords
-	s.mu.Unlock()
-	return seq
+// find returns the record whose run holds number seq, or nil.
+func (b *grantBook) find(seq uint64) *grantRecord {
+	for i := range b.recs {
+		if x := &b.recs[i]; x.n > 0 && seq >= x.seq && seq < x.seq+x.n {
+			return x
+		}
+	}
+	return nil
 }
 
-// settleGrant records the outcome of attempt seq (0: none) unless a grant
-// came first, and returns its state before.
-func (s *Semaphore) settleGrant(seq uint64, to grantState) grantState {
+// asksGrants reports whether the instance's attempts ask for grants: a
+// PubSubLock instance that hears its turns, while the registry's turn
+// subscriber listens on its own channels alone (a subscriber to every
+// registry's, the fallback of an ACL that refuses its own, would count
+// as the listener of a registry that hears nothing: deliver's probe).
+func (s *Semaphore) asksGrants(deaf bool) bool {
+	t := s.eng.turns
+	return s.pubsub && !deaf && t.own.Load() && t.up.Load()
+}
+
+// grantRecordArg returns the first number, the token and the grant record
+// (semacquire.lua's ARGV[18]) of an attempt sent at sent for a TTL of ttl,
+// and remembers the record before it is sent: the grant's message may come
+// before the attempt's reply.
+func (s *Semaphore) grantRecordArg(sent int64, ttl time.Duration) (uint64, string, string) {
+	r := s.eng
+	s.mu.Lock()
+	more := uint64(min(max(s.needers-1, 0), maxGrantRun-1))
+	n := more + 1
+	seq := r.grantSeq.Add(n) - n + 1
+	b := &s.grants
+	b.recs[b.at] = grantRecord{seq: seq, n: n, sent: sent, ttl: ttl}
+	b.at = (b.at + 1) % grantRecords
+	s.mu.Unlock()
+	fenced := "0"
+	if r.cfg.fencing {
+		fenced = "1"
+	}
+	return seq, wire.GrantToken(r.core.ClientID, seq, s.count), wire.GrantTokenPrefix(r.core.ClientID) + " " + s.count + " " +
+		strconv.FormatInt(ttl.Milliseconds(), 10) + " " + strconv.FormatUint(seq, 10) + " " + strconv.FormatUint(more, 10) + " " +
+		strconv.FormatInt(max(1, r.cfg.idle.Milliseconds()), 10) + " " + fenced
+}
+
+// claimArg returns the number and token of the permit that the instance's
+// last record would be granted next (semacquire.lua's ARGV[19]), if any:
+// the next attempt claims it, in case its grant message was lost. Grants
+// of a run come in order, so a lost one is the first not yet got.
+func (s *Semaphore) claimArg() (uint64, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := &s.grants.recs[(s.grants.at+grantRecords-1)%grantRecords]
+	for k := uint64(0); k < x.n; k++ {
+		if x.given&(1<<k) == 0 {
+			return x.seq + k, wire.GrantToken(s.eng.core.ClientID, x.seq+k, s.count)
+		}
+	}
+	return 0, ""
+}
+
+// took records that the instance got the permit of number seq (0: none)
+// by an attempt, p, and reports whether a grant of it came first: then it
+// is a spare of the instance's already (granted), and p is not to be used.
+func (s *Semaphore) took(seq uint64, p *permit) bool {
 	if seq == 0 {
-		return grantNone
+		return false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i := range s.grants.recs {
-		if x := &s.grants.recs[i]; x.seq == seq {
-			was := x.state
-			if was == grantWaiting {
-				x.state = to
-			}
-			return was
-		}
+	x := s.grants.find(seq)
+	if x == nil {
+		return false
 	}
-	return grantNone
+	k := seq - x.seq
+	if x.given&(1<<k) != 0 {
+		return true
+	}
+	x.given |= 1 << k
+	x.permits[k] = p
+	return false
 }
 
-// granted takes the permit that a script granted to attempt seq, with
-// fencing token fence (turn subscriber): a spare for the leases that wait
-// (give), or given back if none does, or the attempt was given up
-// (grantDropped). One the attempt took itself is its lease's already.
-func (s *Semaphore) granted(seq uint64, fence int64) {
+// granted takes the permit that a script granted for g.Seq, with fencing
+// token g.Fence (turn subscriber): a spare for the leases that wait
+// (give), or given back if none does (they gave up). A grant that left the
+// instance queued for more (its run goes on) leaves the next head to wait
+// for the next grant, at most a poll interval (grantWait). A number the
+// instance got already (a resent attempt that recorded an old run again)
+// is given back unless its permit is still held here; one it does not
+// remember is given back.
+func (s *Semaphore) granted(g wire.Grant) {
 	r := s.eng
+	now := r.core.Now()
+	token := wire.GrantToken(r.core.ClientID, g.Seq, s.count)
 	s.mu.Lock()
-	var rec grantRecord
-	for i := range s.grants.recs {
-		if x := &s.grants.recs[i]; x.seq == seq {
-			rec = *x
-			if x.state == grantWaiting {
-				x.state = grantGiven
-			}
-			break
+	x := s.grants.find(g.Seq)
+	if x == nil {
+		s.mu.Unlock()
+		r.core.Log.Warn("lockyard: a semaphore permit was granted for an attempt this registry no longer remembers; it is given back", "key", s.key)
+		s.releaseLater(token)
+		return
+	}
+	k := g.Seq - x.seq
+	if x.given&(1<<k) != 0 {
+		held := x.permits[k] != nil && !x.permits[k].h.Load().Released()
+		s.mu.Unlock()
+		if !held {
+			s.releaseLater(token)
+		}
+		return
+	}
+	x.given |= 1 << k
+	rec := *x
+	if x == &s.grants.recs[(s.grants.at+grantRecords-1)%grantRecords] {
+		// The latest record: the line holds the instance as its grant left
+		// it (an older record's grant says nothing of a later attempt's).
+		more := g.Seq+1 < x.seq+x.n // the script queued the instance again for the run's next grant
+		s.queued = more
+		s.queuedAt++
+		s.grantWait = 0
+		if more {
+			s.grantWait = now + int64(r.cfg.idle)
 		}
 	}
-	if rec.state == grantWaiting {
-		s.queued = false // the script took the entry out of line
-		s.queuedAt++
+	deadline := core.ValidUntil(rec.sent, rec.ttl)
+	var p *permit
+	if now < deadline {
+		// Its run of local holds starts now: the grant was its last command.
+		p = &permit{s: s, run: core.Run{Since: now, LastCmd: now}}
+		x.permits[k] = p
 	}
 	s.mu.Unlock()
-	switch rec.state {
-	case grantNone:
-		r.core.Log.Warn("lockyard: a semaphore permit was granted to an attempt this registry no longer remembers; it is held until its TTL", "key", s.key)
-		return
-	case grantTaken:
-		return
-	case grantDropped:
-		s.releaseLater(rec.token)
+	if p == nil {
+		s.releaseLater(token)
 		return
 	}
-	ttl := time.Duration(rec.ttl)
-	deadline, now := core.ValidUntil(rec.sent, ttl), r.core.Now()
-	if now >= deadline {
-		s.releaseLater(rec.token)
-		return
-	}
-	// Its run of local holds starts now: the grant was its last command.
-	p := &permit{s: s, run: core.Run{Since: now, LastCmd: now}}
-	s.install(p, core.NewHold(&r.core, s.key, rec.token, fence, ttl, deadline, p, s.proto))
+	s.install(p, core.NewHold(&r.core, s.key, token, g.Fence, rec.ttl, deadline, p, s.proto))
 	if s.give(p) != handedOver {
 		p.h.Load().Retire()
-		s.releaseLater(rec.token)
+		s.releaseLater(token)
 	}
+}
+
+// granted hands a grant heard by the turn subscriber to the cached
+// semaphore it is for; one whose semaphore is not cached (evicted after
+// its waiters gave up) is given back.
+func (r *Registry) granted(g wire.Grant) {
+	name, ok := r.layout.UserKey(g.Key)
+	if !ok || r.sem == nil {
+		return
+	}
+	if e, ok := r.cache.peek(name); ok {
+		if s, ok := e.(*Semaphore); ok && s.permits == g.Permits {
+			s.granted(g)
+			return
+		}
+	}
+	newSemaphore(&r.engine, r.sem, name, g.Permits).releaseLater(wire.GrantToken(r.core.ClientID, g.Seq, wire.CountSuffix(g.Permits)))
 }

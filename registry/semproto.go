@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -57,7 +56,8 @@ var _ core.Renewer = (*semProto)(nil)
 // wait): sleep and after are then for the next one.
 type semGrant struct {
 	grant
-	queued bool
+	queued  bool
+	claimed bool // the permit is the claim's (semacquire.lua's ARGV[19])
 }
 
 // acquire takes a permit of lk for token if one is free for the caller,
@@ -65,18 +65,21 @@ type semGrant struct {
 // compare: the attempt compares permits with the holders' count (at most
 // once a second: compareEvery); quiet: the caller expects the semaphore
 // free, with nobody in line.
-func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, permits int, h hint, more, compare, quiet bool, seq uint64) (semGrant, error) {
+func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, permits int, h hint, more, compare, quiet bool, record, claim string) (semGrant, error) {
 	s := &p.s
-	gs := ""
-	if seq != 0 {
-		gs = strconv.FormatUint(seq, 10)
-	}
 	c := Call{Keys: s.lockKeys(lk, true), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
 		s.fenceArg, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), permits, flag(more), flag(h.queued), flag(compare),
-		flag(quiet), gs}}
+		flag(quiet), record, claim}}
 	v, err := p.one.One(ctx, semAcquireScript, c)
 	if err != nil {
 		return semGrant{grant: unknown}, err
+	}
+	if x, ok := v.([]any); ok && len(x) == 2 && x[0] == int64(6) { // {6, fence}: the claim's
+		f, ok := x[1].(int64)
+		if !ok {
+			return semGrant{grant: unknown}, fmt.Errorf("lockyard: unexpected reply %v", v)
+		}
+		return semGrant{grant: grant{ok: true, fence: f}, claimed: true}, nil
 	}
 	if x, ok := v.([]any); ok && len(x) == 4 { // {1, fence, sleep, after}: granted, and queued again
 		n, err := replyInts([]any{x[0], x[2], x[3]}, 3)

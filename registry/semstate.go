@@ -90,6 +90,9 @@ type Semaphore struct {
 	// head set it since the pass was sent.
 	queuedAt uint64
 	grants   grantBook // the attempts that a script may grant a permit to (semgrant.go)
+	// grantWait: a grant queued the instance again for its next head,
+	// which waits for its own grant until then (registry clock; 0: none).
+	grantWait int64
 }
 
 // semTurn is the head's bookkeeping between heads: the instance's wait in

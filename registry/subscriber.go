@@ -53,6 +53,10 @@ type subscriber struct {
 	// grant, if set, hands a permit that a semaphore's script granted to
 	// the waiter that channel ch names (the turn subscriber's).
 	grant func(ch string)
+	// own is set while it subscribes to pattern (not wide): the turn
+	// subscriber then hears its registry's grants alone, and its
+	// semaphores' waiters ask for them (semgrant.go).
+	own atomic.Bool
 	// watch, if set, are the waiters on several keys that it wakes too
 	// (the release subscriber's: AcquireAll).
 	watch *watchers
@@ -87,22 +91,16 @@ func newReleaseSubscriber(c *core.Core, cache *cache, watch *watchers, layout wi
 }
 
 // newTurnSubscriber returns r's subscriber to its semaphore turns.
-func newTurnSubscriber(c *core.Core, cache *cache, layout wire.Layout, cfg *config) *subscriber {
+//
+// granted is told of each grant (semgrant.go).
+func newTurnSubscriber(c *core.Core, cache *cache, layout wire.Layout, cfg *config, granted func(wire.Grant)) *subscriber {
 	id := c.ClientID
 	return &subscriber{c: c, cache: cache, layout: layout, retry: cfg.refusedRetry,
 		pattern: layout.TurnPattern(id), wide: layout.AllTurnsPattern(),
 		lockKey: func(ch string) (string, bool) { return layout.LockKeyOfTurnChannel(id, ch) },
 		grant: func(ch string) {
-			lk, seq, fence, ok := layout.LockKeyOfGrantChannel(id, ch)
-			if !ok {
-				return
-			}
-			if name, ok := layout.UserKey(lk); ok {
-				if e, ok := cache.peek(name); ok {
-					if sem, ok := e.(*Semaphore); ok {
-						sem.granted(seq, fence)
-					}
-				}
+			if g, ok := layout.GrantOfChannel(id, ch); ok && granted != nil {
+				granted(g)
 			}
 		},
 		wakes: byTurn}
@@ -199,6 +197,8 @@ func (s *subscriber) session(bo *core.Backoff, pattern string) (subscribed bool,
 	defer sub.Close()
 	bo.Reset()
 	s.refused.Store(false)
+	s.own.Store(pattern == s.pattern)
+	defer s.own.Store(false)
 	s.wakeAll() // waiters that polled meanwhile switch to wake-ups
 	return true, s.serve(sub, sender{tick: func() error { return sub.Ping(s.c.BG.Ctx) }})
 }

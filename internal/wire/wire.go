@@ -155,39 +155,51 @@ func (w Layout) TurnChannel(id, lk string) string { return w.TurnPrefix() + id +
 // channel of registry id, and its grant channels (GrantChannel).
 func (w Layout) TurnPattern(id string) string { return GlobEscape(w.TurnPrefix()+id) + "[:|]*" }
 
-// GrantChannel returns the channel on which registry id is told that a
-// script gave its waiter a permit of the semaphore whose lock key is lk,
-// for the token of the waiter's refused attempt numbered seq, with fencing
-// token fence (0 without fencing): TurnPrefix id "|" seq "." fence ":" lk
-// (lua/prelude.lua, deliver, builds it). TurnPattern matches it; a turn
-// channel is never one, nor the probe that precedes it (TurnPrefix id
-// "|:" lk), which the registry ignores.
-func (w Layout) GrantChannel(id string, seq uint64, fence int64, lk string) string {
-	return w.TurnPrefix() + id + "|" + strconv.FormatUint(seq, 10) + "." + strconv.FormatInt(fence, 10) + ":" + lk
+// Grant is what a grant channel says (GrantChannel): a script gave
+// registry id's waiter the permit GrantToken(id, Seq, CountSuffix(Permits))
+// of the semaphore whose lock key is Key, with fencing token Fence (0
+// without fencing).
+type Grant struct {
+	Key     string
+	Seq     uint64
+	Fence   int64
+	Permits int
 }
 
-// LockKeyOfGrantChannel returns the lock key, attempt number and fencing
-// token that the grant channel ch of registry id names (GrantChannel),
-// and false if ch is not one of its grant channels.
-func (w Layout) LockKeyOfGrantChannel(id, ch string) (lk string, seq uint64, fence int64, ok bool) {
+// GrantChannel returns g's channel for registry id: TurnPrefix id "|" seq
+// "." fence "#" permits ":" lk (lua/prelude.lua, deliver, builds it).
+// TurnPattern matches it; a turn channel is never one, nor the probe that
+// precedes it (TurnPrefix id "|:" lk), which the registry ignores.
+func (w Layout) GrantChannel(id string, g Grant) string {
+	return w.TurnPrefix() + id + "|" + strconv.FormatUint(g.Seq, 10) + "." + strconv.FormatInt(g.Fence, 10) + CountSuffix(g.Permits) + ":" + g.Key
+}
+
+// GrantOfChannel returns the grant that the channel ch of registry id
+// names (GrantChannel), and false if ch is not one of its grant channels.
+func (w Layout) GrantOfChannel(id, ch string) (Grant, bool) {
 	rest, ok := strings.CutPrefix(ch, w.TurnPrefix()+id+"|")
 	if !ok {
-		return "", 0, 0, false
+		return Grant{}, false
 	}
 	head, lk, ok := strings.Cut(rest, ":")
 	if !ok {
-		return "", 0, 0, false
+		return Grant{}, false
 	}
-	a, b, ok := strings.Cut(head, ".")
+	a, rest, ok := strings.Cut(head, ".")
 	if !ok {
-		return "", 0, 0, false
+		return Grant{}, false
+	}
+	b, c, ok := strings.Cut(rest, "#")
+	if !ok {
+		return Grant{}, false
 	}
 	seq, err1 := strconv.ParseUint(a, 10, 64)
 	fence, err2 := strconv.ParseInt(b, 10, 64)
-	if err1 != nil || err2 != nil {
-		return "", 0, 0, false
+	permits, err3 := strconv.Atoi(c)
+	if err1 != nil || err2 != nil || err3 != nil || permits < 1 || c != strconv.Itoa(permits) {
+		return Grant{}, false
 	}
-	return lk, seq, fence, true
+	return Grant{Key: lk, Seq: seq, Fence: fence, Permits: permits}, true
 }
 
 // AllTurnsPattern returns the PSUBSCRIBE pattern that matches the turn
@@ -248,6 +260,19 @@ func NewPermitToken(clientID string, seq uint64, count string) string {
 // permit carries the count its holder was made with, so that a holder with
 // another count is refused (semacquire.lua) without a key of its own.
 func CountSuffix(permits int) string { return "#" + strconv.Itoa(permits) }
+
+// GrantTokenPrefix returns the start of the tokens of the permits that a
+// script grants to registry clientID's waiters (GrantToken): the client
+// id, ':' and 'g', which no NewToken counter (16 hex digits) begins with.
+func GrantTokenPrefix(clientID string) string { return clientID + ":g" }
+
+// GrantToken returns the token of the permit that a script granted to
+// registry clientID for attempt number seq, with the count suffix count
+// (CountSuffix): GrantTokenPrefix, seq in decimal, count
+// (lua/prelude.lua, deliver, builds it).
+func GrantToken(clientID string, seq uint64, count string) string {
+	return GrantTokenPrefix(clientID) + strconv.FormatUint(seq, 10) + count
+}
 
 // PermitCount returns the count of permits that a semaphore's permit token
 // carries (CountSuffix), and false for a token without one (a lock's, or a

@@ -127,13 +127,14 @@ func FuzzLayout(f *testing.F) {
 			if got, ok := w.LockKeyOfTurnChannel("0a-b", w.TurnChannel("0a-b", lk)); !ok || got != lk {
 				t.Fatalf("LockKeyOfTurnChannel(TurnChannel(%q)) = %q, %v", lk, got, ok)
 			}
-			grant := w.GrantChannel("0a-b", uint64(len(key)), int64(len(prefix))<<40, lk)
-			if got, seq, fence, ok := w.LockKeyOfGrantChannel("0a-b", grant); !ok || got != lk || seq != uint64(len(key)) || fence != int64(len(prefix))<<40 {
-				t.Fatalf("LockKeyOfGrantChannel(%q) = %q, %d, %d, %v", grant, got, seq, fence, ok)
+			g := Grant{Key: lk, Seq: uint64(len(key)), Fence: int64(len(prefix)) << 40, Permits: len(key)%5 + 1}
+			grant := w.GrantChannel("0a-b", g)
+			if got, ok := w.GrantOfChannel("0a-b", grant); !ok || got != g {
+				t.Fatalf("GrantOfChannel(%q) = %+v, %v; want %+v", grant, got, ok, g)
 			}
-			for _, ch := range []string{w.TurnChannel("0a-b", lk), w.TurnPrefix() + "0a-b|:" + lk, w.GrantChannel("0a-bc", 1, 2, lk)} {
-				if _, _, _, ok := w.LockKeyOfGrantChannel("0a-b", ch); ok {
-					t.Fatalf("LockKeyOfGrantChannel(%q): a grant channel", ch)
+			for _, ch := range []string{w.TurnChannel("0a-b", lk), w.TurnPrefix() + "0a-b|:" + lk, w.GrantChannel("0a-bc", g)} {
+				if _, ok := w.GrantOfChannel("0a-b", ch); ok {
+					t.Fatalf("GrantOfChannel(%q): a grant channel", ch)
 				}
 			}
 			if _, ok := w.LockKeyOfTurnChannel("0a-b", grant); ok {

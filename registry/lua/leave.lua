@@ -45,11 +45,7 @@ if ARGV[6] then
   if now and type(held) == 'number' then -- a sorted set (P.live raises on another type)
     local P = permitRules()
     local free = ARGV[7] - P.live(KEYS[1], now)
-    local fence = nil
-    if ARGV[6] == 'f' then
-      fence = KEYS[6]
-    end
-    P.offer(R, q, KEYS[1], now, free, ARGV[8], {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, fence)
+    P.offer(R, q, KEYS[1], now, free, ARGV[8], {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, KEYS[6], '#' .. ARGV[7])
   end
   return 1
 end

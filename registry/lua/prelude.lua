@@ -28,7 +28,7 @@
 --            LAPSE is when its entry stops counting unless it tries again;
 --            END, when the turn it was last given ended (until it tries).
 --            A semaphore's listener has a second field, id .. '|': its
---            grant record, 'TOKEN TTL SEQ' (semacquire.lua, deliver).
+--            grant record (semacquire.lua's ARGV[18], deliver).
 --   q.turn   string: the waiter that a free lock key is kept for, while
 --            this key lives (a few ms; set by grant).
 -- A waiter is one lock instance ('registryId/n'): the head of that
@@ -470,51 +470,6 @@ local function shared()
       return true, told
     end
 
-    -- offer gives the turns of free permits of key to the waiters first in
-    -- line (admit, for a caller not in line) and tells the listeners among
-    -- them (tell, on prefix): what every script does with permits that it
-    -- freed, or found free, beside the one it deals with.
-    -- deliver tells each listener of told (admit) that its turn has come,
-    -- on its registry's turn channel (tell): TURNPREFIX REGID ':' KEY. A
-    -- listener whose entry carries a grant record (field id .. '|' of
-    -- q.info: 'TOKEN TTL SEQ', written by its refused attempt,
-    -- semacquire.lua) is given the permit instead, if its registry listens:
-    -- a probe (TURNPREFIX REGID '|:' KEY, which the registry ignores) that
-    -- the server delivered to a subscriber (PUBLISH counts its receivers)
-    -- is followed by the permit, set for TOKEN for TTL ms, the entry's
-    -- leaving the line, and the grant message TURNPREFIX REGID '|' SEQ '.'
-    -- FENCE ':' KEY. The grant message is sent only for a permit set, so
-    -- that a count that misses a receiver (a Cluster counts those of one
-    -- node) costs a grant, never a permit: a probe heard by nobody is
-    -- followed by the turn message, as for a listener without a record.
-    -- fence: the fence counter key, or nil (FENCE 0).
-    local function deliver(R, q, key, told, now, prefix, fence)
-      for _, id in ipairs(told) do
-        local reg = string.match(id, '^([^/]+)/')
-        if reg then
-          local token, ttl, seq = nil, nil, nil
-          local rec = R.qcall('HGET', q.info, id .. '|')
-          if type(rec) == 'string' then
-            token, ttl, seq = string.match(rec, '^(%S+) (%d+) (%d+)$')
-          end
-          local heard = token and redis.pcall('PUBLISH', prefix .. reg .. '|:' .. key, key)
-          if type(heard) == 'number' and heard > 0 then
-            ttl = ttl + 0
-            local f = hold(key, token, now, ttl, fence, 1)
-            R.drop(q, id)
-            redis.pcall('PUBLISH', prefix .. reg .. '|' .. seq .. '.' .. ms(f) .. ':' .. key, key)
-          else
-            redis.pcall('PUBLISH', prefix .. reg .. ':' .. key, key)
-          end
-        end
-      end
-    end
-
-    local function offer(R, q, key, now, free, prefix, r, fence)
-      local _, told = admit(R, q, now, free, nil, r)
-      deliver(R, q, key, told, now, prefix, fence)
-    end
-
     -- toBack puts waiter id, in line or not, at the back of the queue q
     -- (the wait queue's rules R) as a waiter of kind that begins to wait
     -- now. It is enqueue for a waiter known to be last, with fewer calls:
@@ -525,6 +480,79 @@ local function shared()
       if kind == 'p' then
         R.qcall('ZADD', q.polls, since, id)
       end
+    end
+
+    -- deliver tells each listener of told (admit) that its turn has come,
+    -- on its registry's turn channel (tell): TURNPREFIX REGID ':' KEY. A
+    -- listener whose entry carries a grant record (field id .. '|' of
+    -- q.info, written by its refused attempt: semacquire.lua's ARGV[18],
+    -- 'PREFIX COUNT TTL SEQ MORE IDLE FENCED') is given a permit instead,
+    -- if COUNT is count (the suffix of this semaphore's tokens: the
+    -- waiter's count of permits is the holders') and its registry
+    -- listens: a probe (TURNPREFIX REGID '|:' KEY, which the registry
+    -- ignores) that the server delivered to a subscriber (PUBLISH counts
+    -- its receivers) is followed by the permit PREFIX SEQ COUNT, set for
+    -- TTL ms unless it is set already, with a fencing token from the
+    -- counter fence if FENCED is 1, and the grant message TURNPREFIX
+    -- REGID '|' SEQ '.' FENCE COUNT ':' KEY (wire.Layout.GrantChannel). With MORE leases of the registry
+    -- waiting behind, its entry queues again at the back (as
+    -- semacquire.lua's granted), its record for SEQ + 1 and MORE - 1, due
+    -- in IDLE ms; else it leaves the line. The grant message is sent only
+    -- for a permit set, so a count that misses a receiver (a Cluster
+    -- counts those of one node) costs a grant, never a permit: a probe
+    -- heard by nobody, like every case without a grant, is followed by
+    -- the turn message. A grant message lost on the way is claimed by the
+    -- waiter's next attempt (semacquire.lua, ARGV[19]).
+    local function deliver(R, q, key, told, now, prefix, fence, count)
+      for _, id in ipairs(told) do
+        local reg = string.match(id, '^([^/]+)/')
+        if reg then
+          local pre, c, ttl, seq, more, idle, fenced
+          local rec = R.qcall('HGET', q.info, id .. '|')
+          if type(rec) == 'string' then
+            pre, c, ttl, seq, more, idle, fenced = string.match(rec, '^(%S+) (%S+) (%d+) (%d+) (%d+) (%d+) ([01])$')
+          end
+          local granted = false
+          local heard = pre and c == count and redis.pcall('PUBLISH', prefix .. reg .. '|:' .. key, key)
+          if type(heard) == 'number' and heard > 0 then
+            ttl = ttl + 0
+            if redis.call('ZADD', key, 'NX', ms(now + ttl), pre .. seq .. c) == 1 then
+              granted = true
+              if redis.call('PTTL', key) < ttl then
+                redis.call('PEXPIRE', key, ttl)
+              end
+              local f = 0
+              if fenced == '1' then
+                f = nextFence(fence)
+                if redis.call('PTTL', fence) < ttl then
+                  redis.call('PEXPIRE', fence, ttl)
+                end
+              end
+              if more + 0 > 0 then
+                toBack(R, q, id, 'l', now)
+                local due = now + idle
+                R.describe(q, id, 'l', now, due, due + idle,
+                  table.concat({pre, c, ttl, ms(seq + 1), ms(more - 1), idle, fenced}, ' '))
+              else
+                R.drop(q, id)
+              end
+              redis.pcall('PUBLISH', prefix .. reg .. '|' .. seq .. '.' .. ms(f) .. c .. ':' .. key, key)
+            end
+          end
+          if not granted then
+            redis.pcall('PUBLISH', prefix .. reg .. ':' .. key, key)
+          end
+        end
+      end
+    end
+
+    -- offer gives the turns of free permits of key to the waiters first in
+    -- line (admit, for a caller not in line) and tells the listeners among
+    -- them (deliver, on prefix): what every script does with permits that
+    -- it freed, or found free, beside the one it deals with.
+    local function offer(R, q, key, now, free, prefix, r, fence, count)
+      local _, told = admit(R, q, now, free, nil, r)
+      deliver(R, q, key, told, now, prefix, fence, count)
     end
 
     -- soonest returns the ms until the first permit of key expires, or -2

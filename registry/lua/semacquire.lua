@@ -40,14 +40,23 @@
 --          line (its instance is quiet: semlease.go, core.Crowd): unless
 --          it is in line, one EXISTS of the semaphore key and the queue
 --          comes first, and when neither exists it is the only read
--- ARGV[18] the attempt's number ('' for none): a listener (ARGV[4] 2)
---          that is refused and queued records it in its entry, with the
---          token and TTL (field waiter id .. '|' of the queue info), so
---          that the script that gives it its turn may give it the permit
---          for that token instead (prelude.lua, deliver: a grant). A
---          later refusal replaces the record; leaving the line drops it.
+-- ARGV[19] a claim ('' for none): the token of a permit granted to the
+--          caller's registry (ARGV[18]) whose grant message it may have
+--          missed; if that permit is held and live, it is the caller's:
+--          {6, fence}, its expiry reset to ARGV[2] from now.
+-- ARGV[18] a grant record ('' for none): a listener (ARGV[4] 2) that is
+--          refused and queued, or queued again (ARGV[14]), records it in
+--          its entry (field waiter id .. '|' of the queue info), so that the
+--          script that gives it its turn may give it a permit instead
+--          (prelude.lua, deliver: a grant): 'PREFIX COUNT TTL SEQ MORE IDLE
+--          FENCED', the permit's token PREFIX SEQ COUNT (the caller's own
+--          token is that of its SEQ), for TTL ms, with a fencing token if
+--          FENCED is 1; MORE leases of the caller's registry wait behind
+--          it, each granted in turn (SEQ + 1, ...), the entry due IDLE ms
+--          after each. A later record replaces it (not an earlier one of
+--          the same registry: a resend); leaving the line drops it.
 --
--- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
+-- Reply: {6, fence} acquired with the claim (ARGV[19]); {1, fence} acquired (fence: a new fencing token, 0 without
 --        fencing); the caller leaves the queue. 1: acquired on the
 --        uncontended path (no fence, nobody in line). {1, fence, sleep, after}
 --        the same, and the caller's instance is queued again (ARGV[14]):
@@ -75,6 +84,23 @@
 --        semaphore key holds a TYPE", where TYPE may be read); an
 --        error when the script may not call TIME (see docs/SECURITY.md).
 local token, id = ARGV[1], ARGV[3]
+local grantRecord = ARGV[18] or '' -- a caller before grants sends none
+
+-- fresh returns grant record rec to write in the caller's entry, unless the
+-- entry holds a later one of the same registry (a resent attempt's: its
+-- first run's grants moved it on, and going back would grant a number
+-- twice); then nil. A registry numbers its grants in increasing order.
+local function fresh(R, q, rec)
+  local pre, seq = string.match(rec, '^(%S+) %S+ %d+ (%d+) ')
+  local had = pre and R.qcall('HGET', q.info, id .. '|')
+  if type(had) == 'string' then
+    local hpre, hseq = string.match(had, '^(%S+) %S+ %d+ (%d+) ')
+    if hpre == pre and hseq + 0 > seq + 0 then
+      return nil
+    end
+  end
+  return rec
+end
 -- found: how many of the semaphore key and its queue exist (nil: not
 -- asked, or EXISTS refused), asked first by a caller that expects a free
 -- semaphore (ARGV[17]): when neither does, that one call stands for ZCARD
@@ -103,6 +129,27 @@ if found ~= 0 then
   if type(held) ~= 'number' then
     local t = redis.pcall('TYPE', KEYS[1]) -- for the error's words: lockyard's other kinds are named by their types
     return redis.error_reply('WRONGTYPE semaphore key holds a ' .. (t.ok or 'value that is not a sorted set'))
+  end
+end
+local claim = ARGV[19] or ''
+if claim ~= '' and held > 0 then
+  -- The permit of a grant whose message the caller did not get (prelude.lua,
+  -- deliver): the caller's since, live. Its time to live starts now, as the
+  -- caller counts it: {6, fence}.
+  local score = redis.call('ZSCORE', KEYS[1], claim)
+  local now = score and clock()
+  if now and score + 0 > now then
+    local ttl = ARGV[2] + 0
+    redis.call('ZADD', KEYS[1], 'XX', string.format('%d', now + ttl), claim)
+    if redis.call('PTTL', KEYS[1]) < ttl then
+      redis.call('PEXPIRE', KEYS[1], ttl)
+    end
+    local fence = 0
+    if ARGV[7] == '1' then
+      local _, _, _, permitRules = shared()
+      fence = permitRules().fenced(KEYS[6], ttl)
+    end
+    return {6, fence}
   end
 end
 if ARGV[4] == '0' and ARGV[16] ~= '1' and held >= ARGV[13] + 0 then
@@ -183,14 +230,24 @@ local function granted(told)
     P.toBack(R, q, id, kind, now)
     local sleep = R.pause(P.soonest(KEYS[1], now), 0, nil, idle, spread)
     local due = now + sleep + ARGV[12]
-    R.describe(q, id, kind, now, due, due + idle)
+    local record = nil
+    if mode == 2 then
+      -- Its next leases are granted the permits: the one that took this
+      -- permit is not among them.
+      local pre, count, t, seq, more, every, fenced = string.match(grantRecord, '^(%S+) (%S+) (%d+) (%d+) (%d+) (%d+) ([01])$')
+      if pre and more + 0 > 0 then
+        local f = string.format
+        record = fresh(R, q, table.concat({pre, count, t, f('%d', seq + 1), f('%d', more - 1), every, fenced}, ' '))
+      end
+    end
+    R.describe(q, id, kind, now, due, due + idle, record)
     if told then
-      P.deliver(R, q, KEYS[1], told, now, ARGV[8], fenceKey)
+      P.deliver(R, q, KEYS[1], told, now, ARGV[8], KEYS[6], '#' .. ARGV[13])
     end
     return {1, fence, sleep, 1}
   end
   if told then -- the next lease tries at once
-    P.deliver(R, q, KEYS[1], told, now, ARGV[8], fenceKey)
+    P.deliver(R, q, KEYS[1], told, now, ARGV[8], KEYS[6], '#' .. ARGV[13])
   end
   return {1, fence}
 end
@@ -225,12 +282,12 @@ if ok then
     -- Permits are free besides the caller's: admit stopped at the caller
     -- (first in line, or ahead of those told) and told nobody behind it.
     -- Their turns go to the first in line now.
-    P.offer(R, q, KEYS[1], now, free - 1, ARGV[8], rules, fenceKey)
+    P.offer(R, q, KEYS[1], now, free - 1, ARGV[8], rules, KEYS[6], '#' .. ARGV[13])
   end
   return granted(told)
 end
 if told then
-  P.deliver(R, q, KEYS[1], told, now, ARGV[8], fenceKey)
+  P.deliver(R, q, KEYS[1], told, now, ARGV[8], KEYS[6], '#' .. ARGV[13])
 end
 if held > 0 and redis.call('ZSCORE', KEYS[1], token) then
   -- A resend after a lost reply, whose first run took a permit: it is the
@@ -257,8 +314,8 @@ local ahead = R.enqueue(q, id, kind, now, turnLeft == nil) -- the rank matters t
 local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
 local due = now + sleep + ARGV[12]
 local record = nil
-if mode == 2 and ARGV[18] and ARGV[18] ~= '' then
-  record = token .. ' ' .. ARGV[2] .. ' ' .. ARGV[18]
+if mode == 2 and grantRecord ~= '' then
+  record = fresh(R, q, grantRecord)
 end
 R.describe(q, id, kind, now, due, due + idle, record)
 return {status, sleep, 1}

@@ -38,9 +38,5 @@ end
 local P = permitRules()
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
 local free = ARGV[6] - P.live(KEYS[1], now)
-local fence = nil
-if ARGV[7] == '1' then
-  fence = KEYS[6]
-end
-P.offer(queueRules(), q, KEYS[1], now, free, ARGV[2], {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, fence)
+P.offer(queueRules(), q, KEYS[1], now, free, ARGV[2], {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, KEYS[6], '#' .. ARGV[6])
 return -1

@@ -55,19 +55,20 @@ if ARGV[9] == '1' then
     end
     return {3}
   end
-  P.offer(queueRules(), q, KEYS[1], now, ARGV[8] - P.live(KEYS[1], now), ARGV[3], rules, fenceKey)
+  P.offer(queueRules(), q, KEYS[1], now, ARGV[8] - P.live(KEYS[1], now), ARGV[3], rules, KEYS[6], '#' .. ARGV[8])
   return {2}
 end
-local keep, R, free = true, nil, 0
+local keep, R, free, told = true, nil, 0, nil
 if ARGV[12] == '1' or not queueEmpty(KEYS[2]) then
   R = queueRules()
   -- Would the waiters in line be admitted with this permit given back?
-  -- Then the free permits cover them: keep it.
+  -- Then the free permits cover them: keep it. Those told are told last
+  -- (deliver): a grant takes an entry out of line, and the offer below
+  -- must count them ahead.
   free = ARGV[8] - P.live(KEYS[1], now) + 1
-  local told
   keep, told = P.admit(R, q, now, free, ARGV[10], rules)
-  P.deliver(R, q, KEYS[1], told, now, ARGV[3], fenceKey)
 end
+local count = '#' .. ARGV[8]
 if keep then
   if R then
     if ARGV[11] ~= '1' then
@@ -77,10 +78,15 @@ if keep then
       -- Permits are free besides this one, and the holder's entry may have
       -- been first in line for them (admit stops at it), or told a turn
       -- that it no longer takes: their turns go to the first in line now.
-      P.offer(R, q, KEYS[1], now, free - 1, ARGV[3], rules, fenceKey)
+      P.offer(R, q, KEYS[1], now, free - 1, ARGV[3], rules, KEYS[6], count)
     end
   end
-  return {1, P.hold(KEYS[1], ARGV[1], now, ARGV[2] + 0, fenceKey, 1)}
+  local fence = P.hold(KEYS[1], ARGV[1], now, ARGV[2] + 0, fenceKey, 1)
+  if told then
+    P.deliver(R, q, KEYS[1], told, now, ARGV[3], KEYS[6], count)
+  end
+  return {1, fence}
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
+P.deliver(R, q, KEYS[1], told, now, ARGV[3], KEYS[6], count)
 return {2}

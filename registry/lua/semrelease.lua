@@ -55,11 +55,7 @@ local R = queueRules()
 local P = permitRules()
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
 local free = ARGV[6] - P.live(KEYS[1], now)
-local fenceKey = nil
-if ARGV[7] == '1' then
-  fenceKey = KEYS[6]
-end
-P.offer(R, q, KEYS[1], now, free, ARGV[2], {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, fenceKey)
+P.offer(R, q, KEYS[1], now, free, ARGV[2], {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, KEYS[6], '#' .. ARGV[6])
 if queueEmpty(KEYS[2]) then
   forget()
   return 1
