@@ -3,11 +3,13 @@ package registry
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/lockyard/lockyard/internal/core"
+	"github.com/lockyard/lockyard/internal/wire"
 )
 
 // Test-only views of internals.
@@ -200,3 +202,40 @@ var SemPassSource = preludeSrc + semPassSrc
 
 // ObtainSource is obtain.lua as clients run it.
 var ObtainSource = preludeSrc + obtainSrc
+
+// Grants (semgrant.go).
+
+// TookThenGranted replays the interleaving of attempt() (took(seq, p)
+// done, install not yet) with the turn subscriber's granted(seq).
+func TookThenGranted(s *Semaphore) (err error) {
+	seq, _, _ := s.grantRecordArg(s.eng.core.Now(), 10*time.Second, 1)
+	p := &permit{s: s}
+	if s.took(seq, p) {
+		return fmt.Errorf("took: granted first")
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("granted panicked: %v", v)
+		}
+	}()
+	s.granted(wire.Grant{Key: s.key, Seq: seq, Permits: s.permits})
+	return nil
+}
+
+// Granted delivers a grant message for seq to s, as its turn
+// subscriber would.
+func Granted(s *Semaphore, seq uint64) {
+	s.granted(wire.Grant{Key: s.key, Seq: seq, Permits: s.permits})
+}
+
+// Spares returns the tokens and TTLs of s's spares.
+func Spares(s *Semaphore) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, p := range s.spare {
+		h := p.h.Load()
+		out = append(out, fmt.Sprintf("%s ttl=%v", h.Token, h.TTL()))
+	}
+	return out
+}

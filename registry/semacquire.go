@@ -153,12 +153,13 @@ func (s *Semaphore) deaf() bool {
 func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, waits, first bool, mark int64) (*permit, grant, error) {
 	r := s.eng
 	r.labels.publish(ctx) // once, before the registry's first attempt
-	more := false
+	needers := 0
 	if waits {
 		s.mu.Lock()
-		more = s.needers > 1
+		needers = s.needers
 		s.mu.Unlock()
 	}
+	more := needers > 1
 	var (
 		token, record, claim string
 		seq, claimed         uint64
@@ -166,7 +167,7 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 	sent := r.core.Now()
 	if waits && s.asksGrants(h.deaf) {
 		claimed, claim = s.claimArg()
-		seq, token, record = s.grantRecordArg(sent, ttl)
+		seq, token, record = s.grantRecordArg(sent, ttl, needers)
 	} else {
 		token = r.core.NewPermitToken(s.count)
 	}
@@ -179,7 +180,19 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 	case err != nil:
 		err = otherCount(s.permits, wrongKind(kindSemaphore, err))
 		if core.IsAmbiguous(err) {
-			s.releaseLater(token) // the script may have added the permit
+			// The script may have added the permit, or claimed one: each
+			// is given back, unless a grant of its number came first (a
+			// spare then, maybe in use); a grant of it still to come is
+			// given back too (dropGrant).
+			if s.dropGrant(seq) {
+				s.releaseLater(token)
+			}
+			if s.dropGrant(claimed) {
+				s.releaseLater(claim)
+			}
+			if seq == 0 {
+				s.releaseLater(token)
+			}
 			if waits {
 				s.setQueued(true) // or queued the instance: a head that gives up leaves the line
 			}
@@ -188,13 +201,15 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 	case !g.ok:
 		if waits {
 			s.turn.rtt = time.Duration(r.core.Now() - sent)
-			s.setQueued(true)
+			if !s.grantCameFirst(seq) { // a grant that came before this reply set queued as the line is
+				s.setQueued(true)
+			}
 		} else {
 			s.crowd.Found(true, sent) // a full semaphore: the next attempt reads its count first, and a release gives turns
 		}
 		return nil, g.grant, nil
 	}
-	if waits {
+	if waits && !g.claimed { // a claim leaves the entry as its grant left it
 		s.setQueued(g.queued)
 	}
 	if waits && g.queued { // queued again for the leases behind (only a head asks): the next head waits for its turn
@@ -203,13 +218,15 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 			r.turns.Listen(s.wake) // its turn is told on the registry's turn channel
 		}
 	}
-	deadline := core.ValidUntil(sent, ttl)
-	if r.core.Now() >= deadline { // the reply came too late to be of use
-		s.releaseLater(token)
-		return nil, grant{sleep: 0, after: -1}, nil
-	}
 	if g.claimed {
 		token, seq = claim, claimed
+	}
+	deadline := core.ValidUntil(sent, ttl)
+	if r.core.Now() >= deadline { // the reply came too late to be of use
+		if s.dropGrant(seq) || seq == 0 {
+			s.releaseLater(token)
+		}
+		return nil, grant{sleep: 0, after: -1}, nil
 	}
 	p := &permit{s: s, run: core.Run{Since: sent, LastCmd: sent}}
 	if s.took(seq, p) {

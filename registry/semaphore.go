@@ -170,8 +170,18 @@ func (s *Semaphore) gotPermit(who *reentrant.Owner) {
 	s.done(who)
 }
 
-// giveUp ends the wait of a lease that gets no permit (done).
-func (s *Semaphore) giveUp(who *reentrant.Owner) { s.done(who) }
+// giveUp ends the wait of a lease that gets no permit (done). The last to
+// give up gives back the permit that a grant whose message was lost may
+// hold: no attempt of the instance will claim it (dropClaimable).
+func (s *Semaphore) giveUp(who *reentrant.Owner) {
+	s.done(who)
+	s.mu.Lock()
+	last := s.needers == 0
+	s.mu.Unlock()
+	if last && s.pubsub {
+		s.dropClaimable()
+	}
+}
 
 // done ends the wait of a lease, and hands the head on if it had it (who:
 // the head's owner). The last lease to stop waiting gives back the permits

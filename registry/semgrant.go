@@ -74,13 +74,13 @@ func (s *Semaphore) asksGrants(deaf bool) bool {
 }
 
 // grantRecordArg returns the first number, the token and the grant record
-// (semacquire.lua's ARGV[18]) of an attempt sent at sent for a TTL of ttl,
-// and remembers the record before it is sent: the grant's message may come
-// before the attempt's reply.
-func (s *Semaphore) grantRecordArg(sent int64, ttl time.Duration) (uint64, string, string) {
+// (semacquire.lua's ARGV[18]) of an attempt sent at sent for a TTL of ttl
+// while needers leases wait, and remembers the record before it is sent:
+// the grant's message may come before the attempt's reply.
+func (s *Semaphore) grantRecordArg(sent int64, ttl time.Duration, needers int) (uint64, string, string) {
 	r := s.eng
 	s.mu.Lock()
-	more := uint64(min(max(s.needers-1, 0), maxGrantRun-1))
+	more := uint64(min(max(needers-1, 0), maxGrantRun-1))
 	n := more + 1
 	seq := r.grantSeq.Add(n) - n + 1
 	b := &s.grants
@@ -110,6 +110,61 @@ func (s *Semaphore) claimArg() (uint64, string) {
 		}
 	}
 	return 0, ""
+}
+
+// live reports whether permit p, got for a grant number, is still held
+// here: an attempt's (took) before it installed its hold counts as held.
+func live(p *permit) bool {
+	if p == nil {
+		return false
+	}
+	h := p.h.Load()
+	return h == nil || !h.Released()
+}
+
+// dropGrant marks number seq (0: none) as got and given back, unless the
+// instance got it already (a grant came first), and reports whether it did
+// so: the caller then gives its permit back, and a grant of it that comes
+// later is given back too (granted: got, no permit). An attempt whose
+// outcome is unknown drops its number and its claim.
+func (s *Semaphore) dropGrant(seq uint64) bool {
+	if seq == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.grants.find(seq)
+	if x == nil {
+		return true
+	}
+	k := seq - x.seq
+	if x.given&(1<<k) != 0 {
+		return false
+	}
+	x.given |= 1 << k
+	x.permits[k] = nil
+	return true
+}
+
+// grantCameFirst reports whether a grant of attempt seq's first number
+// came before the attempt's reply.
+func (s *Semaphore) grantCameFirst(seq uint64) bool {
+	if seq == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.grants.find(seq)
+	return x != nil && x.given&1 != 0
+}
+
+// dropClaimable gives back, when the last lease stops waiting without a
+// permit, the permit that a grant whose message was lost may hold (the
+// number the next attempt would claim): nobody will claim it.
+func (s *Semaphore) dropClaimable() {
+	if seq, token := s.claimArg(); seq != 0 && s.dropGrant(seq) {
+		s.releaseLater(token)
+	}
 }
 
 // took records that the instance got the permit of number seq (0: none)
@@ -156,7 +211,7 @@ func (s *Semaphore) granted(g wire.Grant) {
 	}
 	k := g.Seq - x.seq
 	if x.given&(1<<k) != 0 {
-		held := x.permits[k] != nil && !x.permits[k].h.Load().Released()
+		held := live(x.permits[k])
 		s.mu.Unlock()
 		if !held {
 			s.releaseLater(token)
@@ -183,9 +238,13 @@ func (s *Semaphore) granted(g wire.Grant) {
 		p = &permit{s: s, run: core.Run{Since: now, LastCmd: now}}
 		x.permits[k] = p
 	}
+	waiting := s.needers > 0
 	s.mu.Unlock()
 	if p == nil {
 		s.releaseLater(token)
+		if waiting {
+			s.signal(core.EveryTurn) // its turn is gone with it: the head tries at once
+		}
 		return
 	}
 	s.install(p, core.NewHold(&r.core, s.key, token, g.Fence, rec.ttl, deadline, p, s.proto))

@@ -135,12 +135,13 @@ local claim = ARGV[19] or ''
 if claim ~= '' and held > 0 then
   -- The permit of a grant whose message the caller did not get (prelude.lua,
   -- deliver): the caller's since, live. Its time to live starts now, as the
-  -- caller counts it: {6, fence}.
+  -- caller counts it, unless it lasts longer already (its grant's message
+  -- may have come meanwhile, and its permit be in use): {6, fence}.
   local score = redis.call('ZSCORE', KEYS[1], claim)
   local now = score and clock()
   if now and score + 0 > now then
     local ttl = ARGV[2] + 0
-    redis.call('ZADD', KEYS[1], 'XX', string.format('%d', now + ttl), claim)
+    redis.call('ZADD', KEYS[1], 'XX', 'GT', string.format('%d', now + ttl), claim)
     if redis.call('PTTL', KEYS[1]) < ttl then
       redis.call('PEXPIRE', KEYS[1], ttl)
     end

@@ -1,0 +1,315 @@
+package registry_test
+
+// Grants under faults: lost replies, lost grant messages, claims racing
+// grants (from a review of the grants, each reproduced before its fix).
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockyard/lockyard/registry"
+)
+
+// ambiguousRefusal: the semacquire.lua run that carries a grant record is
+// run, refused (queued, record written), then `between` runs (a release
+// elsewhere, which grants the record), then the client reports a network
+// error: the reply was lost.
+type ambiguousRefusal struct {
+	registry.Client
+	between atomic.Pointer[func()]
+}
+
+func (c *ambiguousRefusal) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	v, err := c.Client.Eval(ctx, s, keys, args)
+	if s.Name() == "semacquire" && err == nil && len(args) >= 18 && args[17] != "" {
+		if x, ok := v.([]any); ok && len(x) == 3 && x[0] != int64(1) {
+			if f := c.between.Swap(nil); f != nil {
+				(*f)()
+				return nil, errors.New("lockyard-test: i/o timeout")
+			}
+		}
+	}
+	return v, err
+}
+
+func TestSemaphoreGrantAfterLostReplyHeldOnce(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, grantee...), "k", 1)
+		a, err := holder.Acquire(bg(t), 0)
+		mustNil(t, err)
+		c := &ambiguousRefusal{Client: registry.NewPoolClient(b.pool(t))}
+		wr := newRegClientPrefix(t, c, pfx, append(grantee[:len(grantee):len(grantee)], registry.WithLogger(discardLogger))...)
+		waiter := semaphore(t, wr, "k", 1)
+		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+		_, err = waiter.Acquire(ctx, 0)
+		cancel()
+		mustIs(t, err, context.DeadlineExceeded)
+		waitFor(t, 5*time.Second, "the turn subscriber", wr.TurnsSubscribed)
+		release := func() { mustNil(t, a.Release(bg(t))) }
+		c.between.Store(&release)
+		got := acquirePermit(bg(t), waiter, 10*time.Second)
+		le := recvWithin(t, got, 5*time.Second, "the waiter")
+		time.Sleep(200 * time.Millisecond) // let the background give-back run
+		lost := false
+		select {
+		case <-le.Lost():
+			lost = true
+		default:
+		}
+		n := zcard(t, b, holder.Key())
+		other := semaphore(t, newRegPrefix(t, b.pool(t), pfx, grantee...), "k", 1)
+		o, err := other.TryAcquire(bg(t), 0)
+		if err == nil {
+			t.Fatalf("two leases of a 1-permit semaphore: the waiter's (lost=%v) and another registry's; ZCARD before the TryAcquire=%d", lost, n)
+			_ = o
+		}
+		t.Logf("ok: zcard=%d err=%v", zcard(t, b, holder.Key()), err)
+	})
+}
+
+func TestSemaphoreGrantDuringTakeNoPanic(t *testing.T) {
+	b := realBackend()
+	r := newRegPrefix(t, b.pool(t), prefix(t), grantee...)
+	s := semaphore(t, r, "k", 1)
+	if err := registry.TookThenGranted(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A grant whose message is lost, then the only waiting lease gives up
+// before its next attempt (which would claim it): the permit idles.
+func TestSemaphoreLostGrantGivenBackWhenWaitEnds(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, grantee...), "k", 1)
+		a, err := holder.Acquire(bg(t), 0)
+		mustNil(t, err)
+		wr := newRegPrefix(t, b.pool(t), pfx, grantee...)
+		wr.LoseGrants(1)
+		waiter := semaphore(t, wr, "k", 1)
+		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+		_, err = waiter.Acquire(ctx, 0)
+		cancel()
+		mustIs(t, err, context.DeadlineExceeded)
+		waitFor(t, 5*time.Second, "the turn subscriber", wr.TurnsSubscribed)
+		ctx, cancel = context.WithCancel(bg(t))
+		got := acquirePermit(ctx, waiter, 20*time.Second)
+		waitRecord(t, b, pfx, holder.Key())
+		mustNil(t, a.Release(bg(t)))
+		cancel()
+		if le := recvWithin(t, got, 5*time.Second, "the waiter, given up"); le != nil && b.name == "redis" {
+			t.Fatal("got a lease")
+		}
+		time.Sleep(time.Second)
+		other := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLogger(discardLogger)), "k", 1)
+		if _, err := other.TryAcquire(bg(t), 0); err != nil {
+			t.Fatalf("1s after the only waiter gave up, the semaphore is still full (%d held by nobody): %v", zcard(t, b, holder.Key()), err)
+		}
+	})
+}
+
+// A claim (ARGV[19]) resets the granted permit's expiry to the claimer's
+// TTL; if the grant message came meanwhile, the spare it made keeps the
+// record's longer validity, and a lease that takes it without renewal
+// (another spare taken first by the claimer) outlives the permit.
+func TestSemaphoreClaimKeepsGrantedExpiry(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, grantee...), "k", 2)
+	a, err := holder.Acquire(bg(t), 0)
+	mustNil(t, err)
+	c := &claimHook{Client: registry.NewPoolClient(b.pool(t))}
+	wr := newRegClientPrefix(t, c, pfx, append(grantee[:len(grantee):len(grantee)], registry.WithLogger(discardLogger), registry.WithRuns(0, time.Minute))...)
+	wr.LoseGrants(1)
+	waiter := semaphore(t, wr, "k", 2)
+	l0, err := waiter.Acquire(bg(t), 20*time.Second)
+	mustNil(t, err)
+	ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+	_, err = waiter.Acquire(ctx, 0)
+	cancel()
+	mustIs(t, err, context.DeadlineExceeded)
+	waitFor(t, 5*time.Second, "the turn subscriber", wr.TurnsSubscribed)
+
+	ctxA, cancelA := context.WithCancel(bg(t))
+	gotA := acquirePermit(ctxA, waiter, 20*time.Second)
+	waitRecord(t, b, pfx, holder.Key())
+	gotB := acquirePermit(bg(t), waiter, time.Second)
+	waitFor(t, 5*time.Second, "B waiting", func() bool { return waiter.Waiting() == 2 })
+	gotC := acquirePermit(bg(t), waiter, 20*time.Second)
+	waitFor(t, 5*time.Second, "C waiting", func() bool { return waiter.Waiting() == 3 })
+	hook := func(claim string) {
+		t.Logf("hook: claim %s; waiting %d; permits %q", claim, waiter.Waiting(), b.do(t, "ZRANGE", holder.Key(), 0, -1, "WITHSCORES"))
+		mustNil(t, l0.Release(bg(t))) // a local hand-off: the first spare
+		t.Logf("after l0 release: spares %q permits %q queue %q", registry.Spares(waiter), b.do(t, "ZRANGE", holder.Key(), 0, -1), b.do(t, "ZRANGE", queueKey(holder.Key(), false), 0, -1))
+		i := strings.LastIndex(claim, ":g")
+		seq, err := strconv.ParseUint(claim[i+2:strings.IndexByte(claim, '#')], 10, 64)
+		mustNil(t, err)
+		registry.Granted(waiter, seq) // the late grant message: the second spare
+		t.Logf("spares %q", registry.Spares(waiter))
+	}
+	c.hook.Store(&hook)
+	mustNil(t, a.Release(bg(t))) // grants A's record; its message is lost
+	cancelA()
+	if le := recvWithin(t, gotA, 5*time.Second, "A, given up"); le != nil {
+		t.Fatal("A got a lease")
+	}
+	lb := recvWithin(t, gotB, 5*time.Second, "B")
+	t.Logf("B got; permits %q now %d", b.do(t, "ZRANGE", holder.Key(), 0, -1, "WITHSCORES"), time.Now().UnixMilli())
+	lc := recvWithin(t, gotC, 5*time.Second, "C")
+	t.Logf("C got; permits %q now %d", b.do(t, "ZRANGE", holder.Key(), 0, -1, "WITHSCORES"), time.Now().UnixMilli())
+	if lb == nil || lc == nil {
+		t.Fatal("B or C failed")
+	}
+	time.Sleep(1500 * time.Millisecond)
+	lost := func(le *registry.Lease) bool {
+		select {
+		case <-le.Lost():
+			return true
+		default:
+			return false
+		}
+	}
+	t.Logf("permits %q at %v", b.do(t, "ZRANGE", holder.Key(), 0, -1, "WITHSCORES"), time.Now().UnixMilli())
+	t.Logf("B lost=%v C lost=%v zcard=%d", lost(lb), lost(lc), zcard(t, b, holder.Key()))
+	other := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLogger(discardLogger)), "k", 2)
+	n := 0
+	if !lost(lb) {
+		n++
+	}
+	if !lost(lc) {
+		n++
+	}
+	for range 2 {
+		if _, err := other.TryAcquire(bg(t), 0); err == nil {
+			n++
+		}
+	}
+	if n > 2 {
+		t.Fatalf("%d leases valid at once on a semaphore of 2", n)
+	}
+}
+
+// lostAdmit loses the reply of one admitted semacquire.lua (with a grant
+// record, so its token is the record's grant token) and holds back the
+// give-back (semrelease.lua of that token) until the next semacquire.lua
+// has run, as a flaky connection's retried release would be.
+// A permit whose attempt's reply was lost is given back, and not claimed
+// by the next attempt meanwhile: one lease at most holds it.
+type lostAdmit struct {
+	registry.Client
+	armed   atomic.Bool
+	token   atomic.Value
+	let     chan struct{}
+	claimed atomic.Bool
+	next    atomic.Bool
+}
+
+func (c *lostAdmit) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	if s.Name() == "semrelease" {
+		if tok, _ := c.token.Load().(string); tok != "" && args[0] == tok {
+			<-c.let
+		}
+	}
+	v, err := c.Client.Eval(ctx, s, keys, args)
+	if s.Name() == "semacquire" && err == nil {
+		if x, ok := v.([]any); ok && len(x) == 2 && x[0] == int64(6) {
+			c.claimed.Store(true)
+		}
+		if tok, _ := c.token.Load().(string); tok != "" && c.next.CompareAndSwap(false, true) {
+			close(c.let) // the attempt after the lost one has run
+		}
+		if len(args) >= 18 && args[17] != "" && c.armed.Swap(false) {
+			c.token.Store(args[0].(string))
+			return nil, errors.New("lockyard-test: i/o timeout")
+		}
+	}
+	return v, err
+}
+
+func TestSemaphoreClaimAfterLostReplyNotGivenBack(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, grantee...), "k", 1)
+	a, err := holder.Acquire(bg(t), 0)
+	mustNil(t, err)
+	c := &lostAdmit{Client: registry.NewPoolClient(b.pool(t)), let: make(chan struct{})}
+	wr := newRegClientPrefix(t, c, pfx, append(grantee[:len(grantee):len(grantee)], registry.WithLogger(discardLogger))...)
+	waiter := semaphore(t, wr, "k", 1)
+	ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+	_, err = waiter.Acquire(ctx, 0)
+	cancel()
+	mustIs(t, err, context.DeadlineExceeded)
+	waitFor(t, 5*time.Second, "the turn subscriber", wr.TurnsSubscribed)
+	mustNil(t, a.Release(bg(t)))
+	waitFor(t, 5*time.Second, "queue empty", func() bool { return queueLen(t, b, holder.Key(), false) == 0 })
+	c.armed.Store(true)
+	le, err := waiter.Acquire(bg(t), 10*time.Second)
+	mustNil(t, err)
+	if c.claimed.Load() {
+		t.Fatal("the next attempt claimed the permit of the attempt whose reply was lost, which is being given back")
+	}
+	waitFor(t, 5*time.Second, "the give-back run", func() bool { return c.next.Load() })
+	time.Sleep(200 * time.Millisecond) // the give-back's script, released by the next attempt, runs
+	other := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLogger(discardLogger)), "k", 1)
+	if _, err := other.TryAcquire(bg(t), 0); err == nil {
+		lost := false
+		select {
+		case <-le.Lost():
+			lost = true
+		default:
+		}
+		t.Fatalf("the claimer's lease (lost=%v) and another registry's on a semaphore of 1", lost)
+	}
+}
+
+// A waiter whose TTL is shorter than its wait in line: its grant comes
+// after the record's deadline (sent + TTL), is given back, and the waiter
+// sleeps until its poll instead of taking its turn.
+func TestSemaphoreStaleGrantWakesWaiter(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, plainOpts...), "k", 1)
+		a, err := holder.Acquire(bg(t), 0)
+		mustNil(t, err)
+		wr := newRegPrefix(t, b.pool(t), pfx, append(plainOpts[:len(plainOpts):len(plainOpts)], registry.WithLogger(discardLogger))...)
+		waiter := semaphore(t, wr, "k", 1)
+		got := acquirePermit(bg(t), waiter, 200*time.Millisecond)
+		waitFor(t, 5*time.Second, "in line, listening", func() bool { return queueLen(t, b, holder.Key(), false) == 1 && wr.TurnsSubscribed() })
+		// the subscription wakes the waiter once: its next attempt records a grant
+		waitRecord(t, b, pfx, holder.Key())
+		time.Sleep(400 * time.Millisecond) // longer than its TTL, shorter than its poll (3s)
+		released := time.Now()
+		mustNil(t, a.Release(bg(t)))
+		le := recvWithin(t, got, 5*time.Second, "the waiter")
+		if d := time.Since(released); d > time.Second {
+			t.Fatalf("the waiter got the permit %v after the release (poll 3s): its turn was a stale grant, given back", d)
+		}
+		mustNil(t, le.Release(bg(t)))
+	})
+}
+
+// claimHook runs before a semacquire.lua that carries a claim.
+type claimHook struct {
+	registry.Client
+	hook      atomic.Pointer[func(claim string)]
+	failRenew atomic.Bool
+}
+
+func (c *claimHook) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	if s.Name() == "semrenew" && c.failRenew.Swap(false) {
+		return nil, errors.New("lockyard-test: i/o timeout")
+	}
+	if s.Name() == "semacquire" && len(args) >= 19 && args[18] != "" {
+		if f := c.hook.Swap(nil); f != nil {
+			(*f)(args[18].(string))
+			ctx = context.WithoutCancel(ctx)
+		}
+	}
+	return c.Client.Eval(ctx, s, keys, args)
+}
