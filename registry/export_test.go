@@ -239,3 +239,17 @@ func Spares(s *Semaphore) []string {
 	}
 	return out
 }
+
+// GotThenGrantedAgain replays a claim that got a number's permit, whose
+// hold is then retired (a pass or a release running): it returns the
+// permit's token, and again, which delivers the grant message of that
+// number. The permit must stay set in Redis: it is the attempt's.
+func GotThenGrantedAgain(s *Semaphore) (token string, again func()) {
+	seq, token, _ := s.grantRecordArg(s.eng.core.Now(), 10*time.Second, 1)
+	p := &permit{s: s}
+	s.took(seq, p)
+	h := core.NewHold(&s.eng.core, s.key, token, 0, 10*time.Second, s.eng.core.Now()+int64(10*time.Second), p, s.proto)
+	p.h.Store(h)
+	h.Retire()
+	return token, func() { s.granted(wire.Grant{Key: s.key, Seq: seq, Permits: s.permits}) }
+}

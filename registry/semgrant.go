@@ -112,14 +112,22 @@ func (s *Semaphore) claimArg() (uint64, string) {
 	return 0, ""
 }
 
-// live reports whether permit p, got for a grant number, is still held
-// here: an attempt's (took) before it installed its hold counts as held.
-func live(p *permit) bool {
-	if p == nil {
+// markGot records that the instance got number seq, its permit p (nil:
+// given back), unless it had got it already, and reports whether it had.
+func (s *Semaphore) markGot(seq uint64, p *permit) (had bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.grants.find(seq)
+	if x == nil {
 		return false
 	}
-	h := p.h.Load()
-	return h == nil || !h.Released()
+	k := seq - x.seq
+	if x.given&(1<<k) != 0 {
+		return true
+	}
+	x.given |= 1 << k
+	x.permits[k] = p
+	return false
 }
 
 // dropGrant marks number seq (0: none) as got and given back, unless the
@@ -127,24 +135,7 @@ func live(p *permit) bool {
 // so: the caller then gives its permit back, and a grant of it that comes
 // later is given back too (granted: got, no permit). An attempt whose
 // outcome is unknown drops its number and its claim.
-func (s *Semaphore) dropGrant(seq uint64) bool {
-	if seq == 0 {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	x := s.grants.find(seq)
-	if x == nil {
-		return true
-	}
-	k := seq - x.seq
-	if x.given&(1<<k) != 0 {
-		return false
-	}
-	x.given |= 1 << k
-	x.permits[k] = nil
-	return true
-}
+func (s *Semaphore) dropGrant(seq uint64) bool { return seq != 0 && !s.markGot(seq, nil) }
 
 // grantCameFirst reports whether a grant of attempt seq's first number
 // came before the attempt's reply.
@@ -170,33 +161,15 @@ func (s *Semaphore) dropClaimable() {
 // took records that the instance got the permit of number seq (0: none)
 // by an attempt, p, and reports whether a grant of it came first: then it
 // is a spare of the instance's already (granted), and p is not to be used.
-func (s *Semaphore) took(seq uint64, p *permit) bool {
-	if seq == 0 {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	x := s.grants.find(seq)
-	if x == nil {
-		return false
-	}
-	k := seq - x.seq
-	if x.given&(1<<k) != 0 {
-		return true
-	}
-	x.given |= 1 << k
-	x.permits[k] = p
-	return false
-}
+func (s *Semaphore) took(seq uint64, p *permit) bool { return seq != 0 && s.markGot(seq, p) }
 
 // granted takes the permit that a script granted for g.Seq, with fencing
 // token g.Fence (turn subscriber): a spare for the leases that wait
 // (give), or given back if none does (they gave up). A grant that left the
 // instance queued for more (its run goes on) leaves the next head to wait
 // for the next grant, at most a poll interval (grantWait). A number the
-// instance got already (a resent attempt that recorded an old run again)
-// is given back unless its permit is still held here; one it does not
-// remember is given back.
+// instance got already by an attempt is left to that attempt's permit,
+// one it gave up is given back, and one it does not remember too.
 func (s *Semaphore) granted(g wire.Grant) {
 	r := s.eng
 	now := r.core.Now()
@@ -211,9 +184,14 @@ func (s *Semaphore) granted(g wire.Grant) {
 	}
 	k := g.Seq - x.seq
 	if x.given&(1<<k) != 0 {
-		held := live(x.permits[k])
+		// Got already: by an attempt (a claim or a resend that found the
+		// permit before this message came), whose permit's leases give it
+		// back as theirs; or given up (dropGrant: no permit), and given
+		// back now. Never by whether that permit is still held: a pass or
+		// a release retires its hold while it runs.
+		dropped := x.permits[k] == nil
 		s.mu.Unlock()
-		if !held {
+		if dropped {
 			s.releaseLater(token)
 		}
 		return

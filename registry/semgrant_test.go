@@ -35,11 +35,7 @@ func grantReady(t *testing.T, b *backend, holderOpts, waiterOpts []registry.Opti
 	waiter = semaphore(t, r, "k", count)
 	// A first wait starts the registry's turn subscriber; the next one
 	// asks for grants.
-	ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
-	_, err = waiter.Acquire(ctx, 0)
-	cancel()
-	mustIs(t, err, context.DeadlineExceeded)
-	waitFor(t, 5*time.Second, "the turn subscriber", r.TurnsSubscribed)
+	listenTurns(t, r, waiter)
 	got = acquirePermit(bg(t), waiter, 0)
 	waitRecord(t, b, pfx, holder.Key())
 	return a, waiter, r, got
@@ -68,6 +64,18 @@ func (c *noLeaveClient) Eval(ctx context.Context, s *registry.Script, keys []str
 		return nil, errors.New("lockyard-test: leave refused")
 	}
 	return c.Client.Eval(ctx, s, keys, args)
+}
+
+// listenTurns makes registry r listen for its turns: a first wait of
+// waiter, one of r's semaphores, starts r's turn subscriber (its later
+// waits ask for grants).
+func listenTurns(t *testing.T, r *registry.Registry, waiter *registry.Semaphore) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+	_, err := waiter.Acquire(ctx, 0)
+	cancel()
+	mustIs(t, err, context.DeadlineExceeded)
+	waitFor(t, 5*time.Second, "the turn subscriber", r.TurnsSubscribed)
 }
 
 var grantee = []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(300 * time.Millisecond)}
@@ -158,12 +166,8 @@ func TestSemaphoreGrantToEvictedInstanceGivenBack(t *testing.T) {
 		mustNil(t, err)
 		wr := newRegClientPrefix(t, &noLeaveClient{Client: registry.NewPoolClient(b.pool(t))}, pfx, grantee...)
 		waiter := semaphore(t, wr, "k", 1)
-		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
-		_, err = waiter.Acquire(ctx, 0)
-		cancel()
-		mustIs(t, err, context.DeadlineExceeded)
-		waitFor(t, 5*time.Second, "the turn subscriber", wr.TurnsSubscribed)
-		ctx, cancel = context.WithCancel(bg(t))
+		listenTurns(t, wr, waiter)
+		ctx, cancel := context.WithCancel(bg(t))
 		got := acquirePermit(ctx, waiter, 20*time.Second)
 		waitRecord(t, b, pfx, holder.Key())
 		cancel()
