@@ -494,10 +494,10 @@ local function shared()
     -- its receivers) is followed by the permit PREFIX SEQ COUNT, set for
     -- TTL ms unless it is set already, with a fencing token from the
     -- counter fence if FENCED is 1, and the grant message TURNPREFIX
-    -- REGID '|' SEQ '.' FENCE COUNT ':' KEY (wire.Layout.GrantChannel). With MORE leases of the registry
-    -- waiting behind, its entry queues again at the back (as
-    -- semacquire.lua's granted), its record for SEQ + 1 and MORE - 1, due
-    -- in IDLE ms; else it leaves the line. The grant message is sent only
+    -- REGID '|' SEQ '.' FENCE COUNT ':' KEY (wire.Layout.GrantChannel).
+    -- With MORE leases of the registry waiting behind, its entry queues
+    -- again at the back (as semacquire.lua's granted), its record for
+    -- SEQ + 1 and MORE - 1, due in IDLE ms; else it leaves the line. The grant message is sent only
     -- for a permit set, so a count that misses a receiver (a Cluster
     -- counts those of one node) costs a grant, never a permit: a probe
     -- heard by nobody, like every case without a grant, is followed by

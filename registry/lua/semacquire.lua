@@ -40,10 +40,6 @@
 --          line (its instance is quiet: semlease.go, core.Crowd): unless
 --          it is in line, one EXISTS of the semaphore key and the queue
 --          comes first, and when neither exists it is the only read
--- ARGV[19] a claim ('' for none): the token of a permit granted to the
---          caller's registry (ARGV[18]) whose grant message it may have
---          missed; if that permit is held and live, it is the caller's:
---          {6, fence}, its expiry reset to ARGV[2] from now.
 -- ARGV[18] a grant record ('' for none): a listener (ARGV[4] 2) that is
 --          refused and queued, or queued again (ARGV[14]), records it in
 --          its entry (field waiter id .. '|' of the queue info), so that the
@@ -55,9 +51,14 @@
 --          it, each granted in turn (SEQ + 1, ...), the entry due IDLE ms
 --          after each. A later record replaces it (not an earlier one of
 --          the same registry: a resend); leaving the line drops it.
+-- ARGV[19] a claim ('' for none): the token of a permit granted to the
+--          caller's registry (ARGV[18]) whose grant message it may have
+--          missed; if that permit is held and live, it is the caller's:
+--          {6, fence}, its expiry reset to ARGV[2] from now unless later.
 --
--- Reply: {6, fence} acquired with the claim (ARGV[19]); {1, fence} acquired (fence: a new fencing token, 0 without
---        fencing); the caller leaves the queue. 1: acquired on the
+-- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
+--        fencing); the caller leaves the queue. {6, fence}: acquired
+--        with the claim (ARGV[19]). 1: acquired on the
 --        uncontended path (no fence, nobody in line). {1, fence, sleep, after}
 --        the same, and the caller's instance is queued again (ARGV[14]):
 --        sleep and after are for its next lease, as below. The same when
