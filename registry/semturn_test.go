@@ -145,7 +145,10 @@ func TestSemaphoreTurnGrantsPermit(t *testing.T) {
 		waitFor(t, 5*time.Second, "the waiter in line, its registry listening", func() bool {
 			return queueLen(t, b, holder.Key(), false) == 1 && wr.TurnsSubscribed()
 		})
-		tries := c.n.Load() // the subscription, once up, wakes the waiter: one more try
+		// The subscription, once up, wakes the waiter: one more try, which
+		// records a grant.
+		waitRecord(t, b, pfx, holder.Key())
+		tries := c.n.Load()
 		le := toldAfter(t, a, got, "the waiter")
 		if n := c.n.Load() - tries; n != 0 {
 			t.Fatalf("the waiter ran semacquire.lua %d times after the release, want 0 (the release granted the permit)", n)
