@@ -242,7 +242,19 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 // leaveQueue takes the instance's old waiter id out of the wait queue in
 // the background, so that no turn is given to it (done gave the instance a
 // new id first).
-func (s *Semaphore) leaveQueue(id string) {
+//
+// claim, if set, is the token of a permit that a grant whose message was
+// lost may hold for id: given back once the entry has left.
+func (s *Semaphore) leaveQueue(id, claim string) {
 	r := s.eng
-	r.leave(s.key, id, func(ctx context.Context, lk, id string) error { return s.proto.leave(ctx, lk, id, s.permits) })
+	r.leave(s.key, id, func(ctx context.Context, lk, id string) error {
+		if err := s.proto.leave(ctx, lk, id, s.permits); err != nil {
+			return err
+		}
+		if claim != "" {
+			_, _, err := s.proto.release(ctx, lk, claim, s.permits)
+			return err
+		}
+		return nil
+	})
 }

@@ -172,26 +172,28 @@ func (s *Semaphore) gotPermit(who *reentrant.Owner) {
 
 // giveUp ends the wait of a lease that gets no permit (done). The last to
 // give up gives back the permit that a grant whose message was lost may
-// hold: no attempt of the instance will claim it (dropClaimable).
-func (s *Semaphore) giveUp(who *reentrant.Owner) {
-	s.done(who)
-	s.mu.Lock()
-	last := s.needers == 0
-	s.mu.Unlock()
-	if last && s.pubsub {
-		s.dropClaimable()
-	}
-}
+// hold: no attempt of the instance will claim it (done, claimable).
+func (s *Semaphore) giveUp(who *reentrant.Owner) { s.end(who, true) }
 
 // done ends the wait of a lease, and hands the head on if it had it (who:
 // the head's owner). The last lease to stop waiting gives back the permits
 // handed off meanwhile (the head may have got its own from Redis), and
 // takes the instance out of the wait queue if it is still in it.
-func (s *Semaphore) done(who *reentrant.Owner) {
+func (s *Semaphore) done(who *reentrant.Owner) { s.end(who, false) }
+
+// end is done; gaveUp: the lease got no permit. The last lease to give up
+// gives back the permit that a grant whose message was lost may hold
+// (claimable), once the instance's entry has left the line, after which no
+// script grants it one more.
+func (s *Semaphore) end(who *reentrant.Owner, gaveUp bool) {
+	var claim string
 	s.mu.Lock()
 	s.needers--
 	var spare []*permit
 	last := s.needers == 0
+	if last && gaveUp && s.pubsub {
+		claim = s.claimable()
+	}
 	var leave string
 	if last && s.queued {
 		// Before the next lease can wait: it queues under the new id.
@@ -201,8 +203,11 @@ func (s *Semaphore) done(who *reentrant.Owner) {
 		spare, s.spare, s.queued = s.spare, nil, false
 	}
 	s.mu.Unlock()
-	if leave != "" {
-		s.leaveQueue(leave)
+	switch {
+	case leave != "":
+		s.leaveQueue(leave, claim)
+	case claim != "":
+		s.releaseLater(claim)
 	}
 	if who != nil {
 		_ = s.head.Unlock(*who)

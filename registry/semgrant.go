@@ -103,13 +103,23 @@ func (s *Semaphore) grantRecordArg(sent int64, ttl time.Duration, needers int) (
 func (s *Semaphore) claimArg() (uint64, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	x := &s.grants.recs[(s.grants.at+grantRecords-1)%grantRecords]
+	x, k := s.grants.next()
+	if x == nil {
+		return 0, ""
+	}
+	return x.seq + k, wire.GrantToken(s.eng.core.ClientID, x.seq+k, s.count)
+}
+
+// next returns the latest record and the place in its run of the number
+// it would be granted next, or nil.
+func (b *grantBook) next() (*grantRecord, uint64) {
+	x := &b.recs[(b.at+grantRecords-1)%grantRecords]
 	for k := uint64(0); k < x.n; k++ {
 		if x.given&(1<<k) == 0 {
-			return x.seq + k, wire.GrantToken(s.eng.core.ClientID, x.seq+k, s.count)
+			return x, k
 		}
 	}
-	return 0, ""
+	return nil, 0
 }
 
 // markGot records that the instance got number seq, its permit p (nil:
@@ -149,13 +159,18 @@ func (s *Semaphore) grantCameFirst(seq uint64) bool {
 	return x != nil && x.given&1 != 0
 }
 
-// dropClaimable gives back, when the last lease stops waiting without a
-// permit, the permit that a grant whose message was lost may hold (the
-// number the next attempt would claim): nobody will claim it.
-func (s *Semaphore) dropClaimable() {
-	if seq, token := s.claimArg(); seq != 0 && s.dropGrant(seq) {
-		s.releaseLater(token)
+// claimable returns the token of the permit that a grant whose message was
+// lost may hold (the number the next attempt would claim, marked given up
+// so that its grant message, if it comes, is given back too), or "". The
+// caller holds mu.
+func (s *Semaphore) claimable() string {
+	x, k := s.grants.next()
+	if x == nil {
+		return ""
 	}
+	x.given |= 1 << k
+	x.permits[k] = nil
+	return wire.GrantToken(s.eng.core.ClientID, x.seq+k, s.count)
 }
 
 // took records that the instance got the permit of number seq (0: none)

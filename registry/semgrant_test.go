@@ -35,7 +35,7 @@ func grantReady(t *testing.T, b *backend, holderOpts, waiterOpts []registry.Opti
 	waiter = semaphore(t, r, "k", count)
 	// A first wait starts the registry's turn subscriber; the next one
 	// asks for grants.
-	listenTurns(t, r, waiter)
+	listenTurns(t, b, r, waiter)
 	got = acquirePermit(bg(t), waiter, 0)
 	waitRecord(t, b, pfx, holder.Key())
 	return a, waiter, r, got
@@ -68,14 +68,18 @@ func (c *noLeaveClient) Eval(ctx context.Context, s *registry.Script, keys []str
 
 // listenTurns makes registry r listen for its turns: a first wait of
 // waiter, one of r's semaphores, starts r's turn subscriber (its later
-// waits ask for grants).
-func listenTurns(t *testing.T, r *registry.Registry, waiter *registry.Semaphore) {
+// waits ask for grants). With b, it waits until that wait's entry has left
+// the line (nobody else is in line), so that a release cannot grant it.
+func listenTurns(t *testing.T, b *backend, r *registry.Registry, waiter *registry.Semaphore) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
 	_, err := waiter.Acquire(ctx, 0)
 	cancel()
 	mustIs(t, err, context.DeadlineExceeded)
 	waitFor(t, 5*time.Second, "the turn subscriber", r.TurnsSubscribed)
+	if b != nil {
+		waitFor(t, 5*time.Second, "the first wait's entry out of line", func() bool { return queueLen(t, b, waiter.Key(), false) == 0 })
+	}
 }
 
 var grantee = []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(300 * time.Millisecond)}
@@ -166,7 +170,7 @@ func TestSemaphoreGrantToEvictedInstanceGivenBack(t *testing.T) {
 		mustNil(t, err)
 		wr := newRegClientPrefix(t, &noLeaveClient{Client: registry.NewPoolClient(b.pool(t))}, pfx, grantee...)
 		waiter := semaphore(t, wr, "k", 1)
-		listenTurns(t, wr, waiter)
+		listenTurns(t, nil, wr, waiter) // its leaves fail: the entry stays until it lapses
 		ctx, cancel := context.WithCancel(bg(t))
 		got := acquirePermit(ctx, waiter, 20*time.Second)
 		waitRecord(t, b, pfx, holder.Key())

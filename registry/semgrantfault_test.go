@@ -49,7 +49,7 @@ func TestSemaphoreGrantAfterLostReplyHeldOnce(t *testing.T) {
 		c := &ambiguousRefusal{Client: registry.NewPoolClient(b.pool(t))}
 		wr := newRegClientPrefix(t, c, pfx, append(grantee[:len(grantee):len(grantee)], registry.WithLogger(discardLogger))...)
 		waiter := semaphore(t, wr, "k", 1)
-		listenTurns(t, wr, waiter)
+		listenTurns(t, b, wr, waiter)
 		release := func() { mustNil(t, a.Release(bg(t))) }
 		c.between.Store(&release)
 		got := acquirePermit(bg(t), waiter, 10*time.Second)
@@ -82,7 +82,7 @@ func TestSemaphoreGrantDuringTakeNoPanic(t *testing.T) {
 
 // A grant whose message is lost, then the only waiting lease gives up
 // before its next attempt (which would claim it): the permit is given back
-// (dropClaimable), not held by nobody for its TTL.
+// once its entry has left the line, not held by nobody for its TTL.
 func TestSemaphoreLostGrantGivenBackWhenWaitEnds(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx := prefix(t)
@@ -93,7 +93,7 @@ func TestSemaphoreLostGrantGivenBackWhenWaitEnds(t *testing.T) {
 		wr := newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3*time.Second))
 		wr.LoseGrants(1)
 		waiter := semaphore(t, wr, "k", 1)
-		listenTurns(t, wr, waiter)
+		listenTurns(t, b, wr, waiter)
 		ctx, cancel := context.WithCancel(bg(t))
 		got := acquirePermit(ctx, waiter, 20*time.Second)
 		waitRecord(t, b, pfx, holder.Key())
@@ -129,7 +129,7 @@ func TestSemaphoreClaimKeepsGrantedExpiry(t *testing.T) {
 	waiter := semaphore(t, wr, "k", 2)
 	l0, err := waiter.Acquire(bg(t), 20*time.Second)
 	mustNil(t, err)
-	listenTurns(t, wr, waiter)
+	listenTurns(t, b, wr, waiter)
 
 	ctxA, cancelA := context.WithCancel(bg(t))
 	gotA := acquirePermit(ctxA, waiter, 20*time.Second)
@@ -236,7 +236,7 @@ func TestSemaphoreClaimAfterLostReplyNotGivenBack(t *testing.T) {
 	c := &lostAdmit{Client: registry.NewPoolClient(b.pool(t)), let: make(chan struct{})}
 	wr := newRegClientPrefix(t, c, pfx, append(grantee[:len(grantee):len(grantee)], registry.WithLogger(discardLogger))...)
 	waiter := semaphore(t, wr, "k", 1)
-	listenTurns(t, wr, waiter)
+	listenTurns(t, b, wr, waiter)
 	mustNil(t, a.Release(bg(t)))
 	waitFor(t, 5*time.Second, "queue empty", func() bool { return queueLen(t, b, holder.Key(), false) == 0 })
 	c.armed.Store(true)
@@ -320,5 +320,42 @@ func TestSemaphoreGrantAfterClaimLeavesPermit(t *testing.T) {
 		if v := b.do(t, "ZSCORE", s.Key(), token); v == nil {
 			t.Fatal("the permit an attempt got was given back by a grant message of its number")
 		}
+	})
+}
+
+// A waiter that gives up while its entry is still in line (its leave not
+// yet run) and is then granted a permit whose message is lost: the permit
+// is given back after the entry has left, not before the grant (when there
+// was nothing to give back) and then held by nobody for its TTL.
+func TestSemaphoreGrantBeforeLeaveGivenBack(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, grantee...), "k", 1)
+		a, err := holder.Acquire(bg(t), 0)
+		mustNil(t, err)
+		c := &heldLeave{Client: registry.NewPoolClient(b.pool(t)), let: make(chan struct{})}
+		wr := newRegClientPrefix(t, c, pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3*time.Second))
+		wr.LoseGrants(1)
+		waiter := semaphore(t, wr, "k", 1)
+		listenTurns(t, nil, wr, waiter) // its leave waits for let
+		ctx, cancel := context.WithCancel(bg(t))
+		got := acquirePermit(ctx, waiter, 20*time.Second)
+		waitFor(t, 5*time.Second, "the waiter's grant record in line", func() bool { return c.acquire.Load() >= 2 })
+		waitRecord(t, b, pfx, holder.Key())
+		cancel()
+		if le := recvWithin(t, got, 5*time.Second, "the waiter, given up"); le != nil {
+			t.Fatal("the waiter got a lease")
+		}
+		waitFor(t, 5*time.Second, "its leaves held back", func() bool { return c.waiting.Load() >= 2 })
+		mustNil(t, a.Release(bg(t))) // grants an entry of the waiter's; the message is lost
+		close(c.let)
+		other := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLogger(discardLogger)), "k", 1)
+		waitFor(t, 3*time.Second, "the permit granted to the waiter that gave up given back", func() bool {
+			le, err := other.TryAcquire(bg(t), 0)
+			if err == nil {
+				mustNil(t, le.Release(bg(t)))
+			}
+			return err == nil
+		})
 	})
 }
