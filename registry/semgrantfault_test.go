@@ -102,14 +102,7 @@ func TestSemaphoreLostGrantGivenBackWhenWaitEnds(t *testing.T) {
 		if le := recvWithin(t, got, 5*time.Second, "the waiter, given up"); le != nil {
 			t.Fatal("the waiter got a lease: its grant's message was not lost")
 		}
-		other := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLogger(discardLogger)), "k", 1)
-		waitFor(t, 2*time.Second, "the permit granted to the waiter that gave up given back", func() bool {
-			le, err := other.TryAcquire(bg(t), 0)
-			if err == nil {
-				mustNil(t, le.Release(bg(t)))
-			}
-			return err == nil
-		})
+		waitGivenBack(t, b, pfx, 2*time.Second)
 	})
 }
 
@@ -349,13 +342,21 @@ func TestSemaphoreGrantBeforeLeaveGivenBack(t *testing.T) {
 		waitFor(t, 5*time.Second, "its leaves held back", func() bool { return c.waiting.Load() >= 2 })
 		mustNil(t, a.Release(bg(t))) // grants an entry of the waiter's; the message is lost
 		close(c.let)
-		other := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLogger(discardLogger)), "k", 1)
-		waitFor(t, 3*time.Second, "the permit granted to the waiter that gave up given back", func() bool {
-			le, err := other.TryAcquire(bg(t), 0)
-			if err == nil {
-				mustNil(t, le.Release(bg(t)))
-			}
-			return err == nil
-		})
+		waitGivenBack(t, b, pfx, 3*time.Second)
+	})
+}
+
+// waitGivenBack waits up to d until another registry's TryAcquire takes the
+// one permit of semaphore "k" under pfx (and gives it back): the permit
+// granted to a waiter that gave up was given back, not held by nobody.
+func waitGivenBack(t *testing.T, b *backend, pfx string, d time.Duration) {
+	t.Helper()
+	other := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLogger(discardLogger)), "k", 1)
+	waitFor(t, d, "the permit granted to the waiter that gave up given back", func() bool {
+		le, err := other.TryAcquire(bg(t), 0)
+		if err == nil {
+			mustNil(t, le.Release(bg(t)))
+		}
+		return err == nil
 	})
 }
