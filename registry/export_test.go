@@ -28,6 +28,11 @@ func (r *Registry) CacheLen() int { return r.cache.len() }
 // for were woken.
 func (r *Registry) TurnsSubscribed() bool { return r.turns.up.Load() }
 
+// ValidFor returns how long le's hold is valid yet, as r counts it.
+func (r *Registry) ValidFor(le *Lease) time.Duration {
+	return time.Duration(le.h.Deadline.Load() - r.core.Now())
+}
+
 // LoseGrants makes r's turn subscriber drop the next n grant messages, as
 // a connection that failed after the server counted it would. Call it
 // before r's first semaphore attempt (the subscriber reads it unguarded).

@@ -83,18 +83,32 @@ func (l *RWLock) acquireOnce(ctx context.Context, ttl time.Duration, write, wait
 }
 
 // done ends the wait of a lease. The last lease to stop waiting takes the
-// instance out of the wait queue if it is still in it, under a new id.
+// instance out of the wait queue if it is still in it, under a new id,
+// and gives back what a grant of its entry may hold (rwgrant.go).
 func (l *RWLock) done() {
 	l.mu.Lock()
 	l.needers--
-	leave := ""
-	if l.needers == 0 && l.queued != "" {
-		leave, l.queued = l.queued, ""
-		l.waiter.Renew(&l.eng.core)
+	leave, claim := "", ""
+	var orphan *rwHold
+	if l.needers == 0 {
+		var entry string
+		claim, entry, orphan = l.retireGrant()
+		if l.queued != "" {
+			leave, l.queued = l.queued, ""
+		} else if claim != "" {
+			leave = entry
+		}
+		if leave != "" {
+			l.waiter.Renew(&l.eng.core)
+		}
 	}
 	l.mu.Unlock()
+	if orphan != nil {
+		orphan.h.Retire()
+		l.releaseLater(orphan.h.Token)
+	}
 	if leave != "" {
-		l.leaveQueue(leave)
+		l.leaveQueue(leave, claim)
 	}
 }
 
@@ -182,7 +196,7 @@ func (l *RWLock) rejoin(ctx context.Context, ttl time.Duration, start int64) *rw
 	p.users++ // so that it is not given back meanwhile
 	l.mu.Unlock()
 	sent := r.core.Now()
-	g, err := l.proto.acquire(ctx, l.key, p.h.Token, max(ttl, p.h.TTL()), false, hint{waiter: l.waiter.ID() + "/r"})
+	g, err := l.proto.acquire(ctx, l.key, p.h.Token, max(ttl, p.h.TTL()), false, hint{waiter: l.waiter.ID() + "/r"}, "", false)
 	ok := err == nil && g.ok
 	if ok && p.h.Deadline.Load()-r.core.Now() < int64(ttl)*2/3 {
 		p.h.Renewing.Lock()
@@ -214,15 +228,31 @@ func (l *RWLock) wait(ctx context.Context, ttl time.Duration, write bool) (p *rw
 	r := l.eng
 	entry := l.waiter.ID() + "/" + side(write)
 	l.mu.Lock()
-	stale := ""
+	stale, claim := "", ""
+	var orphan *rwHold
 	if l.queued != "" && l.queued != entry { // the last head waited for the other side
 		stale, l.queued = l.queued, ""
 	}
-	l.mu.Unlock()
-	if stale != "" {
-		l.leaveQueue(stale)
+	if l.grant.seq != 0 && l.grant.entry != entry { // and its entry's grant is of no use to this one
+		var old string
+		claim, old, orphan = l.retireGrant()
+		if stale == "" {
+			stale = old
+		}
 	}
-	w := core.Waiting{Key: l.key, Verb: "acquiring", Retrying: "lockyard: read-write lock acquire failed, retrying", Idle: r.cfg.idle, Wake: l.wake}
+	l.mu.Unlock()
+	if orphan != nil {
+		orphan.h.Retire()
+		l.releaseLater(orphan.h.Token)
+	}
+	if stale != "" {
+		l.leaveQueue(stale, claim)
+	}
+	w := core.Waiting{Key: l.key, Verb: "acquiring", Retrying: "lockyard: read-write lock acquire failed, retrying", Idle: r.cfg.idle, Wake: l.wake,
+		Also: l.hasGranted, Local: func(context.Context) (bool, error) {
+			p = l.takeGranted(ttl) // a grant's hold, installed for the entry (rwgrant.go)
+			return p != nil, nil
+		}}
 	if l.pubsub {
 		w.Listener = r.turns
 	}
@@ -244,14 +274,25 @@ func (l *RWLock) wait(ctx context.Context, ttl time.Duration, write bool) (p *rw
 func (l *RWLock) attempt(ctx context.Context, ttl time.Duration, write bool, h hint) (*rwHold, grant, error) {
 	r := l.eng
 	r.labels.publish(ctx) // once, before the registry's first attempt
-	token := r.core.NewToken()
 	sent := r.core.Now()
-	g, err := l.proto.acquire(ctx, l.key, token, ttl, write, h)
+	var (
+		seq           uint64
+		token, record string
+		claim         bool
+	)
+	if h.waits {
+		seq, token, record, claim = l.grantArgs(h.waiter, sent, ttl, l.asksGrants(h.deaf))
+	} else {
+		token = r.core.NewToken()
+	}
+	g, err := l.proto.acquire(ctx, l.key, token, ttl, write, h, record, claim)
 	switch {
 	case err != nil:
 		err = wrongKind(kindRWLock, err)
 		if core.IsAmbiguous(err) {
-			l.releaseLater(token) // the script may have given it the key
+			if seq == 0 {
+				l.releaseLater(token) // the script may have given it the key
+			} // else the entry's next attempt, with the same token, gets that hold, or its give-up gives it back
 			if h.waits {
 				l.setQueued(h.waiter) // or queued the instance: the last lease to give up leaves the line
 			}
@@ -262,10 +303,14 @@ func (l *RWLock) attempt(ctx context.Context, ttl time.Duration, write bool, h h
 			l.rtt = time.Duration(r.core.Now() - sent)
 			l.setQueued(h.waiter)
 		}
+
 		return nil, g.grant, nil
 	}
 	if h.waits {
 		l.setQueued("") // the script took the entry out of line
+	}
+	if seq != 0 {
+		l.tookGrant(seq)
 	}
 	deadline := core.ValidUntil(sent, ttl)
 	if r.core.Now() >= deadline { // the reply came too late to be of use
@@ -317,6 +362,17 @@ func (l *RWLock) deaf() bool {
 
 // leaveQueue takes the instance's old entry out of the wait queue in the
 // background, so that no turn is given to it.
-func (l *RWLock) leaveQueue(id string) {
-	l.eng.leave(l.key, id, func(ctx context.Context, lk, id string) error { return l.proto.leave(ctx, lk, id) })
+//
+// claim, if set, is the token of a hold that a grant of the entry may
+// have whose message was lost: given back once the entry has left.
+func (l *RWLock) leaveQueue(id, claim string) {
+	l.eng.leave(l.key, id, func(ctx context.Context, lk, id string) error {
+		err := l.proto.leave(ctx, lk, id)
+		if claim != "" { // even if the leave failed: a grant that comes later is given back (granted)
+			if _, _, rerr := l.proto.release(ctx, lk, claim); err == nil {
+				err = rerr
+			}
+		}
+		return err
+	})
 }

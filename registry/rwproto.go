@@ -78,11 +78,13 @@ type rwGrant struct {
 }
 
 // acquire takes lk's read side (write false) or write side for token, or
-// queues h's waiter (h.waits) and says when to try again.
-func (p *rwProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, write bool, h hint) (rwGrant, error) {
+// queues h's waiter (h.waits) and says when to try again; record is its
+// grant record ("": none), and claim says that token is its entry's grant
+// token, which a grant may have given the key (rwgrant.go).
+func (p *rwProto) acquire(ctx context.Context, lk, token string, ttl time.Duration, write bool, h hint, record string, claim bool) (rwGrant, error) {
 	s := &p.s
 	c := Call{Keys: p.keys(lk), Args: []any{token, s.ttlOf(ttl), h.waiter, s.mode(h), s.idleArg, h.spread.Milliseconds(),
-		s.fenceArg, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), side(write), flag(h.queued)}}
+		s.fenceArg, s.layout.TurnPrefix(), s.windowArg, s.aheadArg, s.slackArg, ceilMillis(h.rtt), side(write), flag(h.queued), record, flag(claim)}}
 	v, err := p.one.One(ctx, rwAcquireScript, c)
 	if err != nil {
 		return rwGrant{grant: unknown}, err

@@ -84,6 +84,12 @@ type RWLock struct {
 	needers int    // leases waiting (locally or in Redis)
 	held    int    // leases held
 	queued  string // the instance's entry in the key's wait queue, or ""
+	// grant is the grant number of the entry in line (rwgrant.go), and
+	// gotSeqs the last numbers whose holds the instance got (a ring, at
+	// gotAt).
+	grant   rwGrantNo
+	gotSeqs [rwGotNumbers]uint64
+	gotAt   int
 }
 
 // rwJoinCheck bounds how long the readers of a registry share its read

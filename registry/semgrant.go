@@ -248,11 +248,22 @@ func (s *Semaphore) granted(g wire.Grant) {
 }
 
 // granted hands a grant heard by the turn subscriber to the cached
-// semaphore it is for; one whose semaphore is not cached (evicted after
-// its waiters gave up) is given back.
+// semaphore or read-write lock it is for (Permits 0: rwgrant.go); one
+// whose instance is not cached (evicted after its waiters gave up) is
+// given back.
 func (r *Registry) granted(g wire.Grant) {
 	name, ok := r.layout.UserKey(g.Key)
 	if !ok || r.sem == nil {
+		return
+	}
+	if g.Permits == 0 {
+		if e, ok := r.cache.peek(name); ok {
+			if l, ok := e.(*RWLock); ok {
+				l.granted(g)
+				return
+			}
+		}
+		newRWLock(&r.engine, r.rw, name).releaseLater(wire.GrantToken(r.core.ClientID, g.Seq, ""))
 		return
 	}
 	if e, ok := r.cache.peek(name); ok {

@@ -158,20 +158,35 @@ func (w Layout) TurnPattern(id string) string { return GlobEscape(w.TurnPrefix()
 // Grant is what a grant channel says (GrantChannel): a script gave
 // registry id's waiter the permit GrantToken(id, Seq, CountSuffix(Permits))
 // of the semaphore whose lock key is Key, with fencing token Fence (0
-// without fencing).
+// without fencing); or, with Permits 0, the side its entry waited for of
+// the read-write lock whose key is Key, with token GrantToken(id, Seq, ""),
+// Behind set when a writer waits behind the readers let in, and Attempt
+// the number of the attempt whose grant record the script found.
 type Grant struct {
 	Key     string
 	Seq     uint64
 	Fence   int64
 	Permits int
+	Behind  bool
+	Attempt uint64
 }
 
 // GrantChannel returns g's channel for registry id: TurnPrefix id "|" seq
-// "." fence "#" permits ":" lk (lua/prelude.lua, deliver, builds it).
-// TurnPattern matches it; a turn channel is never one, nor the probe that
-// precedes it (TurnPrefix id "|:" lk), which the registry ignores.
+// "." fence "#" permits ":" lk (lua/prelude.lua, deliver, builds it), or
+// for a read-write lock (Permits 0) TurnPrefix id "|" seq "." fence "@"
+// behind "." attempt ":" lk, behind 1 or 0 (lua/rwrules.lua, deliver). TurnPattern
+// matches it; a turn channel is never one, nor the probe that precedes it
+// (TurnPrefix id "|:" lk), which the registry ignores.
 func (w Layout) GrantChannel(id string, g Grant) string {
-	return w.TurnPrefix() + id + "|" + strconv.FormatUint(g.Seq, 10) + "." + strconv.FormatInt(g.Fence, 10) + CountSuffix(g.Permits) + ":" + g.Key
+	tail := CountSuffix(g.Permits)
+	if g.Permits == 0 {
+		tail = "@0."
+		if g.Behind {
+			tail = "@1."
+		}
+		tail += strconv.FormatUint(g.Attempt, 10)
+	}
+	return w.TurnPrefix() + id + "|" + strconv.FormatUint(g.Seq, 10) + "." + strconv.FormatInt(g.Fence, 10) + tail + ":" + g.Key
 }
 
 // GrantOfChannel returns the grant that the channel ch of registry id
@@ -188,6 +203,16 @@ func (w Layout) GrantOfChannel(id, ch string) (Grant, bool) {
 	a, rest, ok := strings.Cut(head, ".")
 	if !ok {
 		return Grant{}, false
+	}
+	if b, c, ok := strings.Cut(rest, "@"); ok { // a read-write lock's
+		behind, d, _ := strings.Cut(c, ".")
+		seq, err1 := strconv.ParseUint(a, 10, 64)
+		fence, err2 := strconv.ParseInt(b, 10, 64)
+		n, err3 := strconv.ParseUint(d, 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil || behind != "0" && behind != "1" {
+			return Grant{}, false
+		}
+		return Grant{Key: lk, Seq: seq, Fence: fence, Behind: behind == "1", Attempt: n}, true
 	}
 	b, c, ok := strings.Cut(rest, "#")
 	if !ok {

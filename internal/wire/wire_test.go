@@ -132,6 +132,12 @@ func FuzzLayout(f *testing.F) {
 			if got, ok := w.GrantOfChannel("0a-b", grant); !ok || got != g {
 				t.Fatalf("GrantOfChannel(%q) = %+v, %v; want %+v", grant, got, ok, g)
 			}
+			rw := Grant{Key: lk, Seq: uint64(len(prefix)), Fence: int64(len(key)), Behind: len(key)%2 == 1, Attempt: uint64(len(key) * 7)} // a read-write lock's
+			if ch := w.GrantChannel("0a-b", rw); !strings.Contains(ch, "@") {
+				t.Fatalf("GrantChannel(%+v) = %q: no read-write lock's grant", rw, ch)
+			} else if got, ok := w.GrantOfChannel("0a-b", ch); !ok || got != rw {
+				t.Fatalf("GrantOfChannel(%q) = %+v, %v; want %+v", ch, got, ok, rw)
+			}
 			for _, ch := range []string{w.TurnChannel("0a-b", lk), w.TurnPrefix() + "0a-b|:" + lk, w.GrantChannel("0a-bc", g)} {
 				if _, ok := w.GrantOfChannel("0a-b", ch); ok {
 					t.Fatalf("GrantOfChannel(%q): a grant channel", ch)

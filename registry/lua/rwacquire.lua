@@ -27,6 +27,23 @@
 -- ARGV[13] the side: 'r' (read) or 'w' (write)
 -- ARGV[14] 1 when the caller's entry is in line, as far as it knows: the
 --          queue is then not tested for being empty
+-- ARGV[15] a grant record ('' for none): a listener (ARGV[4] 2) that is
+--          refused and queued records it in its entry (field waiter id ..
+--          '|' of the queue info), so that the script that gives it its
+--          turn may give it the key instead (rwrules.lua, deliver: a
+--          grant): 'PREFIX SEQ TTL FENCED ATTEMPT', the hold's token
+--          PREFIX SEQ, which is the caller's token (ARGV[1]) too, for TTL
+--          ms, with a fencing token if FENCED is 1; ATTEMPT numbers the
+--          caller's attempts that record it. A record never replaces one of
+--          a later SEQ of the same PREFIX (a resent attempt's).
+-- ARGV[16] 1 when the token is the caller's entry's grant token (with a
+--          record, or without: a waiter that no longer asks for grants,
+--          whose last record is then deleted): if it holds the key
+--          already (a grant whose message the caller did not get, or a
+--          resend after a lost reply), the caller gets that hold, before
+--          any rule: its expiry reset to ARGV[2] from now unless later,
+--          its entry out of line, {1, fence} for a writer and {1, fence,
+--          1} for a reader (a writer may wait behind it).
 --
 -- Reply: {1, fence} acquired (fence: a new fencing token, 0 without
 --        fencing); the caller's entry leaves the line. {1, fence, 1}: a
@@ -52,6 +69,39 @@ local v = redis.pcall('HMGET', KEYS[1], 'w', 'r')
 if v.err then
   local t = redis.pcall('TYPE', KEYS[1]) -- for the error's words: lockyard's other kinds are named by their types
   return redis.error_reply('WRONGTYPE rwlock key holds a ' .. (t.ok or 'value that is not a hash'))
+end
+local record, claim = ARGV[15] or '', ARGV[16] == '1' -- a caller before grants sends neither
+if claim and (v[1] == token or (side == 'r' and v[2] and not v[1])) then
+  -- A grant's hold, or one taken by this token's first run: the caller's.
+  local ttl, now, mine = ARGV[2] + 0, nil, v[1] == token
+  if not mine then
+    local score = redis.call('ZSCORE', KEYS[7], token)
+    now = score and clock()
+    mine = now and score + 0 > now
+  end
+  if mine then
+    local _, _, queueRules, permitRules = shared()
+    if side == 'w' then
+      if redis.call('PTTL', KEYS[1]) < ttl then
+        redis.call('PEXPIRE', KEYS[1], ttl)
+      end
+    else
+      redis.call('ZADD', KEYS[7], 'GT', string.format('%d', now + ttl), token)
+      if redis.call('PTTL', KEYS[1]) < ttl then
+        redis.call('PEXPIRE', KEYS[1], ttl)
+        redis.call('PEXPIRE', KEYS[7], ttl)
+      end
+    end
+    queueRules().drop({order = KEYS[2], info = KEYS[3], polls = KEYS[5]}, id)
+    local fence = 0
+    if ARGV[7] == '1' then
+      fence = permitRules().fenced(KEYS[6], ttl)
+    end
+    if side == 'w' then
+      return {1, fence}
+    end
+    return {1, fence, 1}
+  end
 end
 if not v[1] and not v[2] and ARGV[14] ~= '1' and ARGV[7] ~= '1' and queueEmpty(KEYS[2]) then
   -- Nobody holds the key or waits, and no fencing token to take: the
@@ -108,13 +158,20 @@ local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
 local rules = {window = ARGV[9] + 0, ahead = ARGV[10] + 0, slack = ARGV[11] + 0}
 local fits = not writer and (side == 'r' or readers() == 0)
 local behindWriter = false
+local writerBehind = nil -- whether a writer waits behind the caller's rank (writerFrom), once asked
 if fits then
   local ok, told, rank = true, nil, nil
   if ARGV[14] == '1' or not queueEmpty(KEYS[2]) then
     R = queueRules()
     ok, told, behindWriter, rank = RW.walk(R, q, now, rules, id, side, writer, readers())
     if #told > 0 then
-      tell(ARGV[8], KEYS[1], told)
+      -- The readers told are ahead of the caller: a writer behind it is
+      -- behind them too. Asked before deliver takes those granted out of
+      -- line, from the caller's rank as walk found it.
+      if rank and side == 'r' then
+        writerBehind = RW.writerFrom(R, q, rank)
+      end
+      RW.deliver(R, q, KEYS[1], KEYS[7], told, now, ARGV[8], KEYS[6], behindWriter or writerBehind, tell, permitRules)
     end
   end
   if ok then
@@ -123,7 +180,10 @@ if fits then
     end
     -- 'r' is set still unless readers() found every reader expired.
     local fence = RW.take(KEYS[1], KEYS[7], side, token, now, ttl, fenceKey, P, v[2] and held ~= 0)
-    if side == 'r' and rank and RW.writerFrom(R, q, rank) then
+    if writerBehind == nil and side == 'r' and rank then
+      writerBehind = RW.writerFrom(R, q, rank)
+    end
+    if writerBehind then
       return {1, fence, 1} -- a writer behind the caller: readers that come later queue behind it
     end
     return {1, fence}
@@ -153,7 +213,23 @@ local fresh = side == 'w' and readers() > 0 and not R.qcall('ZSCORE', q.order, i
 local ahead = R.enqueue(q, id, kind, now)
 local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
 local due = now + sleep + ARGV[12]
-R.describe(q, id, kind, now, due, due + idle)
+local grantRecord = nil
+if mode == 2 and record ~= '' then
+  grantRecord = record
+  local had = R.qcall('HGET', q.info, id .. '|')
+  if type(had) == 'string' then
+    -- A later number of the same registry's (this is a resent attempt's):
+    -- kept, or its grant would give a number that the registry got already.
+    local hpre, hseq = string.match(had, '^(%S+) (%d+) ')
+    local pre, seq = string.match(record, '^(%S+) (%d+) ')
+    if hpre and hpre == pre and seq and hseq + 0 > seq + 0 then
+      grantRecord = nil
+    end
+  end
+elseif claim then
+  R.qcall('HDEL', q.info, id .. '|') -- no longer asking: no grant it would not hear
+end
+R.describe(q, id, kind, now, due, due + idle, grantRecord)
 if fresh then
   RW.yield(ARGV[8], KEYS[1], KEYS[7])
 end

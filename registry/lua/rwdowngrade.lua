@@ -25,7 +25,7 @@ if v[1] ~= ARGV[1] then
   end
   return 0
 end
-local clock, _, queueRules, _, tell = shared()
+local clock, _, queueRules, permitRules, tell = shared()
 local now = clock()
 if not now then
   return redis.error_reply('ERR lockyard: a read-write lock needs the TIME command')
@@ -40,9 +40,9 @@ redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[7], ttl)
 if not queueEmpty(KEYS[2]) then
   local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
-  local _, told = RW.walk(R, q, now, {window = ARGV[4] + 0, ahead = ARGV[5] + 0, slack = ARGV[6] + 0}, nil, 'r', false, 1)
+  local _, told, behind = RW.walk(R, q, now, {window = ARGV[4] + 0, ahead = ARGV[5] + 0, slack = ARGV[6] + 0}, nil, 'r', false, 1)
   if #told > 0 then
-    tell(ARGV[3], KEYS[1], told)
+    RW.deliver(R, q, KEYS[1], KEYS[7], told, now, ARGV[3], KEYS[6], behind, tell, permitRules)
   end
   if RW.writerFrom(R, q, 0) then
     return 2

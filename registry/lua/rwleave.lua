@@ -11,7 +11,7 @@
 -- ARGV[5]  ms added to a polling waiter's turn
 --
 -- Reply: 1 when its entry was removed, 0 when it had none.
-local clock, _, queueRules, _, tell = shared()
+local clock, _, queueRules, permitRules, tell = shared()
 local R = queueRules()
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
 if not R.drop(q, ARGV[1]) then
@@ -24,8 +24,8 @@ if v.err or v[1] or not now or queueEmpty(KEYS[2]) then
 end
 local RW = rwRules()
 local held = RW.readers(KEYS[1], KEYS[7], v[2], now)
-local _, told = RW.walk(R, q, now, {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, nil, 'r', false, held)
+local _, told, behind = RW.walk(R, q, now, {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, nil, 'r', false, held)
 if #told > 0 then
-  tell(ARGV[2], KEYS[1], told)
+  RW.deliver(R, q, KEYS[1], KEYS[7], told, now, ARGV[2], KEYS[6], behind, tell, permitRules)
 end
 return 1

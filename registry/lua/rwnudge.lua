@@ -20,7 +20,7 @@ end
 if v[1] == ARGV[1] then
   return math.max(redis.call('PTTL', KEYS[1]), 1)
 end
-local clock, _, queueRules, _, tell = shared()
+local clock, _, queueRules, permitRules, tell = shared()
 local now = clock()
 if not now then
   return -1
@@ -43,8 +43,8 @@ if not v[1] then
   held = RW.readers(KEYS[1], KEYS[7], v[2], now)
 end
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
-local _, told = RW.walk(R, q, now, {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, nil, 'r', v[1], held)
+local _, told, behind = RW.walk(R, q, now, {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, nil, 'r', v[1], held)
 if #told > 0 then
-  tell(ARGV[2], KEYS[1], told)
+  RW.deliver(R, q, KEYS[1], KEYS[7], told, now, ARGV[2], KEYS[6], behind, tell, permitRules)
 end
 return -1

@@ -180,5 +180,56 @@ local function rwRules()
     return false
   end
 
-  return {readers = readers, soonest = soonest, take = take, walk = walk, yield = yield, writerFrom = writerFrom}
+  -- deliver tells each listener of told (walk) that its turn has come, on
+  -- its registry's turn channel (tell: TURNPREFIX REGID ':' k), or gives it
+  -- the key instead: a listener whose entry carries a grant record (field
+  -- id .. '|' of q.info, written by its refused attempt: rwacquire.lua's
+  -- ARGV[15], 'PREFIX SEQ TTL FENCED ATTEMPT') is given the side it waits
+  -- for (take: the token PREFIX SEQ, for TTL ms, with a fencing token from
+  -- the counter fence if FENCED is 1) if its registry listens: a probe
+  -- (TURNPREFIX REGID '|:' k, which the registry ignores) that the server
+  -- delivered to a subscriber (PUBLISH counts its receivers). Its entry
+  -- then leaves the line, and the grant message TURNPREFIX REGID '|' SEQ
+  -- '.' FENCE '@' BEHIND '.' ATTEMPT ':' k (wire.Layout.GrantChannel)
+  -- tells the registry, ATTEMPT naming the attempt that wrote the record
+  -- (its TTL counts from when that attempt was sent), BEHIND 1 when a
+  -- writer waits behind the readers told
+  -- (behind: walk's third result), so that its readers that come later do
+  -- not share the hold. A probe heard by nobody, like every case without
+  -- a record, is followed by the turn message. A grant message lost on the
+  -- way is claimed by the waiter's next attempt, which carries the granted
+  -- token (rwacquire.lua). permitRules (the prelude's) gives the fencing
+  -- rules, defined only for a fenced grant.
+  local function deliver(R, q, k, rk, told, now, prefix, fence, behind, tell, permitRules)
+    local plain = {}
+    for _, id in ipairs(told) do
+      local reg = string.match(id, '^([^/]+)/')
+      local pre, seq, ttl, fenced, attempt
+      if reg then
+        local rec = R.qcall('HGET', q.info, id .. '|')
+        if type(rec) == 'string' then
+          pre, seq, ttl, fenced, attempt = string.match(rec, '^(%S+) (%d+) (%d+) ([01]) (%d+)$')
+        end
+      end
+      local heard = pre and redis.pcall('PUBLISH', prefix .. reg .. '|:' .. k, k)
+      if type(heard) == 'number' and heard > 0 then
+        local side, f = string.sub(id, -1), nil
+        if fenced == '1' then
+          f = fence
+        end
+        local n = take(k, rk, side, pre .. seq, now, ttl + 0, f, f and permitRules(), false)
+        R.drop(q, id)
+        local b = '0'
+        if behind and side == 'r' then
+          b = '1'
+        end
+        redis.pcall('PUBLISH', prefix .. reg .. '|' .. seq .. '.' .. ms(n) .. '@' .. b .. '.' .. attempt .. ':' .. k, k)
+      else
+        plain[#plain + 1] = id
+      end
+    end
+    tell(prefix, k, plain)
+  end
+
+  return {readers = readers, soonest = soonest, take = take, walk = walk, yield = yield, writerFrom = writerFrom, deliver = deliver}
 end

@@ -1,0 +1,693 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/internal/wire"
+	"github.com/lockyard/lockyard/registry"
+)
+
+// rwacquireCounter counts the rwacquire.lua runs of a registry.
+type rwacquireCounter struct {
+	registry.Client
+	n atomic.Int32
+}
+
+func (c *rwacquireCounter) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	if s.Name() == "rwacquire" {
+		c.n.Add(1)
+	}
+	return c.Client.Eval(ctx, s, keys, args)
+}
+
+// rwGrantReady returns a's lease on side holderWrite of an RWLock in one
+// registry, and waiter, the same lock in registry r (made by wr) whose
+// lease on side write waits in line with a grant record (so that a's
+// release grants it the key): got is that lease. A first wait of r starts
+// its turn subscriber; the next one asks for grants.
+func rwGrantReady(t *testing.T, b *backend, holderWrite, write bool, opts []registry.Option, wr func(pfx string) *registry.Registry) (a *registry.Lease, holder, waiter *registry.RWLock, r *registry.Registry, got <-chan *registry.Lease) {
+	t.Helper()
+	pfx := prefix(t)
+	holder = rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+	var err error
+	if holderWrite {
+		a, err = holder.AcquireWrite(bg(t), 0)
+	} else {
+		a, err = holder.AcquireRead(bg(t), 0)
+	}
+	mustNil(t, err)
+	if wr != nil {
+		r = wr(pfx)
+	} else {
+		r = newRegPrefix(t, b.pool(t), pfx, opts...)
+	}
+	waiter = rwlock(t, r, "k")
+	ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+	_, err = waiter.AcquireWrite(ctx, 0)
+	cancel()
+	mustIs(t, err, context.DeadlineExceeded)
+	waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
+		return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
+	})
+	got = acquireRW(bg(t), waiter, write)
+	waitRecord(t, b, pfx, holder.Key())
+	return a, holder, waiter, r, got
+}
+
+var rwGrantee = []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second), registry.WithFencing()}
+
+// A writer's release grants the key to the reader in line (rwrules.lua,
+// deliver), and the last reader's release to the writer: neither tries
+// again. Each hold is the waiter's own, fenced after the one before, and
+// its release frees the key.
+func TestRWLockTurnGrantsKey(t *testing.T) {
+	for _, holderWrite := range []bool{true, false} {
+		t.Run(fmt.Sprintf("writer=%v", holderWrite), func(t *testing.T) {
+			forBackends(t, func(t *testing.T, b *backend) {
+				c := &rwacquireCounter{}
+				a, holder, _, _, got := rwGrantReady(t, b, holderWrite, !holderWrite, rwGrantee, func(pfx string) *registry.Registry {
+					c.Client = registry.NewPoolClient(b.pool(t))
+					return newRegClientPrefix(t, c, pfx, rwGrantee...)
+				})
+				tries := c.n.Load()
+				le := toldAfter(t, a, got, "the waiter")
+				if n := c.n.Load() - tries; n != 0 {
+					t.Fatalf("the waiter ran rwacquire.lua %d times after the release, want 0 (the release granted the key)", n)
+				}
+				if le.Token() <= a.Token() {
+					t.Fatalf("fencing token %d after the holder's %d", le.Token(), a.Token())
+				}
+				if n := queueLen(t, b, holder.Key(), false); n != 0 {
+					t.Fatalf("%d in line after the grant", n)
+				}
+				mustNil(t, le.Release(bg(t)))
+				rwFree(t, b, holder.Key())
+			})
+		})
+	}
+}
+
+// rwFree fails unless nobody holds the read-write lock key lk.
+func rwFree(t *testing.T, b *backend, lk string) {
+	t.Helper()
+	if n, _ := redis.Int(b.do(t, "EXISTS", lk), nil); n != 0 {
+		t.Fatalf("%s still held: %v", lk, b.do(t, "HGETALL", lk))
+	}
+}
+
+// A grant whose message is lost is claimed by the waiter's next attempt,
+// at its poll, which carries the granted token: the key is the waiter's,
+// not held by nobody for its TTL.
+func TestRWLockLostGrantClaimed(t *testing.T) {
+	for _, write := range []bool{true, false} {
+		t.Run(fmt.Sprintf("write=%v", write), func(t *testing.T) {
+			forBackends(t, func(t *testing.T, b *backend) {
+				opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(300 * time.Millisecond)}
+				a, holder, _, _, got := rwGrantReady(t, b, !write, write, opts, func(pfx string) *registry.Registry {
+					r := newRegPrefix(t, b.pool(t), pfx, opts...)
+					r.LoseGrants(1)
+					return r
+				})
+				mustNil(t, a.Release(bg(t)))
+				le := recvWithin(t, got, 3*time.Second, "the waiter, at its poll (300ms), its grant's message lost")
+				mustNil(t, le.Release(bg(t)))
+				rwFree(t, b, holder.Key())
+			})
+		})
+	}
+}
+
+// A waiter that gives up after its grant's message was lost gives the
+// granted hold back once its entry has left the line: the key is free at
+// once, not at the hold's TTL.
+func TestRWLockLostGrantGivenBackWhenWaitEnds(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(5 * time.Second)}
+		pfx := prefix(t)
+		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		a, err := holder.AcquireRead(bg(t), 0)
+		mustNil(t, err)
+		r := newRegPrefix(t, b.pool(t), pfx, opts...)
+		r.LoseGrants(1)
+		waiter := rwlock(t, r, "k")
+		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+		_, err = waiter.AcquireWrite(ctx, 0)
+		cancel()
+		mustIs(t, err, context.DeadlineExceeded)
+		waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
+			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
+		})
+		ctx, cancel = context.WithCancel(bg(t))
+		defer cancel()
+		got := acquireRW(ctx, waiter, true)
+		waitRecord(t, b, pfx, holder.Key())
+		mustNil(t, a.Release(bg(t)))
+		waitFor(t, 5*time.Second, "the waiter's grant", func() bool {
+			v, _ := redis.String(b.do(t, "HGET", holder.Key(), "w"), nil)
+			return strings.HasPrefix(v, r.ID()+":g")
+		})
+		cancel() // its poll is 5s away: it gives up before it claims the grant
+		if le := recvWithin(t, got, 5*time.Second, "the waiter's end"); le != nil {
+			t.Fatalf("the waiter got a lease after it gave up")
+		}
+		waitFor(t, 3*time.Second, "the lost grant's hold given back", func() bool {
+			n, _ := redis.Int(b.do(t, "EXISTS", holder.Key()), nil)
+			return n == 0
+		})
+	})
+}
+
+// A grant for a number the registry does not know (a record written by
+// an attempt of an instance it no longer has) is given back: the key is
+// free again, not held for nobody until its TTL.
+func TestRWLockUnknownGrantGivenBack(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock)}
+		pfx := prefix(t)
+		w := wire.Layout{Registry: pfx}
+		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		a, err := holder.AcquireWrite(bg(t), 0)
+		mustNil(t, err)
+		r := newRegPrefix(t, b.pool(t), pfx, opts...)
+		other := rwlock(t, r, "k") // a wait of r starts its turn subscriber
+		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+		_, err = other.AcquireRead(ctx, 0)
+		cancel()
+		mustIs(t, err, context.DeadlineExceeded)
+		waitFor(t, 5*time.Second, "the turn subscriber, and the wait out of line", func() bool {
+			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
+		})
+		lk := holder.Key()
+		id := r.ID() + "/999/r"
+		in := fmt.Sprint(time.Now().Add(time.Minute).UnixMilli())
+		b.do(t, "ZADD", w.QueueKey(lk), 1, id)
+		b.do(t, "HSET", w.WaitersKey(lk), id, "l "+in+" "+in, id+"|", r.ID()+":g 4242 60000 0 1")
+		mustNil(t, a.Release(bg(t)))
+		waitFor(t, 3*time.Second, "the unknown grant given back", func() bool {
+			n, _ := redis.Int(b.do(t, "EXISTS", lk, w.ReadersKey(lk)), nil)
+			return n == 0
+		})
+		if n := queueLen(t, b, lk, false); n != 0 {
+			t.Fatalf("%d in line after the grant", n)
+		}
+	})
+}
+
+// A grant needs a registry that listens: an entry with a grant record of a
+// registry that hears nothing (its process died) is told its turn, as
+// before grants, and given no hold, which would idle the key until its TTL.
+func TestRWLockNoGrantToDeafWaiter(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		w := wire.Layout{Registry: pfx}
+		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k")
+		a, err := holder.AcquireWrite(bg(t), 0)
+		mustNil(t, err)
+		lk := holder.Key()
+		id := "gone/1/w"
+		in := fmt.Sprint(time.Now().Add(time.Minute).UnixMilli())
+		b.do(t, "ZADD", w.QueueKey(lk), 1, id)
+		b.do(t, "HSET", w.WaitersKey(lk), id, "l "+in+" "+in, id+"|", "gone:g 1 60000 0 1")
+		mustNil(t, a.Release(bg(t)))
+		rwFree(t, b, lk)
+		if n := queueLen(t, b, lk, false); n != 1 {
+			t.Fatalf("%d in line, want the deaf entry still in it (told its turn)", n)
+		}
+	})
+}
+
+// A grant's hold is valid for the TTL of the attempt whose record the
+// script found, from when that attempt was sent: not from when the grant
+// came, since the script set the hold's expiry before (here half a second
+// after the waiter's last attempt).
+func TestRWLockGrantValidFromAttempt(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(5 * time.Second)}
+		pfx := prefix(t)
+		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		a, err := holder.AcquireWrite(bg(t), 0)
+		mustNil(t, err)
+		c := &rwacquireCounter{Client: registry.NewPoolClient(b.pool(t))}
+		r := newRegClientPrefix(t, c, pfx, opts...)
+		waiter := rwlock(t, r, "k")
+		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+		_, err = waiter.AcquireRead(ctx, 0)
+		cancel()
+		mustIs(t, err, context.DeadlineExceeded)
+		waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
+			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
+		})
+		const ttl = 3 * time.Second
+		got := make(chan *registry.Lease, 1)
+		go func() {
+			le, _ := waiter.AcquireRead(bg(t), ttl)
+			got <- le
+		}()
+		waitRecord(t, b, pfx, holder.Key())
+		tries := c.n.Load()
+		recorded := time.Now()
+		time.Sleep(500 * time.Millisecond) // the time under test: between the waiter's last attempt and its grant
+		mustNil(t, a.Release(bg(t)))
+		le := recvWithin(t, got, 3*time.Second, "the reader, granted the key")
+		if le == nil {
+			t.Fatal("the reader's acquisition failed")
+		}
+		if n := c.n.Load() - tries; n != 0 {
+			t.Fatalf("the reader ran rwacquire.lua %d times after its record, want 0 (granted)", n)
+		}
+		if left, most := r.ValidFor(le), ttl-time.Since(recorded); left > most {
+			t.Fatalf("the granted hold is valid %v more, longer than its attempt's TTL from when it was sent (%v)", left, most)
+		}
+		mustNil(t, le.Release(bg(t)))
+		rwFree(t, b, holder.Key())
+	})
+}
+
+// A grant whose hold would be valid for less than two thirds of its TTL by
+// the registry's count (the waiter's last attempt was sent long before)
+// is left to the head's next attempt, woken at once: with the entry's
+// token it gets the hold with a TTL from now. Handed over as it came, the
+// lease of an auto-renewed 1s TTL had 150ms left, less than the
+// watchdog's first renewal, and was lost at once while Redis held it.
+func TestRWLockGrantNearlyExpiredClaimed(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(5 * time.Second), registry.WithAutoRenew()}
+		pfx := prefix(t)
+		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		a, err := holder.AcquireWrite(bg(t), 0)
+		mustNil(t, err)
+		r := newRegPrefix(t, b.pool(t), pfx, opts...)
+		waiter := rwlock(t, r, "k")
+		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+		_, err = waiter.AcquireRead(ctx, 0)
+		cancel()
+		mustIs(t, err, context.DeadlineExceeded)
+		waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
+			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
+		})
+		const ttl = 1 * time.Second
+		got := make(chan *registry.Lease, 1)
+		go func() {
+			le, _ := waiter.AcquireRead(bg(t), ttl)
+			got <- le
+		}()
+		waitRecord(t, b, pfx, holder.Key())
+		time.Sleep(850 * time.Millisecond) // the holder keeps the key a while (the waiter sleeps its 5s poll)
+		mustNil(t, a.Release(bg(t)))
+		le := recvWithin(t, got, 3*time.Second, "the reader, granted the key")
+		if le == nil {
+			t.Fatal("the reader's acquisition failed")
+		}
+		if left := r.ValidFor(le); left < ttl*2/3 {
+			t.Fatalf("the lease is valid %v more, from a TTL of %v", left, ttl)
+		}
+		select {
+		case <-le.Lost():
+			t.Fatalf("the lease, acquired just now with TTL %v and auto-renewed, was lost within 500ms", ttl)
+		case <-time.After(500 * time.Millisecond):
+		}
+		mustNil(t, le.Release(bg(t)))
+	})
+}
+
+// A grant that comes long after the waiter's last attempt (its TTL is
+// shorter than the holder kept the key) neither gives the key back nor
+// costs the waiter its place: the grant took its entry out of line, and
+// its next attempt, woken at once, gets the granted hold, ahead of a
+// writer that queued after it.
+func TestRWLockLateGrantKeepsPlace(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(5 * time.Second)}
+		pfx := prefix(t)
+		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		a, err := holder.AcquireWrite(bg(t), 0)
+		mustNil(t, err)
+		r := newRegPrefix(t, b.pool(t), pfx, opts...)
+		waiter := rwlock(t, r, "k")
+		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+		_, err = waiter.AcquireWrite(ctx, 0)
+		cancel()
+		mustIs(t, err, context.DeadlineExceeded)
+		waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
+			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
+		})
+		const ttl = 300 * time.Millisecond
+		first := make(chan *registry.Lease, 1)
+		go func() {
+			le, _ := waiter.AcquireWrite(bg(t), ttl)
+			first <- le
+		}()
+		waitRecord(t, b, pfx, holder.Key())
+		// A second writer, of another registry, queues behind it.
+		r2 := newRegPrefix(t, b.pool(t), pfx, opts...)
+		second := acquireRW(bg(t), rwlock(t, r2, "k"), true)
+		waitFor(t, 5*time.Second, "two in line", func() bool { return queueLen(t, b, holder.Key(), false) == 2 })
+		time.Sleep(400 * time.Millisecond) // more than the first waiter's TTL since its last attempt
+		mustNil(t, a.Release(bg(t)))
+		select {
+		case le := <-first:
+			mustNil(t, le.Release(bg(t)))
+			le2 := recvWithin(t, second, 6*time.Second, "the second")
+			mustNil(t, le2.Release(bg(t)))
+		case le := <-second:
+			mustNil(t, le.Release(bg(t)))
+			<-first
+			t.Fatal("the second waiter got the key before the first, which was first in line")
+		case <-time.After(6 * time.Second):
+			t.Fatal("nobody got the key")
+		}
+	})
+}
+
+// lateGrantClient runs a hook before the waiter's n-th rwacquire, and holds
+// every rwrelease of a grant token (the registry's give-backs) until that
+// rwacquire has returned.
+type lateGrantClient struct {
+	registry.Client
+	n       atomic.Int32
+	at      int32
+	before  func()
+	claimed chan struct{}
+}
+
+func (c *lateGrantClient) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	switch s.Name() {
+	case "rwacquire":
+		if c.n.Add(1) == c.at {
+			c.before()
+			v, err := c.Client.Eval(ctx, s, keys, args)
+			close(c.claimed)
+			return v, err
+		}
+	case "rwrelease":
+		if tok, _ := args[0].(string); strings.Contains(tok, ":g") {
+			<-c.claimed
+		}
+	}
+	return c.Client.Eval(ctx, s, keys, args)
+}
+
+// The head's attempt that claims a grant's hold (rwacquire.lua, with the
+// entry's token) is answered while the registry handles that grant's
+// message: whatever the grant's validity, the hold is not given back
+// under the head, and no other writer gets in while its lease is valid.
+// (The give-backs of grant tokens are held until the claim returns.)
+func TestRWLockGrantNotGivenBackUnderClaim(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(time.Second)}
+		pfx := prefix(t)
+		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		c := &lateGrantClient{Client: registry.NewPoolClient(b.pool(t)), claimed: make(chan struct{})}
+		r := newRegClientPrefix(t, c, pfx, opts...)
+		waiter := rwlock(t, r, "k")
+		// A first wait starts r's turn subscriber.
+		a, err := holder.AcquireWrite(bg(t), 0)
+		mustNil(t, err)
+		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+		_, err = waiter.AcquireWrite(ctx, 0)
+		cancel()
+		mustIs(t, err, context.DeadlineExceeded)
+		waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
+			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
+		})
+		c.at = c.n.Load() + 2 // the wait's second attempt, at its poll (~1s)
+		c.before = func() {
+			// The holder releases just before it: the key is granted to the
+			// waiter's first attempt's record, a poll interval old, more
+			// than its TTL (300ms).
+			mustNil(t, a.Release(context.Background()))
+			waitFor(t, 5*time.Second, "the grant", func() bool {
+				v, _ := redis.String(b.do(t, "HGET", holder.Key(), "w"), nil)
+				return strings.HasPrefix(v, r.ID()+":g")
+			})
+			time.Sleep(50 * time.Millisecond) // the grant message is handled meanwhile: too late, given back
+		}
+		le, err := waiter.AcquireWrite(bg(t), 300*time.Millisecond)
+		mustNil(t, err)
+		defer le.Release(bg(t))
+		time.Sleep(50 * time.Millisecond) // the give-back runs
+		// Another writer, of another registry, now takes the key.
+		other := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		le2, err := other.TryAcquireWrite(bg(t), 0)
+		if err == nil {
+			defer le2.Release(bg(t))
+			select {
+			case <-le.Lost():
+				t.Fatalf("two writers: the other's TryAcquireWrite succeeded (the waiter's lease reports lost)")
+			default:
+				t.Fatalf("two writers: the waiter's lease is valid, not lost, and another writer took the key")
+			}
+		}
+	})
+}
+
+// subDownClient refuses PSubscribe while down is set.
+type subDownClient struct {
+	registry.Client
+	down atomic.Bool
+}
+
+func (c *subDownClient) PSubscribe(ctx context.Context, pattern string) (registry.Subscription, error) {
+	if c.down.Load() {
+		return nil, errors.New("lockyard-review: subscription refused")
+	}
+	return c.Client.PSubscribe(ctx, pattern)
+}
+
+// A grant's message is lost when the turn subscription breaks, and then
+// the instance asks for no grants: its attempts still take the entry's
+// grant token, and so get the granted hold at the next poll, not a new
+// token that the hold keeps out until its TTL.
+func TestRWLockLostGrantClaimedWhileSubscriberDown(t *testing.T) {
+	b := realBackend()
+	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(500 * time.Millisecond)}
+	pfx := prefix(t)
+	holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+	a, err := holder.AcquireWrite(bg(t), 0)
+	mustNil(t, err)
+	c := &subDownClient{Client: registry.NewPoolClient(b.pool(t))}
+	r := newRegClientPrefix(t, c, pfx, opts...)
+	r.LoseGrants(1)
+	waiter := rwlock(t, r, "k")
+	ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+	_, err = waiter.AcquireWrite(ctx, 0)
+	cancel()
+	mustIs(t, err, context.DeadlineExceeded)
+	waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
+		return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
+	})
+	got := make(chan *registry.Lease, 1)
+	go func() {
+		le, _ := waiter.AcquireWrite(bg(t), 5*time.Second)
+		got <- le
+	}()
+	waitRecord(t, b, pfx, holder.Key())
+	mustNil(t, a.Release(bg(t)))
+	waitFor(t, 5*time.Second, "the waiter's grant", func() bool {
+		v, _ := redis.String(b.do(t, "HGET", holder.Key(), "w"), nil)
+		return strings.HasPrefix(v, r.ID()+":g")
+	})
+	// The subscription breaks (its grant message was lost with it) and
+	// stays down a while.
+	c.down.Store(true)
+	b.do(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	select {
+	case le := <-got:
+		mustNil(t, le.Release(bg(t)))
+	case <-time.After(3 * time.Second):
+		v, _ := redis.String(b.do(t, "HGET", holder.Key(), "w"), nil)
+		pttl := b.do(t, "PTTL", holder.Key())
+		c.down.Store(false)
+		le := <-got
+		if le != nil {
+			_ = le.Release(bg(t))
+		}
+		t.Fatalf("the waiter polled (500ms) for 3s without its own granted hold %s (PTTL %v): held by nobody until its TTL", v, pttl)
+	}
+	c.down.Store(false)
+}
+
+// The head woken by a grant it left to its attempt (too little validity
+// left) tries at once: alone in line, it gets the free key at once, not
+// at its poll.
+func TestRWLockLateGrantWakesHead(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(5 * time.Second)}
+		pfx := prefix(t)
+		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		a, err := holder.AcquireWrite(bg(t), 0)
+		mustNil(t, err)
+		r := newRegPrefix(t, b.pool(t), pfx, opts...)
+		waiter := rwlock(t, r, "k")
+		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+		_, err = waiter.AcquireWrite(ctx, 0)
+		cancel()
+		mustIs(t, err, context.DeadlineExceeded)
+		waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
+			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
+		})
+		got := make(chan *registry.Lease, 1)
+		go func() {
+			le, _ := waiter.AcquireWrite(bg(t), 300*time.Millisecond)
+			got <- le
+		}()
+		waitRecord(t, b, pfx, holder.Key())
+		time.Sleep(400 * time.Millisecond) // more than the waiter's TTL since its attempt
+		released := time.Now()
+		mustNil(t, a.Release(bg(t)))
+		le := recvWithin(t, got, 6*time.Second, "the waiter")
+		if le == nil {
+			t.Fatal("no lease")
+		}
+		d := time.Since(released)
+		mustNil(t, le.Release(bg(t)))
+		if d > time.Second {
+			t.Fatalf("the waiter, alone, got the free key %v after the release (its poll is 5s)", d)
+		}
+	})
+}
+
+// A reader's attempt that grants a reader ahead of it asks whether a
+// writer waits behind its own place before the grant takes that reader
+// out of line: the writer right behind it is found ({1, fence, 1}), and
+// its registry's later readers do not share its hold ahead of that
+// writer.
+func TestRWLockWriterBehindGrantedReaderFound(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		w := wire.Layout{Registry: pfx}
+		lk := w.LockKey("k")
+		// B listens (so that the probe is heard).
+		c, err := redis.Dial("tcp", b.addr)
+		mustNil(t, err)
+		defer c.Close()
+		ps := redis.PubSubConn{Conn: c}
+		mustNil(t, ps.PSubscribe(w.TurnPattern("B")))
+		if _, ok := ps.Receive().(redis.Subscription); !ok {
+			t.Fatal("no subscription")
+		}
+		in := fmt.Sprint(time.Now().Add(time.Minute).UnixMilli())
+		for i, id := range []string{"B/1/r", "A/1/r", "C/1/w"} {
+			b.do(t, "ZADD", w.QueueKey(lk), i+1, id)
+			b.do(t, "HSET", w.WaitersKey(lk), id, "l "+in+" "+in)
+		}
+		b.do(t, "HSET", w.WaitersKey(lk), "B/1/r|", "B:g 7 60000 0 1")
+		keys := []any{lk, w.QueueKey(lk), w.WaitersKey(lk), w.TurnKey(lk), w.PollsKey(lk), w.FenceKey(lk), w.ReadersKey(lk)}
+		args := []any{"A:tok", 10000, "A/1/r", 2, 100, 0, 0, w.TurnPrefix(), 5, 20, 2, 1, "r", 1, ""}
+		v, err := redis.Values(b.do(t, "EVAL", append(append([]any{registry.RWAcquireSource, len(keys)}, keys...), args...)...), nil)
+		mustNil(t, err)
+		if len(v) != 3 {
+			t.Fatalf("reply %v: the writer C/1/w waits behind the caller, want {1, 0, 1}", v)
+		}
+	})
+}
+
+// rwAcquireEval runs rwacquire.lua as waiter id of registry reg (a
+// listener, in line, reading) with grant record rec and claim flag claim,
+// on lk's keys.
+func rwAcquireEval(t *testing.T, b *backend, w wire.Layout, lk, id, rec, claim string) []any {
+	t.Helper()
+	keys := []any{lk, w.QueueKey(lk), w.WaitersKey(lk), w.TurnKey(lk), w.PollsKey(lk), w.FenceKey(lk), w.ReadersKey(lk)}
+	args := []any{"A:g5", 10000, id, 2, 100, 0, 0, w.TurnPrefix(), 5, 20, 2, 1, "r", 1, rec, claim}
+	v, err := redis.Values(b.do(t, "EVAL", append(append([]any{registry.RWAcquireSource, len(keys)}, keys...), args...)...), nil)
+	mustNil(t, err)
+	return v
+}
+
+// A refused attempt's grant record never replaces one of a later number
+// of the same registry (a resent attempt's, landing late): the grant of
+// the later number stays in line. One that no longer asks for grants (its
+// registry's turn subscription is down) deletes its record: no grant it
+// would not hear.
+func TestRWLockGrantRecordRules(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		w := wire.Layout{Registry: pfx}
+		lk := w.LockKey("k")
+		b.do(t, "HSET", lk, "w", "X:1") // a writer holds it: every attempt is refused
+		b.do(t, "PEXPIRE", lk, 60000)
+		id := "A/1/r"
+		record := func() string {
+			v, _ := redis.String(b.do(t, "HGET", w.WaitersKey(lk), id+"|"), nil)
+			return v
+		}
+		if v := rwAcquireEval(t, b, w, lk, id, "A:g 9 60000 0 3", "1"); v[0] != int64(0) {
+			t.Fatalf("reply %v, want refused", v)
+		}
+		if r := record(); r != "A:g 9 60000 0 3" {
+			t.Fatalf("record %q after the first attempt", r)
+		}
+		rwAcquireEval(t, b, w, lk, id, "A:g 5 60000 0 1", "1")
+		if r := record(); r != "A:g 9 60000 0 3" {
+			t.Fatalf("record %q: an earlier number replaced a later one", r)
+		}
+		rwAcquireEval(t, b, w, lk, id, "A:g 12 60000 0 1", "1")
+		if r := record(); r != "A:g 12 60000 0 1" {
+			t.Fatalf("record %q, want the later number's", r)
+		}
+		rwAcquireEval(t, b, w, lk, id, "", "1")
+		if r := record(); r != "" {
+			t.Fatalf("record %q left by an attempt that asks for no grants", r)
+		}
+		if n := queueLen(t, b, lk, false); n != 1 {
+			t.Fatalf("%d in line, want the waiter", n)
+		}
+	})
+}
+
+// noRWLeaveClient fails every rwleave.lua, as a network fault would.
+type noRWLeaveClient struct{ registry.Client }
+
+func (c *noRWLeaveClient) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	if s.Name() == "rwleave" {
+		return nil, errors.New("lockyard-test: rwleave refused")
+	}
+	return c.Client.Eval(ctx, s, keys, args)
+}
+
+// The give-back of a lost grant's hold, when the waiter gives up, does not
+// depend on its leave: a leave that fails still gives the hold back (a
+// grant that comes later, to the entry left in line, is given back too).
+func TestRWLockLostGrantGivenBackWhenLeaveFails(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(5 * time.Second)}
+		pfx := prefix(t)
+		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		a, err := holder.AcquireRead(bg(t), 0)
+		mustNil(t, err)
+		r := newRegClientPrefix(t, &noRWLeaveClient{Client: registry.NewPoolClient(b.pool(t))}, pfx, opts...)
+		r.LoseGrants(1)
+		waiter := rwlock(t, r, "k")
+		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+		_, err = waiter.AcquireWrite(ctx, 0)
+		cancel()
+		mustIs(t, err, context.DeadlineExceeded)
+		waitFor(t, 5*time.Second, "the turn subscriber", r.TurnsSubscribed)
+		b.do(t, "DEL", wire.Layout{Registry: pfx}.QueueKey(holder.Key())) // the first wait's entry, which its leave left
+		ctx, cancel = context.WithCancel(bg(t))
+		defer cancel()
+		got := acquireRW(ctx, waiter, true)
+		waitRecord(t, b, pfx, holder.Key())
+		mustNil(t, a.Release(bg(t)))
+		waitFor(t, 5*time.Second, "the waiter's grant", func() bool {
+			v, _ := redis.String(b.do(t, "HGET", holder.Key(), "w"), nil)
+			return strings.HasPrefix(v, r.ID()+":g")
+		})
+		cancel()
+		if le := recvWithin(t, got, 5*time.Second, "the waiter's end"); le != nil {
+			t.Fatalf("the waiter got a lease after it gave up")
+		}
+		waitFor(t, 3*time.Second, "the lost grant's hold given back", func() bool {
+			n, _ := redis.Int(b.do(t, "EXISTS", holder.Key()), nil)
+			return n == 0
+		})
+	})
+}
