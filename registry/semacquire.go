@@ -248,13 +248,12 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 func (s *Semaphore) leaveQueue(id, claim string) {
 	r := s.eng
 	r.leave(s.key, id, func(ctx context.Context, lk, id string) error {
-		if err := s.proto.leave(ctx, lk, id, s.permits); err != nil {
-			return err
+		err := s.proto.leave(ctx, lk, id, s.permits)
+		if claim != "" { // even if the leave failed: a grant that comes later is given back (granted)
+			if _, _, rerr := s.proto.release(ctx, lk, claim, s.permits); err == nil {
+				err = rerr
+			}
 		}
-		if claim != "" {
-			_, _, err := s.proto.release(ctx, lk, claim, s.permits)
-			return err
-		}
-		return nil
+		return err
 	})
 }

@@ -184,7 +184,10 @@ func (s *Semaphore) took(seq uint64, p *permit) bool { return seq != 0 && s.mark
 // instance queued for more (its run goes on) leaves the next head to wait
 // for the next grant, at most a poll interval (grantWait). A number the
 // instance got already by an attempt is left to that attempt's permit,
-// one it gave up is given back, and one it does not remember too.
+// one it gave up is given back, and one it does not remember too. A grant
+// valid for less than two thirds of its TTL by the registry's count is
+// left to the next attempt's claim if it is the number claimed next, and
+// given back if not.
 func (s *Semaphore) granted(g wire.Grant) {
 	r := s.eng
 	now := r.core.Now()
@@ -211,8 +214,6 @@ func (s *Semaphore) granted(g wire.Grant) {
 		}
 		return
 	}
-	x.given |= 1 << k
-	rec := *x
 	if x == &s.grants.recs[(s.grants.at+grantRecords-1)%grantRecords] {
 		// The latest record: the line holds the instance as its grant left
 		// it (an older record's grant says nothing of a later attempt's).
@@ -224,17 +225,31 @@ func (s *Semaphore) granted(g wire.Grant) {
 			s.grantWait = now + int64(r.cfg.idle)
 		}
 	}
-	deadline := core.ValidUntil(rec.sent, rec.ttl)
+	deadline := core.ValidUntil(x.sent, x.ttl)
+	waiting := s.needers > 0
+	if deadline-now < int64(x.ttl)*2/3 {
+		// Valid for less than two thirds of its TTL by this registry's
+		// count (the attempt that recorded it was sent long before): a
+		// lease would get a sliver of it, lost before the watchdog's first
+		// renewal. The number the next attempt claims is left to it, woken
+		// at once: the claim gets the permit with a TTL from then.
+		if nx, nk := s.grants.next(); waiting && nx == x && nk == k {
+			s.mu.Unlock()
+			s.signal(core.EveryTurn)
+			return
+		}
+	}
+	x.given |= 1 << k
+	rec := *x
 	var p *permit
-	if now < deadline {
+	if deadline-now >= int64(rec.ttl)*2/3 {
 		// Its run of local holds starts now: the grant was its last command.
 		p = &permit{s: s, run: core.Run{Since: now, LastCmd: now}}
 		x.permits[k] = p
 	}
-	waiting := s.needers > 0
 	s.mu.Unlock()
 	if p == nil {
-		s.releaseLater(token)
+		s.releaseLater(token) // not the next to claim: given back
 		if waiting {
 			s.signal(core.EveryTurn) // its turn is gone with it: the head tries at once
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -358,5 +359,79 @@ func waitGivenBack(t *testing.T, b *backend, pfx string, d time.Duration) {
 			mustNil(t, le.Release(bg(t)))
 		}
 		return err == nil
+	})
+}
+
+// A grant valid for less than two thirds of its TTL by the registry's
+// count (the attempt that recorded it was sent long before: the holder
+// kept the permit 850ms of the waiter's 1s TTL, the waiter's poll 5s) is
+// left to the next attempt's claim, woken at once: the lease gets a TTL
+// from then. Made a spare as it came, its auto-renewed lease had 150ms
+// left, less than the watchdog's first renewal, and was lost at once
+// while Redis held the permit.
+func TestSemaphoreGrantNearlyExpiredClaimed(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(5 * time.Second), registry.WithAutoRenew()}
+		pfx := prefix(t)
+		hs := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
+		a, err := hs.Acquire(bg(t), 0)
+		mustNil(t, err)
+		r := newRegPrefix(t, b.pool(t), pfx, opts...)
+		ws := semaphore(t, r, "k", 1)
+		listenTurns(t, b, r, ws)
+		const ttl = time.Second
+		got := make(chan *registry.Lease, 1)
+		go func() {
+			le, _ := ws.Acquire(bg(t), ttl)
+			got <- le
+		}()
+		waitRecord(t, b, pfx, ws.Key())
+		time.Sleep(850 * time.Millisecond) // the time under test: between the waiter's attempt and its grant
+		mustNil(t, a.Release(bg(t)))
+		le := recvWithin(t, got, 3*time.Second, "the waiter")
+		if le == nil {
+			t.Fatal("the waiter's acquisition failed")
+		}
+		if left := r.ValidFor(le); left < ttl*2/3 {
+			t.Fatalf("the lease is valid %v more, from a TTL of %v", left, ttl)
+		}
+		select {
+		case <-le.Lost():
+			t.Fatal("the permit, acquired just now with TTL 1s and auto-renewed, was lost within 500ms")
+		case <-time.After(500 * time.Millisecond):
+		}
+		mustNil(t, le.Release(bg(t)))
+		if n := zcard(t, b, ws.Key()); n != 0 {
+			t.Fatalf("%d permits held after the release", n)
+		}
+	})
+}
+
+// The give-back of a lost grant's permit, when the waiter gives up, does
+// not depend on its leave: a leave that fails still gives the permit back
+// (a grant that comes later, to the entry left in line, is given back
+// too).
+func TestSemaphoreLostGrantGivenBackWhenLeaveFails(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, grantee...), "k", 1)
+		a, err := holder.Acquire(bg(t), 0)
+		mustNil(t, err)
+		wr := newRegClientPrefix(t, &noLeaveClient{Client: registry.NewPoolClient(b.pool(t))}, pfx,
+			registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3*time.Second), registry.WithLogger(discardLogger))
+		wr.LoseGrants(1)
+		waiter := semaphore(t, wr, "k", 1)
+		listenTurns(t, nil, wr, waiter)
+		b.do(t, "DEL", wire.Layout{Registry: pfx}.QueueKey(holder.Key())) // the first wait's entry, which its leave left
+		ctx, cancel := context.WithCancel(bg(t))
+		got := acquirePermit(ctx, waiter, 20*time.Second)
+		waitRecord(t, b, pfx, holder.Key())
+		mustNil(t, a.Release(bg(t)))
+		waitFor(t, 5*time.Second, "the waiter's grant", func() bool { return zcard(t, b, holder.Key()) == 1 })
+		cancel()
+		if le := recvWithin(t, got, 5*time.Second, "the waiter, given up"); le != nil {
+			t.Fatal("the waiter got a lease: its grant's message was not lost")
+		}
+		waitFor(t, 3*time.Second, "the permit granted to the waiter that gave up given back", func() bool { return zcard(t, b, holder.Key()) == 0 })
 	})
 }
