@@ -671,7 +671,8 @@ func TestRWLockLostGrantGivenBackWhenLeaveFails(t *testing.T) {
 		cancel()
 		mustIs(t, err, context.DeadlineExceeded)
 		waitFor(t, 5*time.Second, "the turn subscriber", r.TurnsSubscribed)
-		b.do(t, "DEL", wire.Layout{Registry: pfx}.QueueKey(holder.Key())) // the first wait's entry, which its leave left
+		w := wire.Layout{Registry: pfx}
+		b.do(t, "DEL", w.QueueKey(holder.Key()), w.WaitersKey(holder.Key())) // the first wait's entry and record, which its leave left
 		ctx, cancel = context.WithCancel(bg(t))
 		defer cancel()
 		got := acquireRW(ctx, waiter, true)
@@ -689,5 +690,34 @@ func TestRWLockLostGrantGivenBackWhenLeaveFails(t *testing.T) {
 			n, _ := redis.Int(b.do(t, "EXISTS", holder.Key()), nil)
 			return n == 0
 		})
+	})
+}
+
+// A registry that subscribes to every registry's turns (the fallback of an
+// ACL that refuses its own pattern) hears no probe: the entry of a
+// registry that died is told its turn, not granted the key, which would
+// be held by nobody until its record's TTL.
+func TestRWLockNoGrantForWideSubscriber(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		w := wire.Layout{Registry: pfx}
+		c, err := redis.Dial("tcp", b.addr)
+		mustNil(t, err)
+		defer c.Close()
+		ps := redis.PubSubConn{Conn: c}
+		mustNil(t, ps.PSubscribe(w.AllTurnsPattern()))
+		if _, ok := ps.Receive().(redis.Subscription); !ok {
+			t.Fatal("no subscription")
+		}
+		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k")
+		a, err := holder.AcquireWrite(bg(t), 0)
+		mustNil(t, err)
+		lk := holder.Key()
+		id := "gone/1/w"
+		in := fmt.Sprint(time.Now().Add(time.Minute).UnixMilli())
+		b.do(t, "ZADD", w.QueueKey(lk), 1, id)
+		b.do(t, "HSET", w.WaitersKey(lk), id, "l "+in+" "+in, id+"|", "gone:g 1 60000 0 1")
+		mustNil(t, a.Release(bg(t)))
+		rwFree(t, b, lk)
 	})
 }

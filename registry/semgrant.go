@@ -65,9 +65,9 @@ func (b *grantBook) find(seq uint64) *grantRecord {
 
 // asksGrants reports whether the instance's attempts ask for grants: a
 // PubSubLock instance that hears its turns, while the registry's turn
-// subscriber listens on its own channels alone (a subscriber to every
-// registry's, the fallback of an ACL that refuses its own, would count
-// as the listener of a registry that hears nothing: deliver's probe).
+// subscriber listens on its own channels (a subscriber to every
+// registry's, the fallback of an ACL that refuses its own, hears no probe:
+// wire.Layout.ProbeChannel).
 func (s *Semaphore) asksGrants(deaf bool) bool {
 	t := s.eng.turns
 	return s.pubsub && !deaf && t.own.Load() && t.up.Load()

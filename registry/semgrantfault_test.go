@@ -6,11 +6,14 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
 
 	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
@@ -422,7 +425,8 @@ func TestSemaphoreLostGrantGivenBackWhenLeaveFails(t *testing.T) {
 		wr.LoseGrants(1)
 		waiter := semaphore(t, wr, "k", 1)
 		listenTurns(t, nil, wr, waiter)
-		b.do(t, "DEL", wire.Layout{Registry: pfx}.QueueKey(holder.Key())) // the first wait's entry, which its leave left
+		w := wire.Layout{Registry: pfx}
+		b.do(t, "DEL", w.QueueKey(holder.Key()), w.WaitersKey(holder.Key())) // the first wait's entry and record, which its leave left
 		ctx, cancel := context.WithCancel(bg(t))
 		got := acquirePermit(ctx, waiter, 20*time.Second)
 		waitRecord(t, b, pfx, holder.Key())
@@ -433,5 +437,36 @@ func TestSemaphoreLostGrantGivenBackWhenLeaveFails(t *testing.T) {
 			t.Fatal("the waiter got a lease: its grant's message was not lost")
 		}
 		waitFor(t, 3*time.Second, "the permit granted to the waiter that gave up given back", func() bool { return zcard(t, b, holder.Key()) == 0 })
+	})
+}
+
+// A registry that subscribes to every registry's turns (the fallback of an
+// ACL that refuses its own pattern) hears no probe: the entry of a
+// registry that died is told its turn, not granted a permit, which would
+// be held by nobody until its record's TTL.
+func TestSemaphoreNoGrantForWideSubscriber(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		w := wire.Layout{Registry: pfx}
+		c, err := redis.Dial("tcp", b.addr)
+		mustNil(t, err)
+		defer c.Close()
+		ps := redis.PubSubConn{Conn: c}
+		mustNil(t, ps.PSubscribe(w.AllTurnsPattern()))
+		if _, ok := ps.Receive().(redis.Subscription); !ok {
+			t.Fatal("no subscription")
+		}
+		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k", 1)
+		a, err := holder.Acquire(bg(t), 0)
+		mustNil(t, err)
+		lk := holder.Key()
+		id := "gone/1"
+		in := fmt.Sprint(time.Now().Add(time.Minute).UnixMilli())
+		b.do(t, "ZADD", w.QueueKey(lk), 1, id)
+		b.do(t, "HSET", w.WaitersKey(lk), id, "l "+in+" "+in, id+"|", "gone:g #1 60000 1 0 100 0")
+		mustNil(t, a.Release(bg(t)))
+		if n := zcard(t, b, lk); n != 0 {
+			t.Fatalf("%d permits held: the dead waiter was granted one", n)
+		}
 	})
 }

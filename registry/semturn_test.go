@@ -94,6 +94,9 @@ func TestSemaphoreTurnToldToItsRegistryAlone(t *testing.T) {
 			waitFor(t, time.Second, "the turn heard", func() bool { return len(heard()) > n })
 			got := heard()
 			for _, ch := range got[n:] {
+				if ch == w.ProbeChannel(id, ss[1].Key()) {
+					continue // the probe before a grant, on its own channel
+				}
 				rest, ok := strings.CutPrefix(ch, w.TurnPrefix()+id)
 				if !ok || !strings.HasSuffix(rest, ":"+ss[1].Key()) || rest[0] != ':' && rest[0] != '|' {
 					t.Fatalf("messages: %q, want them on %s's turn channels alone", got[n:], id)

@@ -152,8 +152,21 @@ func (w Layout) TurnPrefix() string { return w.Registry + "-turn:" }
 func (w Layout) TurnChannel(id, lk string) string { return w.TurnPrefix() + id + ":" + lk }
 
 // TurnPattern returns the PSUBSCRIBE pattern that matches every turn
-// channel of registry id, and its grant channels (GrantChannel).
-func (w Layout) TurnPattern(id string) string { return GlobEscape(w.TurnPrefix()+id) + "[:|]*" }
+// channel of registry id, its grant channels (GrantChannel) and its probe
+// channels (ProbeChannel): Registry "-turn" ":" or "|", id, ":" or "|",
+// anything.
+func (w Layout) TurnPattern(id string) string {
+	return GlobEscape(w.Registry+"-turn") + "[:|]" + GlobEscape(id) + "[:|]*"
+}
+
+// ProbeChannel returns the channel on which a script asks whether
+// registry id listens, before it grants the registry's waiter lk
+// (lua/prelude.lua and lua/rwrules.lua, deliver: PUBLISH counts the
+// receivers): Registry "-turn|" id "|:" lk. TurnPattern matches it, and
+// AllTurnsPattern does not: a registry that subscribes to every
+// registry's turns (an ACL's fallback) hears no probe, and so cannot
+// answer for a registry that died. The registry ignores it.
+func (w Layout) ProbeChannel(id, lk string) string { return w.Registry + "-turn|" + id + "|:" + lk }
 
 // Grant is what a grant channel says (GrantChannel): a script gave
 // registry id's waiter the permit GrantToken(id, Seq, CountSuffix(Permits))
@@ -174,9 +187,10 @@ type Grant struct {
 // GrantChannel returns g's channel for registry id: TurnPrefix id "|" seq
 // "." fence "#" permits ":" lk (lua/prelude.lua, deliver, builds it), or
 // for a read-write lock (Permits 0) TurnPrefix id "|" seq "." fence "@"
-// behind "." attempt ":" lk, behind 1 or 0 (lua/rwrules.lua, deliver). TurnPattern
-// matches it; a turn channel is never one, nor the probe that precedes it
-// (TurnPrefix id "|:" lk), which the registry ignores.
+// behind "." attempt ":" lk, behind 1 or 0 (lua/rwrules.lua, deliver).
+// TurnPattern matches it; a turn channel is never one, nor the probe that
+// precedes it (ProbeChannel; before it, TurnPrefix id "|:" lk), which the
+// registry ignores.
 func (w Layout) GrantChannel(id string, g Grant) string {
 	tail := CountSuffix(g.Permits)
 	if g.Permits == 0 {

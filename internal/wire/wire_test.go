@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"path"
 	"strings"
 	"testing"
 )
@@ -18,7 +19,7 @@ func TestChannelPatternEscapesGlobs(t *testing.T) {
 			t.Errorf("ChannelPattern(%q) = %q, want %q", in, got, want)
 		}
 	}
-	if got := (Layout{Registry: "a*"}).TurnPattern("id?"); got != `a\*-turn:id\?[:|]*` {
+	if got := (Layout{Registry: "a*"}).TurnPattern("id?"); got != `a\*-turn[:|]id\?[:|]*` {
 		t.Errorf("TurnPattern = %q", got)
 	}
 	if got := (Layout{Registry: "a*"}).AllTurnsPattern(); got != `a\*-turn:*` {
@@ -138,7 +139,7 @@ func FuzzLayout(f *testing.F) {
 			} else if got, ok := w.GrantOfChannel("0a-b", ch); !ok || got != rw {
 				t.Fatalf("GrantOfChannel(%q) = %+v, %v; want %+v", ch, got, ok, rw)
 			}
-			for _, ch := range []string{w.TurnChannel("0a-b", lk), w.TurnPrefix() + "0a-b|:" + lk, w.GrantChannel("0a-bc", g)} {
+			for _, ch := range []string{w.TurnChannel("0a-b", lk), w.TurnPrefix() + "0a-b|:" + lk, w.ProbeChannel("0a-b", lk), w.GrantChannel("0a-bc", g)} {
 				if _, ok := w.GrantOfChannel("0a-b", ch); ok {
 					t.Fatalf("GrantOfChannel(%q): a grant channel", ch)
 				}
@@ -208,5 +209,40 @@ func TestPermitCount(t *testing.T) {
 		if n, ok := PermitCount(tok); ok {
 			t.Errorf("%q: count %d, want none", tok, n)
 		}
+	}
+}
+
+// A registry's turn pattern matches its turn, grant and probe channels;
+// the pattern of every registry's turns (an ACL's fallback) matches the
+// turns and grants but no probe, so that such a subscriber never answers
+// a probe for another registry (lua/prelude.lua, deliver).
+func TestTurnPatternsAndProbes(t *testing.T) {
+	w := Layout{Registry: "orders"}
+	lk := w.LockKey("k")
+	matches := func(pattern, ch string) bool {
+		ok, err := path.Match(pattern, ch)
+		if err != nil {
+			t.Fatalf("path.Match(%q): %v", pattern, err)
+		}
+		return ok
+	}
+	own, wide := w.TurnPattern("0a-b"), w.AllTurnsPattern()
+	for _, ch := range []string{w.TurnChannel("0a-b", lk), w.GrantChannel("0a-b", Grant{Key: lk, Seq: 3, Permits: 2}), w.GrantChannel("0a-b", Grant{Key: lk, Seq: 3, Attempt: 1})} {
+		if !matches(own, ch) || !matches(wide, ch) {
+			t.Errorf("%q: own pattern %v, every registry's %v; want both", ch, matches(own, ch), matches(wide, ch))
+		}
+	}
+	probe := w.ProbeChannel("0a-b", lk)
+	if !matches(own, probe) || matches(wide, probe) {
+		t.Errorf("probe %q: own pattern %v, every registry's %v; want only its own", probe, matches(own, probe), matches(wide, probe))
+	}
+	if matches(w.TurnPattern("0a-bc"), probe) || matches(w.TurnPattern("0a"), probe) {
+		t.Errorf("probe %q heard by another registry", probe)
+	}
+	if _, ok := w.LockKeyOfTurnChannel("0a-b", probe); ok {
+		t.Errorf("probe %q taken for a turn", probe)
+	}
+	if _, ok := w.GrantOfChannel("0a-b", probe); ok {
+		t.Errorf("probe %q taken for a grant", probe)
 	}
 }

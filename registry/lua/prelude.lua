@@ -489,9 +489,11 @@ local function shared()
     -- 'PREFIX COUNT TTL SEQ MORE IDLE FENCED') is given a permit instead,
     -- if COUNT is count (the suffix of this semaphore's tokens: the
     -- waiter's count of permits is the holders') and its registry
-    -- listens: a probe (TURNPREFIX REGID '|:' KEY, which the registry
-    -- ignores) that the server delivered to a subscriber (PUBLISH counts
-    -- its receivers) is followed by the permit PREFIX SEQ COUNT, set for
+    -- listens: a probe (the turn prefix with '|' for its ':', REGID '|:'
+    -- KEY: wire.Layout.ProbeChannel, which the registry ignores, and a
+    -- subscriber to every registry's turns does not hear) that the server
+    -- delivered to a subscriber (PUBLISH counts its receivers) is
+    -- followed by the permit PREFIX SEQ COUNT, set for
     -- TTL ms unless it is set already, with a fencing token from the
     -- counter fence if FENCED is 1, and the grant message TURNPREFIX
     -- REGID '|' SEQ '.' FENCE COUNT ':' KEY (wire.Layout.GrantChannel).
@@ -513,7 +515,7 @@ local function shared()
             pre, c, ttl, seq, more, idle, fenced = string.match(rec, '^(%S+) (%S+) (%d+) (%d+) (%d+) (%d+) ([01])$')
           end
           local granted = false
-          local heard = pre and c == count and redis.pcall('PUBLISH', prefix .. reg .. '|:' .. key, key)
+          local heard = pre and c == count and redis.pcall('PUBLISH', string.sub(prefix, 1, -2) .. '|' .. reg .. '|:' .. key, key)
           if type(heard) == 'number' and heard > 0 then
             ttl = ttl + 0
             if redis.call('ZADD', key, 'NX', ms(now + ttl), pre .. seq .. c) == 1 then

@@ -187,8 +187,8 @@ local function rwRules()
   -- ARGV[15], 'PREFIX SEQ TTL FENCED ATTEMPT') is given the side it waits
   -- for (take: the token PREFIX SEQ, for TTL ms, with a fencing token from
   -- the counter fence if FENCED is 1) if its registry listens: a probe
-  -- (TURNPREFIX REGID '|:' k, which the registry ignores) that the server
-  -- delivered to a subscriber (PUBLISH counts its receivers). Its entry
+  -- (wire.Layout.ProbeChannel, as the prelude's deliver sends) that the
+  -- server delivered to a subscriber (PUBLISH counts its receivers). Its entry
   -- then leaves the line, and the grant message TURNPREFIX REGID '|' SEQ
   -- '.' FENCE '@' BEHIND '.' ATTEMPT ':' k (wire.Layout.GrantChannel)
   -- tells the registry, ATTEMPT naming the attempt that wrote the record
@@ -211,7 +211,7 @@ local function rwRules()
           pre, seq, ttl, fenced, attempt = string.match(rec, '^(%S+) (%d+) (%d+) ([01]) (%d+)$')
         end
       end
-      local heard = pre and redis.pcall('PUBLISH', prefix .. reg .. '|:' .. k, k)
+      local heard = pre and redis.pcall('PUBLISH', string.sub(prefix, 1, -2) .. '|' .. reg .. '|:' .. k, k)
       if type(heard) == 'number' and heard > 0 then
         local side, f = string.sub(id, -1), nil
         if fenced == '1' then
