@@ -721,3 +721,48 @@ func TestRWLockNoGrantForWideSubscriber(t *testing.T) {
 		rwFree(t, b, lk)
 	})
 }
+
+// Readers granted by a writer's own attempt (it finds the key free, tells
+// the readers in line ahead of it, and queues behind them) are granted
+// with a writer behind them: a reader of theirs that comes later queues
+// behind that writer (TryAcquireRead: ErrNotObtained) instead of sharing
+// the granted hold ahead of it.
+func TestRWLockGrantByWritersAttemptGatesLateReaders(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(5 * time.Second)}
+		pfx := prefix(t)
+		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		a, err := holder.AcquireWrite(bg(t), 10*time.Second)
+		mustNil(t, err)
+		r := newRegPrefix(t, b.pool(t), pfx, opts...)
+		x := rwlock(t, r, "k")
+		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+		_, err = x.AcquireRead(ctx, 0)
+		cancel()
+		mustIs(t, err, context.DeadlineExceeded)
+		waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
+			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
+		})
+		r1 := acquireRW(bg(t), x, false)
+		waitRecord(t, b, pfx, holder.Key())
+		// The writer's hold expires (no script runs): a DEL stands for it.
+		b.do(t, "DEL", holder.Key())
+		_ = a.Release(bg(t)) // ErrLockLost: its key is gone
+		// A writer of a third registry tries: its rwacquire.lua gives the
+		// reader in line its turn (a grant) and queues the writer behind it.
+		w := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
+		wch := acquireRW(bg(t), w, true)
+		le1 := leaseWithin(t, r1, 3*time.Second, "the granted reader")
+		late, err := x.TryAcquireRead(bg(t), 0)
+		if err == nil {
+			_ = late.Release(bg(t))
+			_ = le1.Release(bg(t))
+			<-wch
+			t.Fatal("a reader that came after the writer queued shared the granted hold ahead of it")
+		}
+		mustIs(t, err, registry.ErrNotObtained)
+		mustNil(t, le1.Release(bg(t)))
+		lw := leaseWithin(t, wch, 5*time.Second, "the writer")
+		mustNil(t, lw.Release(bg(t)))
+	})
+}

@@ -165,8 +165,13 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 		seq, claimed         uint64
 	)
 	sent := r.core.Now()
-	if waits && s.asksGrants(h.deaf) {
+	if waits && s.pubsub {
+		// Whether or not it asks for grants now: a grant whose message was
+		// lost (its subscription broke: it then asks for none), or one left
+		// to this claim (granted), may hold the permit.
 		claimed, claim = s.claimArg()
+	}
+	if waits && s.asksGrants(h.deaf) {
 		seq, token, record = s.grantRecordArg(sent, ttl, needers)
 	} else {
 		token = r.core.NewPermitToken(s.count)

@@ -184,14 +184,16 @@ func (s *Semaphore) done(who *reentrant.Owner) { s.end(who, false) }
 // end is done; gaveUp: the lease got no permit. The last lease to give up
 // gives back the permit that a grant whose message was lost may hold
 // (claimable), once the instance's entry has left the line, after which no
-// script grants it one more.
+// script grants it one more; so does the last lease to end while a grant
+// left to a claim (leftClaim) was not claimed (the head took a spare, or
+// got a permit of its own).
 func (s *Semaphore) end(who *reentrant.Owner, gaveUp bool) {
 	var claim string
 	s.mu.Lock()
 	s.needers--
 	var spare []*permit
 	last := s.needers == 0
-	if last && gaveUp && s.pubsub {
+	if last && s.pubsub && (gaveUp || s.leftClaim != 0) {
 		claim = s.claimable()
 	}
 	var leave string

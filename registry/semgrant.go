@@ -137,6 +137,9 @@ func (s *Semaphore) markGot(seq uint64, p *permit) (had bool) {
 	}
 	x.given |= 1 << k
 	x.permits[k] = p
+	if s.leftClaim == seq {
+		s.leftClaim = 0
+	}
 	return false
 }
 
@@ -165,6 +168,7 @@ func (s *Semaphore) grantCameFirst(seq uint64) bool {
 // caller holds mu.
 func (s *Semaphore) claimable() string {
 	x, k := s.grants.next()
+	s.leftClaim = 0
 	if x == nil {
 		return ""
 	}
@@ -234,6 +238,7 @@ func (s *Semaphore) granted(g wire.Grant) {
 		// renewal. The number the next attempt claims is left to it, woken
 		// at once: the claim gets the permit with a TTL from then.
 		if nx, nk := s.grants.next(); waiting && nx == x && nk == k {
+			s.leftClaim = g.Seq
 			s.mu.Unlock()
 			s.signal(core.EveryTurn)
 			return

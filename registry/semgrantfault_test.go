@@ -470,3 +470,69 @@ func TestSemaphoreNoGrantForWideSubscriber(t *testing.T) {
 		}
 	})
 }
+
+// gateRecord holds the reply of the first semacquire.lua that carries a
+// grant record (ARGV[18]) until gate closes (the script itself runs at
+// once), and refuses PSubscribe while down is set.
+type gateRecord struct {
+	registry.Client
+	armed atomic.Bool
+	fired atomic.Bool
+	down  atomic.Bool
+	ran   chan struct{}
+	gate  chan struct{}
+}
+
+func (c *gateRecord) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	v, err := c.Client.Eval(ctx, s, keys, args)
+	if s.Name() == "semacquire" && c.armed.Load() && len(args) >= 18 {
+		if rec, _ := args[17].(string); rec != "" && c.fired.CompareAndSwap(false, true) {
+			close(c.ran)
+			<-c.gate
+		}
+	}
+	return v, err
+}
+
+func (c *gateRecord) PSubscribe(ctx context.Context, pattern string) (registry.Subscription, error) {
+	if c.down.Load() {
+		return nil, errors.New("lockyard-test: subscription refused")
+	}
+	return c.Client.PSubscribe(ctx, pattern)
+}
+
+// A grant left to the next attempt's claim (too little validity left) is
+// not held by nobody when the head gets a permit otherwise: its attempt,
+// sent while the turn subscription is down (the instance asks for no
+// grants), still claims it; and the last lease to end gives back one left
+// unclaimed.
+func TestSemaphoreGrantLeftToClaimNotOrphaned(t *testing.T) {
+	b := realBackend()
+	opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(10 * time.Second)}
+	pfx := prefix(t)
+	hs := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 2)
+	a1, err := hs.Acquire(bg(t), 0)
+	mustNil(t, err)
+	a2, err := hs.Acquire(bg(t), 0)
+	mustNil(t, err)
+	c := &gateRecord{Client: registry.NewPoolClient(b.pool(t)), ran: make(chan struct{}), gate: make(chan struct{})}
+	r := newRegClientPrefix(t, c, pfx, opts...)
+	ws := semaphore(t, r, "k", 2)
+	listenTurns(t, b, r, ws)
+	c.armed.Store(true)
+	const ttl = 3 * time.Second
+	got := acquirePermit(bg(t), ws, ttl)
+	recvWithin(t, c.ran, 5*time.Second, "the recording attempt")
+	time.Sleep(1500 * time.Millisecond) // the time under test: the record ages past a third of its TTL
+	mustNil(t, a1.Release(bg(t)))       // grants it: too late, left to the next attempt's claim
+	waitFor(t, 5*time.Second, "the grant", func() bool { return zcard(t, b, ws.Key()) == 2 })
+	c.down.Store(true) // the turn subscription breaks
+	b.do(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	waitFor(t, 5*time.Second, "the subscription down", func() bool { return !r.TurnsSubscribed() })
+	mustNil(t, a2.Release(bg(t))) // another permit frees
+	close(c.gate)
+	le := leaseWithin(t, got, 5*time.Second, "the head")
+	mustNil(t, le.Release(bg(t)))
+	c.down.Store(false)
+	waitFor(t, 3*time.Second, "every permit free after every lease was released", func() bool { return zcard(t, b, ws.Key()) == 0 })
+}

@@ -93,6 +93,11 @@ type Semaphore struct {
 	// grantWait: a grant queued the instance again for its next head,
 	// which waits for its own grant until then (registry clock; 0: none).
 	grantWait int64
+	// leftClaim is the number of a grant left to the next attempt's claim
+	// (granted: too little validity left), until it is got or given back
+	// (0: none): if the instance's leases all end without claiming it, the
+	// last gives it back (end).
+	leftClaim uint64
 }
 
 // semTurn is the head's bookkeeping between heads: the instance's wait in

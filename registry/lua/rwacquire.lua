@@ -171,7 +171,9 @@ if fits then
       if rank and side == 'r' then
         writerBehind = RW.writerFrom(R, q, rank)
       end
-      RW.deliver(R, q, KEYS[1], KEYS[7], told, now, ARGV[8], KEYS[6], behindWriter or writerBehind, tell, permitRules)
+      -- A writer that queues (refused: the readers told are ahead of it)
+      -- waits behind them too.
+      RW.deliver(R, q, KEYS[1], KEYS[7], told, now, ARGV[8], KEYS[6], behindWriter or writerBehind or (side == 'w' and mode ~= 0), tell, permitRules)
     end
   end
   if ok then

@@ -193,8 +193,9 @@ local function rwRules()
   -- '.' FENCE '@' BEHIND '.' ATTEMPT ':' k (wire.Layout.GrantChannel)
   -- tells the registry, ATTEMPT naming the attempt that wrote the record
   -- (its TTL counts from when that attempt was sent), BEHIND 1 when a
-  -- writer waits behind the readers told
-  -- (behind: walk's third result), so that its readers that come later do
+  -- writer waits behind the readers told (behind, from the caller; or a
+  -- writer's entry among the first 16 in line, writerFrom: a poller that
+  -- walk passed over counts), so that its readers that come later do
   -- not share the hold. A probe heard by nobody, like every case without
   -- a record, is followed by the turn message. A grant message lost on the
   -- way is claimed by the waiter's next attempt, which carries the granted
@@ -202,6 +203,7 @@ local function rwRules()
   -- rules, defined only for a fenced grant.
   local function deliver(R, q, k, rk, told, now, prefix, fence, behind, tell, permitRules)
     local plain = {}
+    local writerBack = behind or nil -- nil: writerFrom not asked yet (once, when a reader is granted)
     for _, id in ipairs(told) do
       local reg = string.match(id, '^([^/]+)/')
       local pre, seq, ttl, fenced, attempt
@@ -220,8 +222,13 @@ local function rwRules()
         local n = take(k, rk, side, pre .. seq, now, ttl + 0, f, f and permitRules(), false)
         R.drop(q, id)
         local b = '0'
-        if behind and side == 'r' then
-          b = '1'
+        if side == 'r' then
+          if writerBack == nil then
+            writerBack = writerFrom(R, q, 0)
+          end
+          if writerBack then
+            b = '1'
+          end
         end
         redis.pcall('PUBLISH', prefix .. reg .. '|' .. seq .. '.' .. ms(n) .. '@' .. b .. '.' .. attempt .. ':' .. k, k)
       else
