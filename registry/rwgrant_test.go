@@ -15,27 +15,15 @@ import (
 	"github.com/lockyard/lockyard/registry"
 )
 
-// rwacquireCounter counts the rwacquire.lua runs of a registry.
-type rwacquireCounter struct {
-	registry.Client
-	n atomic.Int32
-}
-
-func (c *rwacquireCounter) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
-	if s.Name() == "rwacquire" {
-		c.n.Add(1)
-	}
-	return c.Client.Eval(ctx, s, keys, args)
-}
-
 // rwGrantReady returns a's lease on side holderWrite of an RWLock in one
 // registry, and waiter, the same lock in registry r (made by wr) whose
 // lease on side write waits in line with a grant record (so that a's
-// release grants it the key): got is that lease. A first wait of r starts
-// its turn subscriber; the next one asks for grants.
-func rwGrantReady(t *testing.T, b *backend, holderWrite, write bool, opts []registry.Option, wr func(pfx string) *registry.Registry) (a *registry.Lease, holder, waiter *registry.RWLock, r *registry.Registry, got <-chan *registry.Lease) {
+// release grants it the key, for ttl): got is that lease, and pfx their
+// registry key. A first wait of r starts its turn subscriber; the next one
+// asks for grants.
+func rwGrantReady(t *testing.T, b *backend, holderWrite, write bool, ttl time.Duration, opts []registry.Option, wr func(pfx string) *registry.Registry) (pfx string, a *registry.Lease, holder, waiter *registry.RWLock, r *registry.Registry, got <-chan *registry.Lease) {
 	t.Helper()
-	pfx := prefix(t)
+	pfx = prefix(t)
 	holder = rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
 	var err error
 	if holderWrite {
@@ -50,16 +38,53 @@ func rwGrantReady(t *testing.T, b *backend, holderWrite, write bool, opts []regi
 		r = newRegPrefix(t, b.pool(t), pfx, opts...)
 	}
 	waiter = rwlock(t, r, "k")
+	rwListening(t, b, r, waiter, true)
+	got = acquireRWFor(bg(t), waiter, write, ttl)
+	waitRecord(t, b, pfx, holder.Key())
+	return pfx, a, holder, waiter, r, got
+}
+
+// rwListening makes registry r listen for its turns: a first wait of l
+// (on side write; 50ms, refused: another registry holds the key) starts
+// r's turn subscriber, and once that wait's entry has left the line, r's
+// later waits ask for grants.
+func rwListening(t *testing.T, b *backend, r *registry.Registry, l *registry.RWLock, write bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
-	_, err = waiter.AcquireWrite(ctx, 0)
+	acquire := l.AcquireRead
+	if write {
+		acquire = l.AcquireWrite
+	}
+	_, err := acquire(ctx, 0)
 	cancel()
 	mustIs(t, err, context.DeadlineExceeded)
 	waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
-		return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
+		return r.TurnsSubscribed() && queueLen(t, b, l.Key(), false) == 0
 	})
-	got = acquireRW(bg(t), waiter, write)
-	waitRecord(t, b, pfx, holder.Key())
-	return a, holder, waiter, r, got
+}
+
+// waitWriterGrant waits until the writer of lk is a grant token of r's.
+func waitWriterGrant(t *testing.T, b *backend, lk string, r *registry.Registry) {
+	t.Helper()
+	waitFor(t, 5*time.Second, "the waiter's grant", func() bool {
+		v, _ := redis.String(b.do(t, "HGET", lk, "w"), nil)
+		return strings.HasPrefix(v, r.ID()+":g")
+	})
+}
+
+// giveUpGivesBack ends (cancel) the wait whose lease would come on got,
+// its grant's message lost, and fails unless it gets no lease and the
+// hold granted to it is given back, freeing lk.
+func giveUpGivesBack(t *testing.T, b *backend, lk string, got <-chan *registry.Lease, cancel context.CancelFunc) {
+	t.Helper()
+	cancel()
+	if le := recvWithin(t, got, 5*time.Second, "the waiter's end"); le != nil {
+		t.Fatalf("the waiter got a lease after it gave up")
+	}
+	waitFor(t, 3*time.Second, "the lost grant's hold given back", func() bool {
+		n, _ := redis.Int(b.do(t, "EXISTS", lk), nil)
+		return n == 0
+	})
 }
 
 var rwGrantee = []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second), registry.WithFencing()}
@@ -72,8 +97,8 @@ func TestRWLockTurnGrantsKey(t *testing.T) {
 	for _, holderWrite := range []bool{true, false} {
 		t.Run(fmt.Sprintf("writer=%v", holderWrite), func(t *testing.T) {
 			forBackends(t, func(t *testing.T, b *backend) {
-				c := &rwacquireCounter{}
-				a, holder, _, _, got := rwGrantReady(t, b, holderWrite, !holderWrite, rwGrantee, func(pfx string) *registry.Registry {
+				c := &scriptCounter{name: "rwacquire"}
+				_, a, holder, _, _, got := rwGrantReady(t, b, holderWrite, !holderWrite, 0, rwGrantee, func(pfx string) *registry.Registry {
 					c.Client = registry.NewPoolClient(b.pool(t))
 					return newRegClientPrefix(t, c, pfx, rwGrantee...)
 				})
@@ -111,7 +136,7 @@ func TestRWLockLostGrantClaimed(t *testing.T) {
 		t.Run(fmt.Sprintf("write=%v", write), func(t *testing.T) {
 			forBackends(t, func(t *testing.T, b *backend) {
 				opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(300 * time.Millisecond)}
-				a, holder, _, _, got := rwGrantReady(t, b, !write, write, opts, func(pfx string) *registry.Registry {
+				_, a, holder, _, _, got := rwGrantReady(t, b, !write, write, 0, opts, func(pfx string) *registry.Registry {
 					r := newRegPrefix(t, b.pool(t), pfx, opts...)
 					r.LoseGrants(1)
 					return r
@@ -138,30 +163,14 @@ func TestRWLockLostGrantGivenBackWhenWaitEnds(t *testing.T) {
 		r := newRegPrefix(t, b.pool(t), pfx, opts...)
 		r.LoseGrants(1)
 		waiter := rwlock(t, r, "k")
-		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
-		_, err = waiter.AcquireWrite(ctx, 0)
-		cancel()
-		mustIs(t, err, context.DeadlineExceeded)
-		waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
-			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
-		})
-		ctx, cancel = context.WithCancel(bg(t))
+		rwListening(t, b, r, waiter, true)
+		ctx, cancel := context.WithCancel(bg(t))
 		defer cancel()
 		got := acquireRW(ctx, waiter, true)
 		waitRecord(t, b, pfx, holder.Key())
 		mustNil(t, a.Release(bg(t)))
-		waitFor(t, 5*time.Second, "the waiter's grant", func() bool {
-			v, _ := redis.String(b.do(t, "HGET", holder.Key(), "w"), nil)
-			return strings.HasPrefix(v, r.ID()+":g")
-		})
-		cancel() // its poll is 5s away: it gives up before it claims the grant
-		if le := recvWithin(t, got, 5*time.Second, "the waiter's end"); le != nil {
-			t.Fatalf("the waiter got a lease after it gave up")
-		}
-		waitFor(t, 3*time.Second, "the lost grant's hold given back", func() bool {
-			n, _ := redis.Int(b.do(t, "EXISTS", holder.Key()), nil)
-			return n == 0
-		})
+		waitWriterGrant(t, b, holder.Key(), r)
+		giveUpGivesBack(t, b, holder.Key(), got, cancel) // its poll is 5s away: it gives up before it claims the grant
 	})
 }
 
@@ -178,13 +187,7 @@ func TestRWLockUnknownGrantGivenBack(t *testing.T) {
 		mustNil(t, err)
 		r := newRegPrefix(t, b.pool(t), pfx, opts...)
 		other := rwlock(t, r, "k") // a wait of r starts its turn subscriber
-		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
-		_, err = other.AcquireRead(ctx, 0)
-		cancel()
-		mustIs(t, err, context.DeadlineExceeded)
-		waitFor(t, 5*time.Second, "the turn subscriber, and the wait out of line", func() bool {
-			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
-		})
+		rwListening(t, b, r, other, false)
 		lk := holder.Key()
 		id := r.ID() + "/999/r"
 		in := fmt.Sprint(time.Now().Add(time.Minute).UnixMilli())
@@ -203,25 +206,42 @@ func TestRWLockUnknownGrantGivenBack(t *testing.T) {
 
 // A grant needs a registry that listens: an entry with a grant record of a
 // registry that hears nothing (its process died) is told its turn, as
-// before grants, and given no hold, which would idle the key until its TTL.
+// before grants, and given no hold, which would idle the key until its
+// TTL; so too beside a registry that subscribes to every registry's turns
+// (the fallback of an ACL that refuses its own pattern), which hears no
+// probe (wire.Layout.ProbeChannel).
 func TestRWLockNoGrantToDeafWaiter(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
-		w := wire.Layout{Registry: pfx}
-		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k")
-		a, err := holder.AcquireWrite(bg(t), 0)
-		mustNil(t, err)
-		lk := holder.Key()
-		id := "gone/1/w"
-		in := fmt.Sprint(time.Now().Add(time.Minute).UnixMilli())
-		b.do(t, "ZADD", w.QueueKey(lk), 1, id)
-		b.do(t, "HSET", w.WaitersKey(lk), id, "l "+in+" "+in, id+"|", "gone:g 1 60000 0 1")
-		mustNil(t, a.Release(bg(t)))
-		rwFree(t, b, lk)
-		if n := queueLen(t, b, lk, false); n != 1 {
-			t.Fatalf("%d in line, want the deaf entry still in it (told its turn)", n)
-		}
-	})
+	for _, wide := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wide=%v", wide), func(t *testing.T) {
+			forBackends(t, func(t *testing.T, b *backend) {
+				pfx := prefix(t)
+				w := wire.Layout{Registry: pfx}
+				if wide {
+					c, err := redis.Dial("tcp", b.addr)
+					mustNil(t, err)
+					defer c.Close()
+					ps := redis.PubSubConn{Conn: c}
+					mustNil(t, ps.PSubscribe(w.AllTurnsPattern()))
+					if _, ok := ps.Receive().(redis.Subscription); !ok {
+						t.Fatal("no subscription")
+					}
+				}
+				holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k")
+				a, err := holder.AcquireWrite(bg(t), 0)
+				mustNil(t, err)
+				lk := holder.Key()
+				id := "gone/1/w"
+				in := fmt.Sprint(time.Now().Add(time.Minute).UnixMilli())
+				b.do(t, "ZADD", w.QueueKey(lk), 1, id)
+				b.do(t, "HSET", w.WaitersKey(lk), id, "l "+in+" "+in, id+"|", "gone:g 1 60000 0 1")
+				mustNil(t, a.Release(bg(t)))
+				rwFree(t, b, lk)
+				if n := queueLen(t, b, lk, false); n != 1 {
+					t.Fatalf("%d in line, want the deaf entry still in it (told its turn)", n)
+				}
+			})
+		})
+	}
 }
 
 // A grant's hold is valid for the TTL of the attempt whose record the
@@ -235,16 +255,10 @@ func TestRWLockGrantValidFromAttempt(t *testing.T) {
 		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
 		a, err := holder.AcquireWrite(bg(t), 0)
 		mustNil(t, err)
-		c := &rwacquireCounter{Client: registry.NewPoolClient(b.pool(t))}
+		c := &scriptCounter{Client: registry.NewPoolClient(b.pool(t)), name: "rwacquire"}
 		r := newRegClientPrefix(t, c, pfx, opts...)
 		waiter := rwlock(t, r, "k")
-		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
-		_, err = waiter.AcquireRead(ctx, 0)
-		cancel()
-		mustIs(t, err, context.DeadlineExceeded)
-		waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
-			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
-		})
+		rwListening(t, b, r, waiter, false)
 		const ttl = 3 * time.Second
 		got := make(chan *registry.Lease, 1)
 		go func() {
@@ -280,26 +294,8 @@ func TestRWLockGrantValidFromAttempt(t *testing.T) {
 func TestRWLockGrantNearlyExpiredClaimed(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(5 * time.Second), registry.WithAutoRenew()}
-		pfx := prefix(t)
-		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
-		a, err := holder.AcquireWrite(bg(t), 0)
-		mustNil(t, err)
-		r := newRegPrefix(t, b.pool(t), pfx, opts...)
-		waiter := rwlock(t, r, "k")
-		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
-		_, err = waiter.AcquireRead(ctx, 0)
-		cancel()
-		mustIs(t, err, context.DeadlineExceeded)
-		waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
-			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
-		})
 		const ttl = 1 * time.Second
-		got := make(chan *registry.Lease, 1)
-		go func() {
-			le, _ := waiter.AcquireRead(bg(t), ttl)
-			got <- le
-		}()
-		waitRecord(t, b, pfx, holder.Key())
+		_, a, _, _, r, got := rwGrantReady(t, b, true, false, ttl, opts, nil)
 		time.Sleep(850 * time.Millisecond) // the holder keeps the key a while (the waiter sleeps its 5s poll)
 		mustNil(t, a.Release(bg(t)))
 		le := recvWithin(t, got, 3*time.Second, "the reader, granted the key")
@@ -326,26 +322,8 @@ func TestRWLockGrantNearlyExpiredClaimed(t *testing.T) {
 func TestRWLockLateGrantKeepsPlace(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(5 * time.Second)}
-		pfx := prefix(t)
-		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
-		a, err := holder.AcquireWrite(bg(t), 0)
-		mustNil(t, err)
-		r := newRegPrefix(t, b.pool(t), pfx, opts...)
-		waiter := rwlock(t, r, "k")
-		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
-		_, err = waiter.AcquireWrite(ctx, 0)
-		cancel()
-		mustIs(t, err, context.DeadlineExceeded)
-		waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
-			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
-		})
 		const ttl = 300 * time.Millisecond
-		first := make(chan *registry.Lease, 1)
-		go func() {
-			le, _ := waiter.AcquireWrite(bg(t), ttl)
-			first <- le
-		}()
-		waitRecord(t, b, pfx, holder.Key())
+		pfx, a, holder, _, _, first := rwGrantReady(t, b, true, true, ttl, opts, nil)
 		// A second writer, of another registry, queues behind it.
 		r2 := newRegPrefix(t, b.pool(t), pfx, opts...)
 		second := acquireRW(bg(t), rwlock(t, r2, "k"), true)
@@ -411,13 +389,7 @@ func TestRWLockGrantNotGivenBackUnderClaim(t *testing.T) {
 		// A first wait starts r's turn subscriber.
 		a, err := holder.AcquireWrite(bg(t), 0)
 		mustNil(t, err)
-		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
-		_, err = waiter.AcquireWrite(ctx, 0)
-		cancel()
-		mustIs(t, err, context.DeadlineExceeded)
-		waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
-			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
-		})
+		rwListening(t, b, r, waiter, true)
 		c.at = c.n.Load() + 2 // the wait's second attempt, at its poll (~1s)
 		c.before = func() {
 			// The holder releases just before it: the key is granted to the
@@ -457,7 +429,7 @@ type subDownClient struct {
 
 func (c *subDownClient) PSubscribe(ctx context.Context, pattern string) (registry.Subscription, error) {
 	if c.down.Load() {
-		return nil, errors.New("lockyard-review: subscription refused")
+		return nil, errors.New("lockyard-test: subscription refused")
 	}
 	return c.Client.PSubscribe(ctx, pattern)
 }
@@ -477,13 +449,7 @@ func TestRWLockLostGrantClaimedWhileSubscriberDown(t *testing.T) {
 	r := newRegClientPrefix(t, c, pfx, opts...)
 	r.LoseGrants(1)
 	waiter := rwlock(t, r, "k")
-	ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
-	_, err = waiter.AcquireWrite(ctx, 0)
-	cancel()
-	mustIs(t, err, context.DeadlineExceeded)
-	waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
-		return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
-	})
+	rwListening(t, b, r, waiter, true)
 	got := make(chan *registry.Lease, 1)
 	go func() {
 		le, _ := waiter.AcquireWrite(bg(t), 5*time.Second)
@@ -521,25 +487,8 @@ func TestRWLockLostGrantClaimedWhileSubscriberDown(t *testing.T) {
 func TestRWLockLateGrantWakesHead(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(5 * time.Second)}
-		pfx := prefix(t)
-		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k")
-		a, err := holder.AcquireWrite(bg(t), 0)
-		mustNil(t, err)
-		r := newRegPrefix(t, b.pool(t), pfx, opts...)
-		waiter := rwlock(t, r, "k")
-		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
-		_, err = waiter.AcquireWrite(ctx, 0)
-		cancel()
-		mustIs(t, err, context.DeadlineExceeded)
-		waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
-			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
-		})
-		got := make(chan *registry.Lease, 1)
-		go func() {
-			le, _ := waiter.AcquireWrite(bg(t), 300*time.Millisecond)
-			got <- le
-		}()
-		waitRecord(t, b, pfx, holder.Key())
+		const ttl = 300 * time.Millisecond
+		_, a, _, _, _, got := rwGrantReady(t, b, true, true, ttl, opts, nil)
 		time.Sleep(400 * time.Millisecond) // more than the waiter's TTL since its attempt
 		released := time.Now()
 		mustNil(t, a.Release(bg(t)))
@@ -678,47 +627,8 @@ func TestRWLockLostGrantGivenBackWhenLeaveFails(t *testing.T) {
 		got := acquireRW(ctx, waiter, true)
 		waitRecord(t, b, pfx, holder.Key())
 		mustNil(t, a.Release(bg(t)))
-		waitFor(t, 5*time.Second, "the waiter's grant", func() bool {
-			v, _ := redis.String(b.do(t, "HGET", holder.Key(), "w"), nil)
-			return strings.HasPrefix(v, r.ID()+":g")
-		})
-		cancel()
-		if le := recvWithin(t, got, 5*time.Second, "the waiter's end"); le != nil {
-			t.Fatalf("the waiter got a lease after it gave up")
-		}
-		waitFor(t, 3*time.Second, "the lost grant's hold given back", func() bool {
-			n, _ := redis.Int(b.do(t, "EXISTS", holder.Key()), nil)
-			return n == 0
-		})
-	})
-}
-
-// A registry that subscribes to every registry's turns (the fallback of an
-// ACL that refuses its own pattern) hears no probe: the entry of a
-// registry that died is told its turn, not granted the key, which would
-// be held by nobody until its record's TTL.
-func TestRWLockNoGrantForWideSubscriber(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
-		w := wire.Layout{Registry: pfx}
-		c, err := redis.Dial("tcp", b.addr)
-		mustNil(t, err)
-		defer c.Close()
-		ps := redis.PubSubConn{Conn: c}
-		mustNil(t, ps.PSubscribe(w.AllTurnsPattern()))
-		if _, ok := ps.Receive().(redis.Subscription); !ok {
-			t.Fatal("no subscription")
-		}
-		holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k")
-		a, err := holder.AcquireWrite(bg(t), 0)
-		mustNil(t, err)
-		lk := holder.Key()
-		id := "gone/1/w"
-		in := fmt.Sprint(time.Now().Add(time.Minute).UnixMilli())
-		b.do(t, "ZADD", w.QueueKey(lk), 1, id)
-		b.do(t, "HSET", w.WaitersKey(lk), id, "l "+in+" "+in, id+"|", "gone:g 1 60000 0 1")
-		mustNil(t, a.Release(bg(t)))
-		rwFree(t, b, lk)
+		waitWriterGrant(t, b, holder.Key(), r)
+		giveUpGivesBack(t, b, holder.Key(), got, cancel)
 	})
 }
 
@@ -736,13 +646,7 @@ func TestRWLockGrantByWritersAttemptGatesLateReaders(t *testing.T) {
 		mustNil(t, err)
 		r := newRegPrefix(t, b.pool(t), pfx, opts...)
 		x := rwlock(t, r, "k")
-		ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
-		_, err = x.AcquireRead(ctx, 0)
-		cancel()
-		mustIs(t, err, context.DeadlineExceeded)
-		waitFor(t, 5*time.Second, "the turn subscriber, and the first wait out of line", func() bool {
-			return r.TurnsSubscribed() && queueLen(t, b, holder.Key(), false) == 0
-		})
+		rwListening(t, b, r, x, false)
 		r1 := acquireRW(bg(t), x, false)
 		waitRecord(t, b, pfx, holder.Key())
 		// The writer's hold expires (no script runs): a DEL stands for it.

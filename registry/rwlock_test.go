@@ -30,13 +30,18 @@ func rwlock(t *testing.T, r *registry.Registry, key string) *registry.RWLock {
 // acquireRW acquires l's write side (write) or read side in a new
 // goroutine and returns the lease on a channel (nil on error).
 func acquireRW(ctx context.Context, l *registry.RWLock, write bool) <-chan *registry.Lease {
+	return acquireRWFor(ctx, l, write, 0)
+}
+
+// acquireRWFor is acquireRW with a TTL.
+func acquireRWFor(ctx context.Context, l *registry.RWLock, write bool, ttl time.Duration) <-chan *registry.Lease {
 	got := make(chan *registry.Lease, 1)
 	go func() {
 		acquire := l.AcquireRead
 		if write {
 			acquire = l.AcquireWrite
 		}
-		le, err := acquire(ctx, 0)
+		le, err := acquire(ctx, ttl)
 		if err != nil {
 			le = nil
 		}

@@ -473,12 +473,11 @@ func TestSemaphoreNoGrantForWideSubscriber(t *testing.T) {
 
 // gateRecord holds the reply of the first semacquire.lua that carries a
 // grant record (ARGV[18]) until gate closes (the script itself runs at
-// once), and refuses PSubscribe while down is set.
+// once), and refuses PSubscribe while down is set (subDownClient).
 type gateRecord struct {
-	registry.Client
+	subDownClient
 	armed atomic.Bool
 	fired atomic.Bool
-	down  atomic.Bool
 	ran   chan struct{}
 	gate  chan struct{}
 }
@@ -492,13 +491,6 @@ func (c *gateRecord) Eval(ctx context.Context, s *registry.Script, keys []string
 		}
 	}
 	return v, err
-}
-
-func (c *gateRecord) PSubscribe(ctx context.Context, pattern string) (registry.Subscription, error) {
-	if c.down.Load() {
-		return nil, errors.New("lockyard-test: subscription refused")
-	}
-	return c.Client.PSubscribe(ctx, pattern)
 }
 
 // A grant left to the next attempt's claim (too little validity left) is
@@ -515,7 +507,7 @@ func TestSemaphoreGrantLeftToClaimNotOrphaned(t *testing.T) {
 	mustNil(t, err)
 	a2, err := hs.Acquire(bg(t), 0)
 	mustNil(t, err)
-	c := &gateRecord{Client: registry.NewPoolClient(b.pool(t)), ran: make(chan struct{}), gate: make(chan struct{})}
+	c := &gateRecord{subDownClient: subDownClient{Client: registry.NewPoolClient(b.pool(t))}, ran: make(chan struct{}), gate: make(chan struct{})}
 	r := newRegClientPrefix(t, c, pfx, opts...)
 	ws := semaphore(t, r, "k", 2)
 	listenTurns(t, b, r, ws)

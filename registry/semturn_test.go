@@ -118,14 +118,15 @@ func TestSemaphoreTurnToldToItsRegistryAlone(t *testing.T) {
 	})
 }
 
-// semacquireCounter counts the runs of semacquire.lua.
-type semacquireCounter struct {
+// scriptCounter counts a registry's runs of the script named name.
+type scriptCounter struct {
 	registry.Client
-	n atomic.Int32
+	name string
+	n    atomic.Int32
 }
 
-func (c *semacquireCounter) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
-	if s.Name() == "semacquire" {
+func (c *scriptCounter) Eval(ctx context.Context, s *registry.Script, keys []string, args []any) (any, error) {
+	if s.Name() == c.name {
 		c.n.Add(1)
 	}
 	return c.Client.Eval(ctx, s, keys, args)
@@ -139,7 +140,7 @@ func TestSemaphoreTurnGrantsPermit(t *testing.T) {
 		pfx := prefix(t)
 		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(3 * time.Second), registry.WithFencing()}
 		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, opts...), "k", 1)
-		c := &semacquireCounter{Client: registry.NewPoolClient(b.pool(t))}
+		c := &scriptCounter{Client: registry.NewPoolClient(b.pool(t)), name: "semacquire"}
 		wr := newRegClientPrefix(t, c, pfx, opts...)
 		waiter := semaphore(t, wr, "k", 1)
 		a, err := holder.Acquire(bg(t), 0)
