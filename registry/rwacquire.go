@@ -303,7 +303,6 @@ func (l *RWLock) attempt(ctx context.Context, ttl time.Duration, write bool, h h
 			l.rtt = time.Duration(r.core.Now() - sent)
 			l.setQueued(h.waiter)
 		}
-
 		return nil, g.grant, nil
 	}
 	if h.waits {
