@@ -297,20 +297,7 @@ func TestRWLockGrantNearlyExpiredClaimed(t *testing.T) {
 		const ttl = 1 * time.Second
 		_, a, _, _, r, got := rwGrantReady(t, b, true, false, ttl, opts, nil)
 		time.Sleep(850 * time.Millisecond) // the holder keeps the key a while (the waiter sleeps its 5s poll)
-		mustNil(t, a.Release(bg(t)))
-		le := recvWithin(t, got, 3*time.Second, "the reader, granted the key")
-		if le == nil {
-			t.Fatal("the reader's acquisition failed")
-		}
-		if left := r.ValidFor(le); left < ttl*2/3 {
-			t.Fatalf("the lease is valid %v more, from a TTL of %v", left, ttl)
-		}
-		select {
-		case <-le.Lost():
-			t.Fatalf("the lease, acquired just now with TTL %v and auto-renewed, was lost within 500ms", ttl)
-		case <-time.After(500 * time.Millisecond):
-		}
-		mustNil(t, le.Release(bg(t)))
+		freshAfterGrant(t, r, a, got, ttl)
 	})
 }
 

@@ -390,20 +390,7 @@ func TestSemaphoreGrantNearlyExpiredClaimed(t *testing.T) {
 		}()
 		waitRecord(t, b, pfx, ws.Key())
 		time.Sleep(850 * time.Millisecond) // the time under test: between the waiter's attempt and its grant
-		mustNil(t, a.Release(bg(t)))
-		le := recvWithin(t, got, 3*time.Second, "the waiter")
-		if le == nil {
-			t.Fatal("the waiter's acquisition failed")
-		}
-		if left := r.ValidFor(le); left < ttl*2/3 {
-			t.Fatalf("the lease is valid %v more, from a TTL of %v", left, ttl)
-		}
-		select {
-		case <-le.Lost():
-			t.Fatal("the permit, acquired just now with TTL 1s and auto-renewed, was lost within 500ms")
-		case <-time.After(500 * time.Millisecond):
-		}
-		mustNil(t, le.Release(bg(t)))
+		freshAfterGrant(t, r, a, got, ttl)
 		if n := zcard(t, b, ws.Key()); n != 0 {
 			t.Fatalf("%d permits held after the release", n)
 		}
@@ -527,4 +514,26 @@ func TestSemaphoreGrantLeftToClaimNotOrphaned(t *testing.T) {
 	mustNil(t, le.Release(bg(t)))
 	c.down.Store(false)
 	waitFor(t, 3*time.Second, "every permit free after every lease was released", func() bool { return zcard(t, b, ws.Key()) == 0 })
+}
+
+// freshAfterGrant releases a, whose release grants the waiter whose lease
+// comes on got (TTL ttl, auto-renewed), and fails unless that lease is
+// valid for two thirds of ttl and not lost within 500ms (the watchdog's
+// first renewal comes a third of ttl after it was got); then releases it.
+func freshAfterGrant(t *testing.T, r *registry.Registry, a *registry.Lease, got <-chan *registry.Lease, ttl time.Duration) {
+	t.Helper()
+	mustNil(t, a.Release(bg(t)))
+	le := recvWithin(t, got, 3*time.Second, "the waiter, granted")
+	if le == nil {
+		t.Fatal("the waiter's acquisition failed")
+	}
+	if left := r.ValidFor(le); left < ttl*2/3 {
+		t.Fatalf("the lease is valid %v more, from a TTL of %v", left, ttl)
+	}
+	select {
+	case <-le.Lost():
+		t.Fatalf("the lease, acquired just now with TTL %v and auto-renewed, was lost within 500ms", ttl)
+	case <-time.After(500 * time.Millisecond):
+	}
+	mustNil(t, le.Release(bg(t)))
 }
