@@ -74,12 +74,20 @@ func main() {
 		worker = flag.String("worker", "", "internal: run one process (JSON spec)")
 		base   = flag.String("base", "", "also run lockyard built at this git revision (A/B)")
 		only   = flag.String("scenarios", "writer,readers,mix", "scenarios to run")
+		model  = flag.Bool("model", false, "print the mix's ceiling by order of serving (simulated, no Redis) and exit")
 		lock   = flag.String("lock", "pubsub", "the registries' lock type: pubsub, spin (polling every 100 ms), or mixed (every other process polls; the writer listens)")
 	)
 	flag.Parse()
 	if *worker != "" {
 		if err := runWorker(*worker); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *model {
+		if err := runModel(5, 30*time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, "rw:", err)
 			os.Exit(1)
 		}
 		return
