@@ -1,15 +1,14 @@
 package main
 
 import (
-	"container/heap"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
-	"sync"
 	"text/tabwriter"
 	"time"
 
+	"github.com/lockyard/lockyard/bench/internal/model"
 	"github.com/lockyard/lockyard/bench/internal/stat"
 )
 
@@ -35,24 +34,10 @@ import (
 // modelOrders are the orders modelled, the mutex first.
 var modelOrders = []string{"mutex", "line", "phase-fair"}
 
-// modelEvent is a section's end.
-type modelEvent struct {
-	at    time.Duration
+// modelEnd is a section's end.
+type modelEnd struct {
 	g     int
 	write bool
-}
-
-type modelEvents []modelEvent
-
-func (e modelEvents) Len() int           { return len(e) }
-func (e modelEvents) Less(i, j int) bool { return e[i].at < e[j].at }
-func (e modelEvents) Swap(i, j int)      { e[i], e[j] = e[j], e[i] }
-func (e *modelEvents) Push(x any)        { *e = append(*e, x.(modelEvent)) }
-func (e *modelEvents) Pop() any {
-	old := *e
-	x := old[len(old)-1]
-	*e = old[:len(old)-1]
-	return x
 }
 
 // modelWaiter is a goroutine in line.
@@ -67,7 +52,7 @@ type modelWaiter struct {
 func simulate(order string, n int, writes float64, secs []time.Duration, h, dur time.Duration, seed uint64) float64 {
 	rnd := rand.New(rand.NewPCG(seed, 1))
 	var (
-		events    modelEvents
+		events    model.Events[modelEnd]
 		line      []modelWaiter
 		holders   int
 		writer    bool
@@ -83,7 +68,7 @@ func simulate(order string, n int, writes float64, secs []time.Duration, h, dur 
 		if w.write {
 			writer, lastWrite = true, true
 		}
-		heap.Push(&events, modelEvent{at: start + secs[rnd.IntN(len(secs))], g: w.g, write: w.write})
+		events.At(start+secs[rnd.IntN(len(secs))], modelEnd{g: w.g, write: w.write})
 	}
 	readersIn := func(now time.Duration) {
 		rest := line[:0]
@@ -145,9 +130,9 @@ func simulate(order string, n int, writes float64, secs []time.Duration, h, dur 
 	for g := range n {
 		request(g, 0)
 	}
-	for len(events) > 0 {
-		e := heap.Pop(&events).(modelEvent)
-		if e.at > dur {
+	for {
+		at, e, ok := events.Next()
+		if !ok || at > dur {
 			break
 		}
 		holders--
@@ -155,34 +140,10 @@ func simulate(order string, n int, writes float64, secs []time.Duration, h, dur 
 			writer = false
 		}
 		done++
-		admit(e.at)
-		request(e.g, e.at)
+		admit(at)
+		request(e.g, at)
 	}
 	return float64(done) / dur.Seconds()
-}
-
-// sleeps measures time.Sleep(d) on this machine, n goroutines at once (as
-// the bench's sections run), each k times.
-func sleeps(d time.Duration, n, k int) []time.Duration {
-	var (
-		mu  sync.Mutex
-		out []time.Duration
-		wg  sync.WaitGroup
-	)
-	for range n {
-		wg.Go(func() {
-			for range k {
-				t := time.Now()
-				time.Sleep(d)
-				el := time.Since(t)
-				mu.Lock()
-				out = append(out, el)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	return out
 }
 
 // runModel prints the mix's modelled throughput per order and hand-over,
@@ -190,7 +151,7 @@ func sleeps(d time.Duration, n, k int) []time.Duration {
 // seeds runs of dur simulated time each.
 func runModel(seeds int, dur time.Duration) error {
 	const sec = 2 * time.Millisecond
-	measured := sleeps(sec, 16, 100)
+	measured := model.Sleeps(sec, 16, 100)
 	durs := make([]float64, len(measured))
 	for i, d := range measured {
 		durs[i] = float64(d.Microseconds()) / 1000
