@@ -94,12 +94,20 @@ func main() {
 		only   = flag.String("scenarios", "random,starve,uncontended", "scenarios to run")
 		retry  = flag.Duration("peer-retry", 10*time.Millisecond, "ObtainMulti's retry interval (LinearBackoff)")
 		base   = flag.String("base", "", "also run lockyard built at this git revision (A/B)")
+		mdl    = flag.Bool("model", false, "print the random scenario's ceiling by way of waiting (simulated, no Redis) and exit")
 		lock   = flag.String("lock", "pubsub", "lockyard's lock type: pubsub, or spin (SpinLock polling every -peer-retry)")
 	)
 	flag.Parse()
 	if *worker != "" {
 		if err := runWorker(*worker); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *mdl {
+		if err := runMultiModel(*retry, 5, 20*time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, "multi:", err)
 			os.Exit(1)
 		}
 		return
