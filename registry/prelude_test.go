@@ -232,6 +232,10 @@ func TestAdmitRule(t *testing.T) {
 		ok    bool
 		told  []string
 		left  []string // the queue afterwards (nil: as set up)
+		// again: the free permits of a second admit in the same run (0:
+		// none), and the listeners it tells.
+		again     int
+		toldAgain []string
 	}{
 		{name: "empty queue", free: 1, ok: true},
 		{name: "no permit free", queue: []entry{{"s", 1, listen}}, free: 0, self: "s"},
@@ -249,25 +253,34 @@ func TestAdmitRule(t *testing.T) {
 		{name: "past 64 live entries the permit is anyone's", queue: append(many(70, later), entry{"s", 99, listen}), free: 1, self: "s", ok: true},
 		{name: "64 drops at most", queue: append(many(70, "l 1 2"), entry{"a", 99, listen}), free: 1, ok: true,
 			left: []string{"x64", "x65", "x66", "x67", "x68", "x69", "a"}},
+		// A second admit before the first's listeners are told (offer after
+		// the caller's, semacquire.lua): those count ahead, untold again.
+		{name: "a second admit tells the next listener", queue: []entry{{"a", 1, listen}, {"b", 2, listen}, {"c", 3, listen}}, free: 1, again: 2,
+			told: []string{"a"}, toldAgain: []string{"b"}},
 	}
 	forBackends(t, func(t *testing.T, b *backend) {
 		c := registry.NewPoolClient(b.pool(t))
 		for i, tc := range cases {
 			keys := ruleKeysWithSem(fmt.Sprint(prefix(t), i))
 			setQueue(t, b, keys, tc.queue)
-			v, err := registry.RunRule(bg(t), c, keys, "admit", now, tc.free, tc.self, window, ahead, slack)
+			args := []any{"admit", now, tc.free, tc.self, window, ahead, slack}
+			if tc.again > 0 {
+				args = append(args, tc.again)
+			}
+			v, err := registry.RunRule(bg(t), c, keys, args...)
 			mustNil(t, err)
 			r := v.([]any)
 			told, _ := redis.Strings(r[1], nil)
 			left, _ := redis.Strings(r[2], nil)
+			again, _ := redis.Strings(r[3], nil)
 			want := tc.left
 			if want == nil {
 				want = ids(tc.queue)
 			}
-			if ok := r[0].(int64) == 1; ok != tc.ok || !slices.Equal(told, tc.told) || !slices.Equal(left, want) {
-				t.Errorf("%s: admitted %v, told %v, queue %v; want %v, %v, %v", tc.name, ok, told, left, tc.ok, tc.told, want)
+			if ok := r[0].(int64) == 1; ok != tc.ok || !slices.Equal(told, tc.told) || !slices.Equal(left, want) || !slices.Equal(again, tc.toldAgain) {
+				t.Errorf("%s: admitted %v, told %v then %v, queue %v; want %v, %v then %v, %v", tc.name, ok, told, again, left, tc.ok, tc.told, tc.toldAgain, want)
 			}
-			for _, id := range told {
+			for _, id := range append(told, again...) {
 				if info, _ := redis.String(b.do(t, "HGET", keys[1], id), nil); !strings.HasSuffix(info, fmt.Sprint(" ", now+window)) {
 					t.Errorf("%s: %s was told, but its info %q does not say its turn ends at %d", tc.name, id, info, now+window)
 				}

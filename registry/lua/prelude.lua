@@ -235,8 +235,14 @@ local function shared()
     -- poller due later than soon of its poll interval, lapse - due
     -- (describe), is passed over, and keeps its place). A turn not yet
     -- given (ended 0) is marked to end then, until the waiter tries again;
-    -- the second result says whether it was.
-    local function turnFor(q, id, kind, due, lapse, ended, now, r)
+    -- the second result says whether it was. With told set (the caller
+    -- tells the listeners it gives turns to, by deliver, which may grant
+    -- one the key instead and take its entry out of line), a listener's
+    -- mark is kept in deferred until settle writes it, for a listener not
+    -- granted: a grant needs none. A listener kept there counts as marked
+    -- already when met again in the same run.
+    local deferred = {}
+    local function turnFor(q, id, kind, due, lapse, ended, now, r, told)
       local n = nil
       if kind == 'l' then
         n = r.window
@@ -244,10 +250,31 @@ local function shared()
         n = math.max(due - now, 0) + r.slack
       end
       if n and ended == 0 then
+        if told and kind == 'l' then
+          if deferred[id] then
+            return n, false
+          end
+          deferred[id] = {due, lapse, now + n}
+          return n, true
+        end
         qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse) .. ' ' .. ms(now + n))
         return n, true
       end
       return n, false
+    end
+
+    -- settle ends the turn that turnFor kept in deferred for listener id:
+    -- written if it was not granted the key (its entry is in line, told its
+    -- turn), forgotten if it was.
+    local function settle(q, id, granted)
+      local d = deferred[id]
+      if not d then
+        return
+      end
+      deferred[id] = nil
+      if not granted then
+        qcall('HSET', q.info, id, 'l ' .. ms(d[1]) .. ' ' .. ms(d[2]) .. ' ' .. ms(d[3]))
+      end
     end
 
     -- nextTurn returns the waiter whose turn a free lock key is now, and for
@@ -341,7 +368,7 @@ local function shared()
       redis.call('SET', q.turn, id, 'PX', ms(math.max(1, n)))
     end
 
-    return {ms = ms, qcall = qcall, waiter = waiter, drop = drop, enqueue = enqueue, describe = describe, gone = gone, soon = soon, turnFor = turnFor, nextTurn = nextTurn, announce = announce, turnOf = turnOf, grant = grant, pause = pause}
+    return {ms = ms, qcall = qcall, waiter = waiter, drop = drop, enqueue = enqueue, describe = describe, gone = gone, soon = soon, turnFor = turnFor, settle = settle, nextTurn = nextTurn, announce = announce, turnOf = turnOf, grant = grant, pause = pause}
   end
 
   -- permitRules returns the rules of a semaphore (the sem*.lua scripts); its
@@ -454,7 +481,7 @@ local function shared()
             end
           else
             start, seen = start + 1, seen + 1
-            local n, marked = R.turnFor(q, id, kind, due, lapse, ended, now, r)
+            local n, marked = R.turnFor(q, id, kind, due, lapse, ended, now, r, true)
             if n then
               ahead = ahead + 1
               if marked and kind == 'l' then
@@ -541,9 +568,12 @@ local function shared()
               redis.pcall('PUBLISH', prefix .. reg .. '|' .. seq .. '.' .. ms(f) .. c .. ':' .. key, key)
             end
           end
+          R.settle(q, id, granted)
           if not granted then
             redis.pcall('PUBLISH', prefix .. reg .. ':' .. key, key)
           end
+        else
+          R.settle(q, id, false)
         end
       end
     end

@@ -121,7 +121,7 @@ local function rwRules()
           start, seen = start + 1, seen + 1
           if string.sub(id, -1) == 'w' then
             if held == 0 and turns == 0 then
-              local n, marked = R.turnFor(q, id, kind, due, lapse, ended, now, r)
+              local n, marked = R.turnFor(q, id, kind, due, lapse, ended, now, r, true)
               if n then
                 if marked and kind == 'l' then
                   told[#told + 1] = id
@@ -138,7 +138,7 @@ local function rwRules()
               return false, told, true
             end
           else
-            local n, marked = R.turnFor(q, id, kind, due, lapse, ended, now, r)
+            local n, marked = R.turnFor(q, id, kind, due, lapse, ended, now, r, true)
             if n then
               turns = turns + 1
               if marked and kind == 'l' then
@@ -230,8 +230,10 @@ local function rwRules()
             b = '1'
           end
         end
+        R.settle(q, id, true)
         redis.pcall('PUBLISH', prefix .. reg .. '|' .. seq .. '.' .. ms(n) .. '@' .. b .. '.' .. attempt .. ':' .. k, k)
       else
+        R.settle(q, id, false)
         plain[#plain + 1] = id
       end
     end

@@ -11,8 +11,10 @@
 --   Reply: {waiters ahead that count, the queue's PTTL}
 -- The semaphore's rules (permitRules), KEYS[5] the semaphore key:
 -- admit: ARGV[2] now, [3] free, [4] self (or '': offer's caller, not in line), [5] window,
---   [6] ahead, [7] slack
---   Reply: {1 admitted or 0, the listeners told, the queue's ids in order}
+--   [6] ahead, [7] slack, [8] (optional) the free permits of a second admit
+--   in the same run, for a caller not in line, before either is delivered
+--   Reply: {1 admitted or 0, the listeners told, the queue's ids in order,
+--   the listeners the second admit told}
 -- live: ARGV[2] now
 --   Reply: {permits not expired, ms until the first expires or -2}
 -- hold: ARGV[2] token, [3] now, [4] ttl, [5] 1 fenced (KEYS[6] the counter) or 0
@@ -49,8 +51,22 @@ if ARGV[1] == 'admit' then
   if self == '' then
     self = nil
   end
-  local ok, told = P.admit(R, q, tonumber(ARGV[2]), tonumber(ARGV[3]), self, rules)
-  return {ok and 1 or 0, told, ids()}
+  local now = tonumber(ARGV[2])
+  local ok, told = P.admit(R, q, now, tonumber(ARGV[3]), self, rules)
+  local again = {}
+  if ARGV[8] then
+    -- A second admit in the same run, as offer's after the caller's
+    -- (semacquire.lua), before either is delivered.
+    _, again = P.admit(R, q, now, tonumber(ARGV[8]), nil, rules)
+  end
+  -- As deliver does with the listeners it tells their turn (not granted
+  -- the key): their turns' marks are written.
+  for _, list in ipairs({told, again}) do
+    for _, id in ipairs(list) do
+      R.settle(q, id, false)
+    end
+  end
+  return {ok and 1 or 0, told, ids(), again}
 elseif ARGV[1] == 'live' then
   local now = tonumber(ARGV[2])
   return {P.live(KEYS[5], now), P.soonest(KEYS[5], now)}
