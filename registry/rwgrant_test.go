@@ -239,6 +239,12 @@ func TestRWLockNoGrantToDeafWaiter(t *testing.T) {
 				if n := queueLen(t, b, lk, false); n != 1 {
 					t.Fatalf("%d in line, want the deaf entry still in it (told its turn)", n)
 				}
+				// Told its turn, not granted: its turn's end is marked, so that
+				// it is dropped if it misses the turn (prelude.lua, settle).
+				info, _ := redis.String(b.do(t, "HGET", w.WaitersKey(lk), id), nil)
+				if f := strings.Fields(info); len(f) != 4 || f[3] <= fmt.Sprint(time.Now().Add(-time.Minute).UnixMilli()) {
+					t.Fatalf("the deaf entry's info is %q; want a fourth field, the end of the turn it was told", info)
+				}
 			})
 		})
 	}
