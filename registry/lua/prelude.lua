@@ -235,14 +235,14 @@ local function shared()
     -- poller due later than soon of its poll interval, lapse - due
     -- (describe), is passed over, and keeps its place). A turn not yet
     -- given (ended 0) is marked to end then, until the waiter tries again;
-    -- the second result says whether it was. With told set (the caller
-    -- tells the listeners it gives turns to, by deliver, which may grant
-    -- one the key instead and take its entry out of line), a listener's
-    -- mark is kept in deferred until settle writes it, for a listener not
-    -- granted: a grant needs none. A listener kept there counts as marked
-    -- already when met again in the same run.
+    -- the second result says whether it was. With delivers set (the
+    -- caller passes the listeners it gives turns to to deliver, which may
+    -- grant one the key instead and take its entry out of line), a
+    -- listener's mark is kept in deferred until settle writes it, for a
+    -- listener not granted: a grant needs none. A listener kept there
+    -- counts as marked already when met again in the same run.
     local deferred = {}
-    local function turnFor(q, id, kind, due, lapse, ended, now, r, told)
+    local function turnFor(q, id, kind, due, lapse, ended, now, r, delivers)
       local n = nil
       if kind == 'l' then
         n = r.window
@@ -250,7 +250,7 @@ local function shared()
         n = math.max(due - now, 0) + r.slack
       end
       if n and ended == 0 then
-        if told and kind == 'l' then
+        if delivers and kind == 'l' then
           if deferred[id] then
             return n, false
           end
