@@ -151,43 +151,65 @@ func TestPauseRule(t *testing.T) {
 
 // Joining the queue (enqueue, describe): a waiter keeps its place when it
 // tries again; a listener counts the listeners ahead of it, not the
-// pollers; the queue keys live at least until the newest entry lapses.
+// pollers; the queue keys live at least until the newest entry lapses. The
+// same whether the caller expects to be new in line (enqueue adds first)
+// or not (it reads its place first): a waiter in line after all keeps its
+// place and its own start, against which the pollers ahead are counted.
 func TestJoinRule(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		c := registry.NewPoolClient(b.pool(t))
-		pfx := prefix(t)
-		keys := ruleKeys(pfx)
-		join := func(id, kind string, now, lapse int) (ahead, pttl int64) {
-			v, err := registry.RunRule(bg(t), c, keys, "join", id, now, kind, now+10, lapse)
-			mustNil(t, err)
-			r := v.([]any)
-			return r[0].(int64), r[1].(int64)
-		}
-		if ahead, pttl := join("a", "l", 1000, 1300); ahead != 0 || pttl < 590 || pttl > 600 {
-			t.Fatalf("first join: %d ahead, PTTL %d; want 0, twice the 300ms to its lapse", ahead, pttl)
-		}
-		if ahead, _ := join("p", "p", 1005, 1300); ahead != 1 {
-			t.Fatalf("a poller behind a listener: %d ahead, want 1", ahead)
-		}
-		if ahead, _ := join("b", "l", 1010, 1300); ahead != 1 {
-			t.Fatalf("a listener behind a listener and a poller: %d ahead, want 1 (pollers do not count)", ahead)
-		}
-		if ahead, _ := join("a", "l", 1020, 1400); ahead != 0 {
-			t.Fatalf("the first waiter trying again: %d ahead, want its place (0)", ahead)
-		}
-		if v, _ := redis.String(b.do(t, "HGET", keys[1], "a"), nil); v != "l 1030 1400" {
-			t.Fatalf("a's info %q", v)
-		}
-		if ps, _ := redis.Strings(b.do(t, "ZRANGE", keys[3], 0, -1), nil); !slices.Equal(ps, []string{"p"}) {
-			t.Fatalf("pollers %v", ps)
-		}
-		for _, k := range keys[:4] {
-			if k == keys[2] {
-				continue // no turn was given
-			}
-			if p, _ := redis.Int64(b.do(t, "PTTL", k), nil); p <= 0 {
-				t.Fatalf("%s has PTTL %d: a queue key without a time to live", k, p)
-			}
+		for _, hint := range []string{"0", "1"} {
+			t.Run("new="+hint, func(t *testing.T) {
+				c := registry.NewPoolClient(b.pool(t))
+				pfx := prefix(t)
+				keys := ruleKeys(pfx)
+				join := func(id, kind string, now, lapse int) (ahead, pttl int64, added bool) {
+					v, err := registry.RunRule(bg(t), c, keys, "join", id, now, kind, now+10, lapse, hint)
+					mustNil(t, err)
+					r := v.([]any)
+					return r[0].(int64), r[1].(int64), r[2].(int64) == 1
+				}
+				if ahead, pttl, added := join("a", "l", 1000, 1300); ahead != 0 || pttl < 590 || pttl > 600 || !added {
+					t.Fatalf("first join: %d ahead, PTTL %d, added %v; want 0, twice the 300ms to its lapse, true", ahead, pttl, added)
+				}
+				if ahead, _, _ := join("p", "p", 1005, 1300); ahead != 1 {
+					t.Fatalf("a poller behind a listener: %d ahead, want 1", ahead)
+				}
+				if ahead, _, _ := join("b", "l", 1010, 1300); ahead != 1 {
+					t.Fatalf("a listener behind a listener and a poller: %d ahead, want 1 (pollers do not count)", ahead)
+				}
+				if ahead, _, added := join("a", "l", 1020, 1400); ahead != 0 || added {
+					t.Fatalf("the first waiter trying again: %d ahead, added %v; want its place (0), not added", ahead, added)
+				}
+				if v, _ := redis.String(b.do(t, "HGET", keys[1], "a"), nil); v != "l 1030 1400" {
+					t.Fatalf("a's info %q", v)
+				}
+				// A poller behind b: b, trying again, counts only the poller
+				// that came before it (its own start, not now).
+				join("p2", "p", 1015, 1300)
+				if ahead, _, added := join("b", "l", 1030, 1400); ahead != 1 || added {
+					t.Fatalf("b trying again behind a poller and before another: %d ahead, added %v; want 1, not added", ahead, added)
+				}
+				if ahead, _, added := join("p", "p", 1040, 1400); ahead != 1 || added {
+					t.Fatalf("a poller trying again: %d ahead, added %v; want its place (1), not added", ahead, added)
+				}
+				if s, _ := redis.Float64(b.do(t, "ZSCORE", keys[3], "p"), nil); s != 1005 {
+					t.Fatalf("the poller's start among the pollers is %v, want 1005 (when it came)", s)
+				}
+				if ps, _ := redis.Strings(b.do(t, "ZRANGE", keys[3], 0, -1), nil); !slices.Equal(ps, []string{"p", "p2"}) {
+					t.Fatalf("pollers %v", ps)
+				}
+				if ids, _ := redis.Strings(b.do(t, "ZRANGE", keys[0], 0, -1), nil); !slices.Equal(ids, []string{"a", "p", "b", "p2"}) {
+					t.Fatalf("line %v, want each in the place where it came", ids)
+				}
+				for _, k := range keys[:4] {
+					if k == keys[2] {
+						continue // no turn was given
+					}
+					if p, _ := redis.Int64(b.do(t, "PTTL", k), nil); p <= 0 {
+						t.Fatalf("%s has PTTL %d: a queue key without a time to live", k, p)
+					}
+				}
+			})
 		}
 	})
 }

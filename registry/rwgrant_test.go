@@ -533,12 +533,13 @@ func TestRWLockWriterBehindGrantedReaderFound(t *testing.T) {
 }
 
 // rwAcquireEval runs rwacquire.lua as waiter id of registry reg (a
-// listener, in line, reading) with grant record rec and claim flag claim,
-// on lk's keys.
-func rwAcquireEval(t *testing.T, b *backend, w wire.Layout, lk, id, rec, claim string) []any {
+// listener, reading) with grant record rec and claim flag claim, on lk's
+// keys; inLine is the caller's knowledge of its entry (ARGV[14]): "1" in
+// line, "0" not (it expects to be new in line).
+func rwAcquireEval(t *testing.T, b *backend, w wire.Layout, lk, id, rec, claim, inLine string) []any {
 	t.Helper()
 	keys := []any{lk, w.QueueKey(lk), w.WaitersKey(lk), w.TurnKey(lk), w.PollsKey(lk), w.FenceKey(lk), w.ReadersKey(lk)}
-	args := []any{"A:g5", 10000, id, 2, 100, 0, 0, w.TurnPrefix(), 5, 20, 2, 1, "r", 1, rec, claim}
+	args := []any{"A:g5", 10000, id, 2, 100, 0, 0, w.TurnPrefix(), 5, 20, 2, 1, "r", inLine, rec, claim}
 	v, err := redis.Values(b.do(t, "EVAL", append(append([]any{registry.RWAcquireSource, len(keys)}, keys...), args...)...), nil)
 	mustNil(t, err)
 	return v
@@ -546,41 +547,49 @@ func rwAcquireEval(t *testing.T, b *backend, w wire.Layout, lk, id, rec, claim s
 
 // A refused attempt's grant record never replaces one of a later number
 // of the same registry (a resent attempt's, landing late): the grant of
-// the later number stays in line. One that no longer asks for grants (its
-// registry's turn subscription is down) deletes its record: no grant it
-// would not hear.
+// the later number stays in line, whether or not the attempt knows that
+// its entry is in line (one that does not adds it first: enqueue). One
+// that no longer asks for grants (its registry's turn subscription is
+// down) deletes its record: no grant it would not hear.
 func TestRWLockGrantRecordRules(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		pfx := prefix(t)
-		w := wire.Layout{Registry: pfx}
-		lk := w.LockKey("k")
-		b.do(t, "HSET", lk, "w", "X:1") // a writer holds it: every attempt is refused
-		b.do(t, "PEXPIRE", lk, 60000)
-		id := "A/1/r"
-		record := func() string {
-			v, _ := redis.String(b.do(t, "HGET", w.WaitersKey(lk), id+"|"), nil)
-			return v
-		}
-		if v := rwAcquireEval(t, b, w, lk, id, "A:g 9 60000 0 3", "1"); v[0] != int64(0) {
-			t.Fatalf("reply %v, want refused", v)
-		}
-		if r := record(); r != "A:g 9 60000 0 3" {
-			t.Fatalf("record %q after the first attempt", r)
-		}
-		rwAcquireEval(t, b, w, lk, id, "A:g 5 60000 0 1", "1")
-		if r := record(); r != "A:g 9 60000 0 3" {
-			t.Fatalf("record %q: an earlier number replaced a later one", r)
-		}
-		rwAcquireEval(t, b, w, lk, id, "A:g 12 60000 0 1", "1")
-		if r := record(); r != "A:g 12 60000 0 1" {
-			t.Fatalf("record %q, want the later number's", r)
-		}
-		rwAcquireEval(t, b, w, lk, id, "", "1")
-		if r := record(); r != "" {
-			t.Fatalf("record %q left by an attempt that asks for no grants", r)
-		}
-		if n := queueLen(t, b, lk, false); n != 1 {
-			t.Fatalf("%d in line, want the waiter", n)
+		for _, inLine := range []string{"1", "0"} {
+			t.Run("inLine="+inLine, func(t *testing.T) {
+				pfx := prefix(t)
+				w := wire.Layout{Registry: pfx}
+				lk := w.LockKey("k")
+				b.do(t, "HSET", lk, "w", "X:1") // a writer holds it: every attempt is refused
+				b.do(t, "PEXPIRE", lk, 60000)
+				id := "A/1/r"
+				record := func() string {
+					v, _ := redis.String(b.do(t, "HGET", w.WaitersKey(lk), id+"|"), nil)
+					return v
+				}
+				attempt := func(rec, claim string) []any {
+					return rwAcquireEval(t, b, w, lk, id, rec, claim, inLine)
+				}
+				if v := attempt("A:g 9 60000 0 3", "1"); v[0] != int64(0) {
+					t.Fatalf("reply %v, want refused", v)
+				}
+				if r := record(); r != "A:g 9 60000 0 3" {
+					t.Fatalf("record %q after the first attempt", r)
+				}
+				attempt("A:g 5 60000 0 1", "1")
+				if r := record(); r != "A:g 9 60000 0 3" {
+					t.Fatalf("record %q: an earlier number replaced a later one", r)
+				}
+				attempt("A:g 12 60000 0 1", "1")
+				if r := record(); r != "A:g 12 60000 0 1" {
+					t.Fatalf("record %q, want the later number's", r)
+				}
+				attempt("", "1")
+				if r := record(); r != "" {
+					t.Fatalf("record %q left by an attempt that asks for no grants", r)
+				}
+				if n := queueLen(t, b, lk, false); n != 1 {
+					t.Fatalf("%d in line, want the waiter", n)
+				}
+			})
 		}
 	})
 }
@@ -661,5 +670,48 @@ func TestRWLockGrantByWritersAttemptGatesLateReaders(t *testing.T) {
 		mustNil(t, le1.Release(bg(t)))
 		lw := leaseWithin(t, wch, 5*time.Second, "the writer")
 		mustNil(t, lw.Release(bg(t)))
+	})
+}
+
+// A writer refused behind readers tells each readers' registry that a
+// writer waits (rwrules.lua, yield) when it comes into line, once: not
+// when it tries again, whether or not it knows that its entry is in line
+// (one that does not adds the entry first: enqueue's new).
+func TestRWLockWriterYieldOnceInLine(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		w := wire.Layout{Registry: pfx}
+		lk := w.LockKey("k")
+		c, err := redis.Dial("tcp", b.addr)
+		mustNil(t, err)
+		defer c.Close()
+		ps := redis.PubSubConn{Conn: c}
+		mustNil(t, ps.PSubscribe(w.TurnPattern("RA")))
+		if _, ok := ps.Receive().(redis.Subscription); !ok {
+			t.Fatal("no subscription")
+		}
+		b.do(t, "HSET", lk, "r", 1) // registry RA's reader holds it
+		b.do(t, "PEXPIRE", lk, 60000)
+		b.do(t, "ZADD", w.ReadersKey(lk), time.Now().Add(time.Minute).UnixMilli(), "RA:g1")
+		keys := []any{lk, w.QueueKey(lk), w.WaitersKey(lk), w.TurnKey(lk), w.PollsKey(lk), w.FenceKey(lk), w.ReadersKey(lk)}
+		for i, inLine := range []string{"0", "1", "0"} {
+			args := []any{"B:w1", 10000, "B/1/w", 2, 100, 0, 0, w.TurnPrefix(), 5, 20, 2, 1, "w", inLine, "", ""}
+			v, err := redis.Values(b.do(t, "EVAL", append(append([]any{registry.RWAcquireSource, len(keys)}, keys...), args...)...), nil)
+			mustNil(t, err)
+			if v[0] != int64(0) {
+				t.Fatalf("attempt %d: reply %v, want refused", i, v)
+			}
+		}
+		var told []string
+		for {
+			m, ok := ps.ReceiveWithTimeout(200 * time.Millisecond).(redis.Message)
+			if !ok {
+				break
+			}
+			told = append(told, m.Channel)
+		}
+		if want := w.TurnChannel("RA", lk); len(told) != 1 || told[0] != want {
+			t.Fatalf("the readers' registry was told %v; want once, on %s (when the writer came into line)", told, want)
+		}
 	})
 }

@@ -225,3 +225,53 @@ func TestSemaphorePassGrantsWithinCount(t *testing.T) {
 		}
 	})
 }
+
+// A refused semaphore attempt's grant record never replaces one of a later
+// number of the same registry (a resent attempt's, landing late), whether
+// or not the attempt knows that its entry is in line (ARGV[15]: one that
+// does not adds the entry first, enqueue's new); a later number replaces
+// it, and the waiter stays in line once.
+func TestSemaphoreGrantRecordRules(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		script := redis.NewScript(6, registry.SemAcquireSource)
+		c := b.pool(t).Get()
+		defer c.Close()
+		for _, inLine := range []string{"1", "0"} {
+			t.Run("inLine="+inLine, func(t *testing.T) {
+				lk := prefix(t) + ":sem"
+				keys := []any{lk, lk + ":q", lk + ":i", lk + ":t", lk + ":p", lk + ":f"}
+				_, err := c.Do("ZADD", lk, "+inf", "other#1") // every permit held: each attempt is refused
+				mustNil(t, err)
+				id := "A/1"
+				attempt := func(rec string) []int64 {
+					t.Helper()
+					args := append(keys, "A:g5#1", 10000, id, 2, 100, 5, 0, "x-turn:", 30, 30, 5, 1, 1, 0, inLine, 0, 0, rec, "")
+					v, err := redis.Int64s(script.Do(c, args...))
+					mustNil(t, err)
+					return v
+				}
+				record := func() string {
+					v, _ := redis.String(c.Do("HGET", lk+":i", id+"|"))
+					return v
+				}
+				if v := attempt("A:g #1 60000 9 3 5 0"); v[0] != 0 {
+					t.Fatalf("reply %v, want refused", v)
+				}
+				if r := record(); r != "A:g #1 60000 9 3 5 0" {
+					t.Fatalf("record %q after the first attempt", r)
+				}
+				attempt("A:g #1 60000 5 1 5 0")
+				if r := record(); r != "A:g #1 60000 9 3 5 0" {
+					t.Fatalf("record %q: an earlier number replaced a later one", r)
+				}
+				attempt("A:g #1 60000 12 1 5 0")
+				if r := record(); r != "A:g #1 60000 12 1 5 0" {
+					t.Fatalf("record %q, want the later number's", r)
+				}
+				if n, _ := redis.Int(c.Do("ZCARD", lk+":q")); n != 1 {
+					t.Fatalf("%d in line, want the waiter once", n)
+				}
+			})
+		}
+	})
+}

@@ -171,24 +171,42 @@ local function shared()
     -- only now and then, when it is due: counting it would make the listener
     -- miss its turn, not counting it only makes it try a turn early); with
     -- unranked set, 0 instead, and one or two calls fewer (a caller that
-    -- has no use for its rank).
-    local function enqueue(q, id, kind, now, unranked)
-      local since = qcall('ZSCORE', q.order, id)
-      if not since then
+    -- has no use for its rank). The second result says whether this call
+    -- put the entry in line (it was not in it): nothing of it is in q.info
+    -- then (drop deletes both of its fields). With new set (the caller
+    -- expects not to be in line) the entry is added first (ZADD NX) and
+    -- read only if it was in line after all: a call fewer for a new entry,
+    -- one more for one in line, whichever is set.
+    local function enqueue(q, id, kind, now, unranked, new)
+      local since, added = nil, false
+      if new then
         since = string.format('%.3f', now)
-        qcall('ZADD', q.order, since, id)
+        local n = qcall('ZADD', q.order, 'NX', since, id)
+        if n == nil then -- another type, deleted by qcall
+          n = qcall('ZADD', q.order, 'NX', since, id)
+        end
+        added = n == 1
+        if not added and (kind == 'p' or not unranked) then
+          since = qcall('ZSCORE', q.order, id) -- its own place's
+        end
+      else
+        since = qcall('ZSCORE', q.order, id)
+        if not since then
+          since, added = string.format('%.3f', now), true
+          qcall('ZADD', q.order, since, id)
+        end
       end
       if kind == 'p' then -- NX: a listener that became a poller (an evicted instance) is counted as one from now on
         qcall('ZADD', q.polls, 'NX', since, id)
       end
       if unranked then
-        return 0
+        return 0, added
       end
       local rank = qcall('ZRANK', q.order, id) or 0
       if kind == 'p' then
-        return rank
+        return rank, added
       end
-      return math.max(0, rank - (qcall('ZCOUNT', q.polls, '-inf', since) or 0))
+      return math.max(0, rank - (qcall('ZCOUNT', q.polls, '-inf', since) or 0)), added
     end
 
     -- describe records how waiter id waits, and keeps the keys it wrote alive

@@ -211,14 +211,17 @@ local kind = 'p'
 if mode == 2 then
   kind = 'l'
 end
-local fresh = side == 'w' and readers() > 0 and not R.qcall('ZSCORE', q.order, id)
-local ahead = R.enqueue(q, id, kind, now)
+-- A caller that knows of no entry of its own is most often new in line:
+-- added first (enqueue).
+local ahead, added = R.enqueue(q, id, kind, now, false, ARGV[14] ~= '1')
+local fresh = side == 'w' and added and readers() > 0
 local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
 local due = now + sleep + ARGV[12]
 local grantRecord = nil
 if mode == 2 and record ~= '' then
   grantRecord = record
-  local had = R.qcall('HGET', q.info, id .. '|')
+  -- An entry new in line has no record to keep (enqueue).
+  local had = not added and R.qcall('HGET', q.info, id .. '|')
   if type(had) == 'string' then
     -- A later number of the same registry's (this is a resent attempt's):
     -- kept, or its grant would give a number that the registry got already.

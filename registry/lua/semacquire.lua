@@ -312,12 +312,17 @@ if status == 0 then
   pttl, turnLeft = P.soonest(KEYS[1], now), nil
 end
 R = R or queueRules()
-local ahead = R.enqueue(q, id, kind, now, turnLeft == nil) -- the rank matters to a waiter next to a turn only (pause)
+-- The rank matters to a waiter next to a turn only (pause). A caller that
+-- knows of no entry of its own is most often new in line: added first.
+local ahead, added = R.enqueue(q, id, kind, now, turnLeft == nil, ARGV[15] ~= '1')
 local sleep = R.pause(pttl, ahead, turnLeft, idle, spread)
 local due = now + sleep + ARGV[12]
 local record = nil
 if mode == 2 and grantRecord ~= '' then
-  record = fresh(R, q, grantRecord)
+  record = grantRecord
+  if not added then -- an entry new in line has no record to keep (enqueue)
+    record = fresh(R, q, grantRecord)
+  end
 end
 R.describe(q, id, kind, now, due, due + idle, record)
 return {status, sleep, 1}

@@ -7,8 +7,10 @@
 --   Reply: {grantee or '', ms, the queue's ids in order, listeners dropped}
 -- pause: ARGV[2] pttl, [3] rank, [4] turn's ms left or -1 (none), [5] idle, [6] spread
 --   Reply: ms
--- join: ARGV[2] id, [3] now, [4] kind, [5] due, [6] lapse
---   Reply: {waiters ahead that count, the queue's PTTL}
+-- join: ARGV[2] id, [3] now, [4] kind, [5] due, [6] lapse, [7] (optional)
+--   1 to join as a caller that expects not to be in line (enqueue's new)
+--   Reply: {waiters ahead that count, the queue's PTTL, 1 if the join put
+--   the entry in line or 0}
 -- The semaphore's rules (permitRules), KEYS[5] the semaphore key:
 -- admit: ARGV[2] now, [3] free, [4] self (or '': offer's caller, not in line), [5] window,
 --   [6] ahead, [7] slack, [8] (optional) the free permits of a second admit
@@ -40,9 +42,9 @@ elseif ARGV[1] == 'pause' then
   return R.pause(tonumber(ARGV[2]), tonumber(ARGV[3]), left, tonumber(ARGV[5]), tonumber(ARGV[6]))
 elseif ARGV[1] == 'join' then
   local now = tonumber(ARGV[3])
-  local rank = R.enqueue(q, ARGV[2], ARGV[4], now)
+  local rank, added = R.enqueue(q, ARGV[2], ARGV[4], now, false, ARGV[7] == '1')
   R.describe(q, ARGV[2], ARGV[4], now, tonumber(ARGV[5]), tonumber(ARGV[6]))
-  return {rank, redis.call('PTTL', q.order)}
+  return {rank, redis.call('PTTL', q.order), added and 1 or 0}
 end
 local P = permitRules()
 local rules = {window = tonumber(ARGV[5]), ahead = tonumber(ARGV[6]), slack = tonumber(ARGV[7])}
