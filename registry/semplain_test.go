@@ -470,36 +470,99 @@ func TestSemaphoreFullAttemptPrunesExpired(t *testing.T) {
 	})
 }
 
-// A TryAcquire refused on a full semaphore costs the server ZCARD, TIME,
-// ZCOUNT (the live permits) and ZSCORE (a resend's own permit) besides the
-// script: it prunes nothing and reads no expiry, since it does not sleep
-// (INFO commandstats, so the real server only).
+// A TryAcquire refused on a full semaphore costs the server ZCARD, TIME
+// and one ZRANGE of its permits with their expiries (the live ones, a
+// resend's own permit) besides the script, when it has 8 permits or
+// fewer; ZCOUNT (the live permits) and ZSCORE (a resend's own) instead of
+// the ZRANGE when it has more. It prunes nothing and reads no expiry,
+// since it does not sleep (INFO commandstats, so the real server only).
 func TestSemaphoreTryRefusalCalls(t *testing.T) {
 	b := realBackend()
-	pfx := prefix(t)
-	s := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 1)
-	a, err := s.Acquire(bg(t), 0)
+	for _, tc := range []struct {
+		permits int
+		want    map[string]int
+	}{
+		{1, map[string]int{"evalsha": 1, "zcard": 1, "time": 1, "zrange": 1}},
+		{8, map[string]int{"evalsha": 1, "zcard": 1, "time": 1, "zrange": 1}},
+		{9, map[string]int{"evalsha": 1, "zcard": 1, "time": 1, "zcount": 1, "zscore": 1}},
+	} {
+		t.Run(fmt.Sprint(tc.permits), func(t *testing.T) {
+			pfx := prefix(t)
+			s := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", tc.permits)
+			var held []*registry.Lease
+			for range tc.permits {
+				l, err := s.Acquire(bg(t), 0)
+				mustNil(t, err)
+				held = append(held, l)
+			}
+			try := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", tc.permits)
+			_, err := try.TryAcquire(bg(t), 0) // the first compares counts: not measured
+			mustIs(t, err, registry.ErrNotObtained)
+			before, err := redistest.CommandStats(b.addr)
+			mustNil(t, err)
+			_, err = try.TryAcquire(bg(t), 0)
+			mustIs(t, err, registry.ErrNotObtained)
+			after, err := redistest.CommandStats(b.addr)
+			mustNil(t, err)
+			want := tc.want
+			for name := range after {
+				want[name] += 0 // every command that ran, wanted or not
+			}
+			delete(want, "info")
+			for name, n := range want {
+				if d := after[name] - before[name]; d != n {
+					t.Errorf("%s ran %d times for a refused TryAcquire, want %d", name, d, n)
+				}
+			}
+			for _, l := range held {
+				mustNil(t, l.Release(bg(t)))
+			}
+		})
+	}
+}
+
+// A listener's first attempt on a full semaphore of few permits, refused
+// and queued, costs the server ZCARD, TIME and one ZRANGE of the permits
+// (the live ones, the soonest's expiry, a resend's own permit), the ZADD
+// that puts it in line (no read of its place: it expects to be new) and
+// its entry (HSET, and the queue keys' PTTL and PEXPIRE): no ZCOUNT, no
+// ZSCORE, no HGET of a grant record (INFO commandstats, the real server).
+func TestSemaphoreRefusedAttemptCalls(t *testing.T) {
+	b := realBackend()
+	c := b.pool(t).Get()
+	defer c.Close()
+	lk := prefix(t) + ":sem"
+	keys := []any{lk, lk + ":q", lk + ":i", lk + ":t", lk + ":p", lk + ":f"}
+	now, err := redis.Int64s(c.Do("TIME"))
 	mustNil(t, err)
-	try := semaphore(t, newRegPrefix(t, b.pool(t), pfx), "k", 1)
-	_, err = try.TryAcquire(bg(t), 0) // the first compares counts: not measured
-	mustIs(t, err, registry.ErrNotObtained)
+	_, err = c.Do("ZADD", lk, now[0]*1000+now[1]/1000+2000, "other#1")
+	mustNil(t, err)
+	args := append(keys, "A:g5#1", 10000, "A/1", 2, 5000, 5, 0, "x-turn:", 30, 30, 5, 1, 1, 0, 0, 0, 0, "A:g #1 60000 5 1 5 0", "")
 	before, err := redistest.CommandStats(b.addr)
 	mustNil(t, err)
-	_, err = try.TryAcquire(bg(t), 0)
-	mustIs(t, err, registry.ErrNotObtained)
+	v, err := redis.Int64s(c.Do("EVAL", append([]any{registry.SemAcquireSource, len(keys)}, args...)...))
+	mustNil(t, err)
 	after, err := redistest.CommandStats(b.addr)
 	mustNil(t, err)
-	want := map[string]int{"evalsha": 1, "zcard": 1, "time": 1, "zcount": 1, "zscore": 1}
+	if len(v) != 3 || v[0] != 0 || v[2] != 1 {
+		t.Fatalf("reply %v, want {0, sleep, 1}: refused and queued", v)
+	}
+	if sleep := v[1]; sleep < 1000 || sleep > 2001 {
+		t.Fatalf("sleep %d ms, want until the permit expires (in 2 s, sooner than its 5 s poll)", sleep)
+	}
+	want := map[string]int{"eval": 1, "zcard": 1, "time": 1, "zrange": 1, "zadd": 1, "hset": 1, "pttl": 2, "pexpire": 2}
 	for name := range after {
-		want[name] += 0 // every command that ran, wanted or not
+		want[name] += 0
 	}
 	delete(want, "info")
 	for name, n := range want {
 		if d := after[name] - before[name]; d != n {
-			t.Errorf("%s ran %d times for a refused TryAcquire, want %d", name, d, n)
+			t.Errorf("%s ran %d times for a refused first attempt, want %d", name, d, n)
 		}
 	}
-	mustNil(t, a.Release(bg(t)))
+	if r, _ := redis.String(c.Do("HGET", lk+":i", "A/1|")); r != "A:g #1 60000 5 1 5 0" {
+		t.Fatalf("grant record %q, want the attempt's", r)
+	}
 }
 
 // An attempt of an instance that expects the semaphore free asks first,

@@ -77,7 +77,10 @@
 -- and finds permits held reads the soonest live one's (ZRANGE BYSCORE). A caller in line runs no EXISTS:
 -- ZRANK says where it stands. A caller about to be refused looks for its
 -- own token first (ZSCORE), so that a resend never leaves the first run's
--- permit held by no one, whether or not a permit is free.
+-- permit held by no one, whether or not a permit is free. When every
+-- permit is taken and they are 8 or fewer, one ZRANGE of them with their
+-- expiries stands for that ZCOUNT, that ZSCORE, the soonest's reads and
+-- the ZRANGE of a refusal's sleep (small, below).
 -- Error: 'ERR lockyard permits N' when the soonest live permit was taken
 --        with a count N other than ARGV[13] (unless the caller's token
 --        holds a permit already: a resend): nothing changes.
@@ -132,6 +135,29 @@ if found ~= 0 then
     return redis.error_reply('WRONGTYPE semaphore key holds a ' .. (t.ok or 'value that is not a sorted set'))
   end
 end
+-- small: every permit of a semaphore whose permits are all taken (live or
+-- not), when they are 8 or fewer, with its expiry, in order of expiry
+-- (ZRANGE WITHSCORES): one call answers what an attempt that is likely
+-- refused asks of them, each a call of its own otherwise (ZCOUNT,
+-- ZSCORE, ZRANGE): how many are live, the soonest live one (its expiry
+-- and count), and whether the caller's token is among them (a resend).
+local small = nil
+if held >= ARGV[13] + 0 and held <= 8 then
+  small = redis.call('ZRANGE', KEYS[1], '0', '-1', 'WITHSCORES')
+end
+-- liveOf returns how many permits of small are live at now, the index in
+-- small of the soonest live one (nil: none), and whether the caller's
+-- token is among the live ones.
+local function liveOf(now)
+  local n, first, mine = 0, nil, false
+  for i = 1, #small, 2 do
+    if small[i + 1] + 0 > now then
+      n, first = n + 1, first or i
+      mine = mine or small[i] == token
+    end
+  end
+  return n, first, mine
+end
 local claim = ARGV[19] or ''
 if claim ~= '' and held > 0 then
   -- The permit of a grant whose message the caller did not get (prelude.lua,
@@ -162,8 +188,16 @@ if ARGV[4] == '0' and ARGV[16] ~= '1' and held >= ARGV[13] + 0 then
   -- semaphore keeps refusing costs the server about two thirds of the full
   -- path's work.
   local now = clock()
-  if now and redis.call('ZCOUNT', KEYS[1], '(' .. string.format('%d', now), '+inf') >= ARGV[13] + 0 and not redis.call('ZSCORE', KEYS[1], token) then
-    return {0, 0, -1}
+  if now then
+    local live, _, mine
+    if small then
+      live, _, mine = liveOf(now)
+    else
+      live = redis.call('ZCOUNT', KEYS[1], '(' .. string.format('%d', now), '+inf')
+    end
+    if live >= ARGV[13] + 0 and not (small and mine or not small and redis.call('ZSCORE', KEYS[1], token)) then
+      return {0, 0, -1}
+    end
   end
 end
 -- nobodyWaits reports whether the wait queue is empty: from found, where
@@ -188,15 +222,32 @@ end
 local P = permitRules()
 local permits, ttl = ARGV[13] + 0, ARGV[2] + 0
 local pruned = held >= permits
+-- With small, the live permits after the prune below: the index of the
+-- soonest in small, and whether one is the caller's.
+local soonestAt, mine = nil, false
 if pruned then
   -- Expired permits matter only when they would refuse the caller.
-  held = P.held(KEYS[1], now, held)
+  if small then
+    local live
+    live, soonestAt, mine = liveOf(now)
+    if live < held then
+      P.prune(KEYS[1], now)
+    end
+    held = live
+  else
+    held = P.held(KEYS[1], now, held)
+  end
 end
 -- count returns the count of permits that the soonest live permit was
 -- taken with (the end of its token: '#' and the count), or nil if it has
 -- none (a permit of a lockyard that did not write it), or none is live.
 local function count()
-  local first = redis.call('ZRANGE', KEYS[1], '(' .. string.format('%d', now), '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1]
+  local first
+  if small then
+    first = soonestAt and small[soonestAt]
+  else
+    first = redis.call('ZRANGE', KEYS[1], '(' .. string.format('%d', now), '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1]
+  end
   return first and string.match(first, '#([1-9]%d*)$')
 end
 if held > 0 and ARGV[16] == '1' then
@@ -291,7 +342,9 @@ end
 if told then
   P.deliver(R, q, KEYS[1], told, now, ARGV[8], KEYS[6], '#' .. ARGV[13])
 end
-if held > 0 and redis.call('ZSCORE', KEYS[1], token) then
+-- (small: the permits of this run's start, pruned; those that deliver set
+-- since are others'.)
+if held > 0 and (small and mine or not small and redis.call('ZSCORE', KEYS[1], token)) then
   -- A resend after a lost reply, whose first run took a permit: it is the
   -- caller's, with a new fencing token. (A resend that is granted anyway
   -- sets the same permit again.)
@@ -309,7 +362,12 @@ if mode == 0 then
 end
 local pttl, turnLeft = -2, rules.window
 if status == 0 then
-  pttl, turnLeft = P.soonest(KEYS[1], now), nil
+  turnLeft = nil
+  if not small then
+    pttl = P.soonest(KEYS[1], now)
+  elseif soonestAt then -- nothing was set since small was read: nobody was admitted
+    pttl = math.max(math.floor(small[soonestAt + 1] - now), 0)
+  end
 end
 R = R or queueRules()
 -- The rank matters to a waiter next to a turn only (pause). A caller that
