@@ -526,42 +526,59 @@ func TestSemaphoreTryRefusalCalls(t *testing.T) {
 // (the live ones, the soonest's expiry, a resend's own permit), the ZADD
 // that puts it in line (no read of its place: it expects to be new) and
 // its entry (HSET, and the queue keys' PTTL and PEXPIRE): no ZCOUNT, no
-// ZSCORE, no HGET of a grant record (INFO commandstats, the real server).
+// ZSCORE, no HGET of a grant record. With more than 8 permits it counts
+// the live ones (ZCOUNT), looks for its own (ZSCORE) and reads the
+// soonest (ZRANGE) one by one. Either way it sleeps until the soonest
+// permit expires, sooner than its poll (INFO commandstats, the real
+// server).
 func TestSemaphoreRefusedAttemptCalls(t *testing.T) {
 	b := realBackend()
 	c := b.pool(t).Get()
 	defer c.Close()
-	lk := prefix(t) + ":sem"
-	keys := []any{lk, lk + ":q", lk + ":i", lk + ":t", lk + ":p", lk + ":f"}
-	now, err := redis.Int64s(c.Do("TIME"))
-	mustNil(t, err)
-	_, err = c.Do("ZADD", lk, now[0]*1000+now[1]/1000+2000, "other#1")
-	mustNil(t, err)
-	args := append(keys, "A:g5#1", 10000, "A/1", 2, 5000, 5, 0, "x-turn:", 30, 30, 5, 1, 1, 0, 0, 0, 0, "A:g #1 60000 5 1 5 0", "")
-	before, err := redistest.CommandStats(b.addr)
-	mustNil(t, err)
-	v, err := redis.Int64s(c.Do("EVAL", append([]any{registry.SemAcquireSource, len(keys)}, args...)...))
-	mustNil(t, err)
-	after, err := redistest.CommandStats(b.addr)
-	mustNil(t, err)
-	if len(v) != 3 || v[0] != 0 || v[2] != 1 {
-		t.Fatalf("reply %v, want {0, sleep, 1}: refused and queued", v)
-	}
-	if sleep := v[1]; sleep < 1000 || sleep > 2001 {
-		t.Fatalf("sleep %d ms, want until the permit expires (in 2 s, sooner than its 5 s poll)", sleep)
-	}
-	want := map[string]int{"eval": 1, "zcard": 1, "time": 1, "zrange": 1, "zadd": 1, "hset": 1, "pttl": 2, "pexpire": 2}
-	for name := range after {
-		want[name] += 0
-	}
-	delete(want, "info")
-	for name, n := range want {
-		if d := after[name] - before[name]; d != n {
-			t.Errorf("%s ran %d times for a refused first attempt, want %d", name, d, n)
-		}
-	}
-	if r, _ := redis.String(c.Do("HGET", lk+":i", "A/1|")); r != "A:g #1 60000 5 1 5 0" {
-		t.Fatalf("grant record %q, want the attempt's", r)
+	for _, tc := range []struct {
+		permits int
+		want    map[string]int
+	}{
+		{1, map[string]int{"eval": 1, "zcard": 1, "time": 1, "zrange": 1, "zadd": 1, "hset": 1, "pttl": 2, "pexpire": 2}},
+		{9, map[string]int{"eval": 1, "zcard": 1, "time": 1, "zcount": 1, "zscore": 1, "zrange": 1, "zadd": 1, "hset": 1, "pttl": 2, "pexpire": 2}},
+	} {
+		t.Run(fmt.Sprint(tc.permits), func(t *testing.T) {
+			lk := prefix(t) + ":sem"
+			keys := []any{lk, lk + ":q", lk + ":i", lk + ":t", lk + ":p", lk + ":f"}
+			now, err := redis.Int64s(c.Do("TIME"))
+			mustNil(t, err)
+			ms := now[0]*1000 + now[1]/1000
+			for i := range tc.permits {
+				_, err = c.Do("ZADD", lk, ms+2000+int64(i)*1000, fmt.Sprintf("other%d#%d", i, tc.permits))
+				mustNil(t, err)
+			}
+			args := append(keys, fmt.Sprintf("A:g5#%d", tc.permits), 10000, "A/1", 2, 5000, 5, 0, "x-turn:", 30, 30, 5, 1, tc.permits, 0, 0, 0, 0, fmt.Sprintf("A:g #%d 60000 5 1 5 0", tc.permits), "")
+			before, err := redistest.CommandStats(b.addr)
+			mustNil(t, err)
+			v, err := redis.Int64s(c.Do("EVAL", append([]any{registry.SemAcquireSource, len(keys)}, args...)...))
+			mustNil(t, err)
+			after, err := redistest.CommandStats(b.addr)
+			mustNil(t, err)
+			if len(v) != 3 || v[0] != 0 || v[2] != 1 {
+				t.Fatalf("reply %v, want {0, sleep, 1}: refused and queued", v)
+			}
+			if sleep := v[1]; sleep < 1000 || sleep > 2001 {
+				t.Fatalf("sleep %d ms, want until the soonest permit expires (in 2 s, sooner than its 5 s poll)", sleep)
+			}
+			want := tc.want
+			for name := range after {
+				want[name] += 0
+			}
+			delete(want, "info")
+			for name, n := range want {
+				if d := after[name] - before[name]; d != n {
+					t.Errorf("%s ran %d times for a refused first attempt, want %d", name, d, n)
+				}
+			}
+			if r, _ := redis.String(c.Do("HGET", lk+":i", "A/1|")); r != fmt.Sprintf("A:g #%d 60000 5 1 5 0", tc.permits) {
+				t.Fatalf("grant record %q, want the attempt's", r)
+			}
+		})
 	}
 }
 

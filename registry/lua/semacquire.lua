@@ -219,7 +219,10 @@ local fenceKey = nil
 if ARGV[7] == '1' then
   fenceKey = KEYS[6]
 end
-local P = permitRules()
+-- P: the permits' rules (permitRules), defined where first needed: a
+-- refusal of a full semaphore of few permits (small) needs none, and each
+-- rule is a closure made at every run.
+local P = nil
 local permits, ttl = ARGV[13] + 0, ARGV[2] + 0
 local pruned = held >= permits
 -- With small, the live permits after the prune below: the index of the
@@ -231,10 +234,12 @@ if pruned then
     local live
     live, soonestAt, mine = liveOf(now)
     if live < held then
+      P = P or permitRules()
       P.prune(KEYS[1], now)
     end
     held = live
   else
+    P = P or permitRules()
     held = P.held(KEYS[1], now, held)
   end
 end
@@ -256,6 +261,7 @@ if held > 0 and ARGV[16] == '1' then
     if redis.call('ZSCORE', KEYS[1], token) then
       -- A resend after a lost reply, whose first run took a permit (the
       -- counts were mixed by permits without one): it is the caller's.
+      P = P or permitRules()
       return {1, fenceKey and P.fenced(fenceKey, ttl) or 0}
     end
     return redis.error_reply('ERR lockyard permits ' .. n)
@@ -277,6 +283,7 @@ local rules = {window = ARGV[9] + 0, ahead = ARGV[10] + 0, slack = ARGV[11] + 0}
 -- registry's leases that wait: {1, fence, sleep, 1}, sleep as for a failed
 -- attempt.
 local function granted(told)
+  P = P or permitRules()
   local fence = P.hold(KEYS[1], token, now, ttl, fenceKey, held)
   if ARGV[14] == '1' and free <= 1 then
     R = R or queueRules()
@@ -310,7 +317,7 @@ if free > 0 and ARGV[15] ~= '1' and nobodyWaits() then -- free, nobody waiting
 end
 local ok, told = false, nil
 if free > 0 then
-  R = queueRules()
+  R, P = queueRules(), P or permitRules()
   ok, told = P.admit(R, q, now, free, id, rules)
   if not ok and not pruned and held > 0 then
     -- The scripts that give permits back count the expired ones that
@@ -348,6 +355,7 @@ if held > 0 and (small and mine or not small and redis.call('ZSCORE', KEYS[1], t
   -- A resend after a lost reply, whose first run took a permit: it is the
   -- caller's, with a new fencing token. (A resend that is granted anyway
   -- sets the same permit again.)
+  P = P or permitRules()
   return {1, fenceKey and P.fenced(fenceKey, ttl) or 0}
 end
 
@@ -364,6 +372,7 @@ local pttl, turnLeft = -2, rules.window
 if status == 0 then
   turnLeft = nil
   if not small then
+    P = P or permitRules()
     pttl = P.soonest(KEYS[1], now)
   elseif soonestAt then -- nothing was set since small was read: nobody was admitted
     pttl = math.max(math.floor(small[soonestAt + 1] - now), 0)
