@@ -78,9 +78,10 @@
 -- ZRANK says where it stands. A caller about to be refused looks for its
 -- own token first (ZSCORE), so that a resend never leaves the first run's
 -- permit held by no one, whether or not a permit is free. When every
--- permit is taken and they are 8 or fewer, one ZRANGE of them with their
--- expiries stands for that ZCOUNT, that ZSCORE, the soonest's reads and
--- the ZRANGE of a refusal's sleep (small, below).
+-- permit is taken and they are 8 or fewer, a waiter's attempt reads them
+-- with their expiries in one ZRANGE, which stands for that ZCOUNT, that
+-- ZSCORE, the soonest's reads and the ZRANGE of a refusal's sleep (small,
+-- below).
 -- Error: 'ERR lockyard permits N' when the soonest live permit was taken
 --        with a count N other than ARGV[13] (unless the caller's token
 --        holds a permit already: a resend): nothing changes.
@@ -135,29 +136,6 @@ if found ~= 0 then
     return redis.error_reply('WRONGTYPE semaphore key holds a ' .. (t.ok or 'value that is not a sorted set'))
   end
 end
--- small: every permit of a semaphore whose permits are all taken (live or
--- not), when they are 8 or fewer, with its expiry, in order of expiry
--- (ZRANGE WITHSCORES): one call answers what an attempt that is likely
--- refused asks of them, each a call of its own otherwise (ZCOUNT,
--- ZSCORE, ZRANGE): how many are live, the soonest live one (its expiry
--- and count), and whether the caller's token is among them (a resend).
-local small = nil
-if held >= ARGV[13] + 0 and held <= 8 then
-  small = redis.call('ZRANGE', KEYS[1], '0', '-1', 'WITHSCORES')
-end
--- liveOf returns how many permits of small are live at now, the index in
--- small of the soonest live one (nil: none), and whether the caller's
--- token is among the live ones.
-local function liveOf(now)
-  local n, first, mine = 0, nil, false
-  for i = 1, #small, 2 do
-    if small[i + 1] + 0 > now then
-      n, first = n + 1, first or i
-      mine = mine or small[i] == token
-    end
-  end
-  return n, first, mine
-end
 local claim = ARGV[19] or ''
 if claim ~= '' and held > 0 then
   -- The permit of a grant whose message the caller did not get (prelude.lua,
@@ -188,16 +166,8 @@ if ARGV[4] == '0' and ARGV[16] ~= '1' and held >= ARGV[13] + 0 then
   -- semaphore keeps refusing costs the server about two thirds of the full
   -- path's work.
   local now = clock()
-  if now then
-    local live, _, mine
-    if small then
-      live, _, mine = liveOf(now)
-    else
-      live = redis.call('ZCOUNT', KEYS[1], '(' .. string.format('%d', now), '+inf')
-    end
-    if live >= ARGV[13] + 0 and not (small and mine or not small and redis.call('ZSCORE', KEYS[1], token)) then
-      return {0, 0, -1}
-    end
+  if now and redis.call('ZCOUNT', KEYS[1], '(' .. string.format('%d', now), '+inf') >= ARGV[13] + 0 and not redis.call('ZSCORE', KEYS[1], token) then
+    return {0, 0, -1}
   end
 end
 -- nobodyWaits reports whether the wait queue is empty: from found, where
@@ -225,14 +195,29 @@ end
 local P = nil
 local permits, ttl = ARGV[13] + 0, ARGV[2] + 0
 local pruned = held >= permits
--- With small, the live permits after the prune below: the index of the
--- soonest in small, and whether one is the caller's.
-local soonestAt, mine = nil, false
+-- small: every permit of a semaphore whose permits are all taken (live or
+-- not), when they are 8 or fewer, with its expiry, in order of expiry
+-- (ZRANGE WITHSCORES): one call answers what a waiter's attempt that is
+-- likely refused asks of them, each a call of its own otherwise, and no
+-- rule of the permits is defined for them (the rules' closures cost more
+-- than the calls): how many are live (ZCOUNT), the soonest live one's
+-- expiry (ZRANGE, the refusal's sleep) and count (ZRANGE BYSCORE), and
+-- whether the caller's token is among them (ZSCORE: a resend). soonestAt:
+-- the index in small of the soonest live permit; mine: whether one of
+-- them is the caller's. (A TryAcquire refused above asks two of these, by
+-- ZCOUNT and ZSCORE: cheaper than the scores' reply.)
+local small, soonestAt, mine = nil, nil, false
 if pruned then
   -- Expired permits matter only when they would refuse the caller.
-  if small then
-    local live
-    live, soonestAt, mine = liveOf(now)
+  if held <= 8 then
+    small = redis.call('ZRANGE', KEYS[1], '0', '-1', 'WITHSCORES')
+    local live = 0
+    for i = 1, #small, 2 do
+      if small[i + 1] + 0 > now then
+        live, soonestAt = live + 1, soonestAt or i
+        mine = mine or small[i] == token
+      end
+    end
     if live < held then
       P = P or permitRules()
       P.prune(KEYS[1], now)
