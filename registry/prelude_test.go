@@ -214,6 +214,29 @@ func TestJoinRule(t *testing.T) {
 	})
 }
 
+// A queue info key of another type (a hand-written value) is replaced
+// when a waiter joins: its entry is described all the same, not left in
+// line without its info (which the next walk would drop).
+func TestJoinRuleInfoOfAnotherType(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		for _, hint := range []string{"0", "1"} {
+			t.Run("new="+hint, func(t *testing.T) {
+				c := registry.NewPoolClient(b.pool(t))
+				keys := ruleKeys(prefix(t))
+				b.do(t, "SET", keys[1], "junk")
+				_, err := registry.RunRule(bg(t), c, keys, "join", "a", 1000, "l", 1010, 1300, hint)
+				mustNil(t, err)
+				if v, _ := redis.String(b.do(t, "HGET", keys[1], "a"), nil); v != "l 1010 1300" {
+					t.Fatalf("a's info %q, want it written over the value of another type", v)
+				}
+				if p, _ := redis.Int64(b.do(t, "PTTL", keys[1]), nil); p <= 0 {
+					t.Fatalf("the info key's PTTL is %d, want a time to live", p)
+				}
+			})
+		}
+	})
+}
+
 // ruleKeysWithSem returns the keys of a semaphore rules test: the queue's
 // (ruleKeys), the semaphore key and its fence counter.
 func ruleKeysWithSem(name string) []string {

@@ -173,10 +173,14 @@ local function shared()
     -- unranked set, 0 instead, and one or two calls fewer (a caller that
     -- has no use for its rank). The second result says whether this call
     -- put the entry in line (it was not in it): nothing of it is in q.info
-    -- then (drop deletes both of its fields). With new set (the caller
-    -- expects not to be in line) the entry is added first (ZADD NX) and
-    -- read only if it was in line after all: a call fewer for a new entry,
-    -- one more for one in line, whichever is set.
+    -- then, since drop deletes both of its fields, as long as the queue
+    -- keys are lost only together (they expire together; an eviction or a
+    -- key of another type may take q.order alone, and a grant record left
+    -- behind is then not compared with the caller's). With new set (the
+    -- caller expects not to be in line) the entry is added first (ZADD NX)
+    -- and its place read only if it was in line after all and the place
+    -- matters (a poller, or a caller that wants its rank): a call fewer for
+    -- a new entry, and one more for such an entry in line.
     local function enqueue(q, id, kind, now, unranked, new)
       local since, added = nil, false
       if new then
@@ -214,10 +218,17 @@ local function shared()
     -- entry (they are extended in steps, not on every write), and none is left
     -- without a time to live.
     local function describe(q, id, kind, now, due, lapse, grant)
-      if grant then
-        qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse), id .. '|', grant)
-      else
-        qcall('HSET', q.info, id, kind .. ' ' .. ms(due) .. ' ' .. ms(lapse))
+      local v = kind .. ' ' .. ms(due) .. ' ' .. ms(lapse)
+      for _ = 1, 2 do -- twice if q.info held another type (qcall deleted it)
+        local n
+        if grant then
+          n = qcall('HSET', q.info, id, v, id .. '|', grant)
+        else
+          n = qcall('HSET', q.info, id, v)
+        end
+        if n then
+          break
+        end
       end
       local keys = {q.order, q.info}
       if kind == 'p' then

@@ -211,9 +211,9 @@ if pruned then
   -- Expired permits matter only when they would refuse the caller.
   if held <= 8 then
     small = redis.call('ZRANGE', KEYS[1], '0', '-1', 'WITHSCORES')
-    local live = 0
+    local live, from = 0, math.floor(now) -- as ZCOUNT's '(' .. ms(now), for a score that is not whole
     for i = 1, #small, 2 do
-      if small[i + 1] + 0 > now then
+      if small[i + 1] + 0 > from then
         live, soonestAt = live + 1, soonestAt or i
         mine = mine or small[i] == token
       end
@@ -334,9 +334,14 @@ end
 if told then
   P.deliver(R, q, KEYS[1], told, now, ARGV[8], KEYS[6], '#' .. ARGV[13])
 end
--- (small: the permits of this run's start, pruned; those that deliver set
--- since are others'.)
-if held > 0 and (small and mine or not small and redis.call('ZSCORE', KEYS[1], token)) then
+-- A resend after a lost reply finds its first run's permit: small knows (the
+-- permits of this run's start, pruned; those that deliver set since are
+-- others').
+local resent = mine
+if not small then
+  resent = held > 0 and redis.call('ZSCORE', KEYS[1], token)
+end
+if held > 0 and resent then
   -- A resend after a lost reply, whose first run took a permit: it is the
   -- caller's, with a new fencing token. (A resend that is granted anyway
   -- sets the same permit again.)
