@@ -161,6 +161,21 @@ func recvWithin[T any](t *testing.T, ch <-chan T, d time.Duration, what string) 
 	}
 }
 
+// psubscribed returns a connection of its own to b, subscribed to pattern
+// (the subscription confirmed), closed when the test ends.
+func psubscribed(t *testing.T, b *backend, pattern string) redis.PubSubConn {
+	t.Helper()
+	c, err := redis.Dial("tcp", b.addr)
+	mustNil(t, err)
+	t.Cleanup(func() { c.Close() })
+	ps := redis.PubSubConn{Conn: c}
+	mustNil(t, ps.PSubscribe(pattern))
+	if _, ok := ps.Receive().(redis.Subscription); !ok {
+		t.Fatal("no subscription")
+	}
+	return ps
+}
+
 // notWithin fails the test if ch yields a value within d.
 func notWithin[T any](t *testing.T, ch <-chan T, d time.Duration, what string) {
 	t.Helper()

@@ -154,7 +154,10 @@ func TestPauseRule(t *testing.T) {
 // pollers; the queue keys live at least until the newest entry lapses. The
 // same whether the caller expects to be new in line (enqueue adds first)
 // or not (it reads its place first): a waiter in line after all keeps its
-// place and its own start, against which the pollers ahead are counted.
+// place and its own start, against which the pollers ahead are counted. A
+// queue info key of another type (a hand-written value) is replaced: the
+// first entry is described all the same, not left in line without its
+// info (which the next walk would drop).
 func TestJoinRule(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		for _, hint := range []string{"0", "1"} {
@@ -162,6 +165,7 @@ func TestJoinRule(t *testing.T) {
 				c := registry.NewPoolClient(b.pool(t))
 				pfx := prefix(t)
 				keys := ruleKeys(pfx)
+				b.do(t, "SET", keys[1], "junk")
 				join := func(id, kind string, now, lapse int) (ahead, pttl int64, added bool) {
 					v, err := registry.RunRule(bg(t), c, keys, "join", id, now, kind, now+10, lapse, hint)
 					mustNil(t, err)
@@ -170,6 +174,9 @@ func TestJoinRule(t *testing.T) {
 				}
 				if ahead, pttl, added := join("a", "l", 1000, 1300); ahead != 0 || pttl < 590 || pttl > 600 || !added {
 					t.Fatalf("first join: %d ahead, PTTL %d, added %v; want 0, twice the 300ms to its lapse, true", ahead, pttl, added)
+				}
+				if v, _ := redis.String(b.do(t, "HGET", keys[1], "a"), nil); v != "l 1010 1300" {
+					t.Fatalf("a's info %q after the first join, want it written over the value of another type", v)
 				}
 				if ahead, _, _ := join("p", "p", 1005, 1300); ahead != 1 {
 					t.Fatalf("a poller behind a listener: %d ahead, want 1", ahead)
@@ -208,29 +215,6 @@ func TestJoinRule(t *testing.T) {
 					if p, _ := redis.Int64(b.do(t, "PTTL", k), nil); p <= 0 {
 						t.Fatalf("%s has PTTL %d: a queue key without a time to live", k, p)
 					}
-				}
-			})
-		}
-	})
-}
-
-// A queue info key of another type (a hand-written value) is replaced
-// when a waiter joins: its entry is described all the same, not left in
-// line without its info (which the next walk would drop).
-func TestJoinRuleInfoOfAnotherType(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		for _, hint := range []string{"0", "1"} {
-			t.Run("new="+hint, func(t *testing.T) {
-				c := registry.NewPoolClient(b.pool(t))
-				keys := ruleKeys(prefix(t))
-				b.do(t, "SET", keys[1], "junk")
-				_, err := registry.RunRule(bg(t), c, keys, "join", "a", 1000, "l", 1010, 1300, hint)
-				mustNil(t, err)
-				if v, _ := redis.String(b.do(t, "HGET", keys[1], "a"), nil); v != "l 1010 1300" {
-					t.Fatalf("a's info %q, want it written over the value of another type", v)
-				}
-				if p, _ := redis.Int64(b.do(t, "PTTL", keys[1]), nil); p <= 0 {
-					t.Fatalf("the info key's PTTL is %d, want a time to live", p)
 				}
 			})
 		}

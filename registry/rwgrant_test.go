@@ -217,14 +217,7 @@ func TestRWLockNoGrantToDeafWaiter(t *testing.T) {
 				pfx := prefix(t)
 				w := wire.Layout{Registry: pfx}
 				if wide {
-					c, err := redis.Dial("tcp", b.addr)
-					mustNil(t, err)
-					defer c.Close()
-					ps := redis.PubSubConn{Conn: c}
-					mustNil(t, ps.PSubscribe(w.AllTurnsPattern()))
-					if _, ok := ps.Receive().(redis.Subscription); !ok {
-						t.Fatal("no subscription")
-					}
+					psubscribed(t, b, w.AllTurnsPattern())
 				}
 				holder := rwlock(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k")
 				a, err := holder.AcquireWrite(bg(t), 0)
@@ -507,15 +500,7 @@ func TestRWLockWriterBehindGrantedReaderFound(t *testing.T) {
 		pfx := prefix(t)
 		w := wire.Layout{Registry: pfx}
 		lk := w.LockKey("k")
-		// B listens (so that the probe is heard).
-		c, err := redis.Dial("tcp", b.addr)
-		mustNil(t, err)
-		defer c.Close()
-		ps := redis.PubSubConn{Conn: c}
-		mustNil(t, ps.PSubscribe(w.TurnPattern("B")))
-		if _, ok := ps.Receive().(redis.Subscription); !ok {
-			t.Fatal("no subscription")
-		}
+		psubscribed(t, b, w.TurnPattern("B")) // B listens (so that the probe is heard)
 		in := fmt.Sprint(time.Now().Add(time.Minute).UnixMilli())
 		for i, id := range []string{"B/1/r", "A/1/r", "C/1/w"} {
 			b.do(t, "ZADD", w.QueueKey(lk), i+1, id)
@@ -682,14 +667,7 @@ func TestRWLockWriterYieldOnceInLine(t *testing.T) {
 		pfx := prefix(t)
 		w := wire.Layout{Registry: pfx}
 		lk := w.LockKey("k")
-		c, err := redis.Dial("tcp", b.addr)
-		mustNil(t, err)
-		defer c.Close()
-		ps := redis.PubSubConn{Conn: c}
-		mustNil(t, ps.PSubscribe(w.TurnPattern("RA")))
-		if _, ok := ps.Receive().(redis.Subscription); !ok {
-			t.Fatal("no subscription")
-		}
+		ps := psubscribed(t, b, w.TurnPattern("RA"))
 		b.do(t, "HSET", lk, "r", 1) // registry RA's reader holds it
 		b.do(t, "PEXPIRE", lk, 60000)
 		b.do(t, "ZADD", w.ReadersKey(lk), time.Now().Add(time.Minute).UnixMilli(), "RA:g1")

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-
 	"github.com/lockyard/lockyard/internal/wire"
 	"github.com/lockyard/lockyard/registry"
 )
@@ -435,14 +433,7 @@ func TestSemaphoreNoGrantForWideSubscriber(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx := prefix(t)
 		w := wire.Layout{Registry: pfx}
-		c, err := redis.Dial("tcp", b.addr)
-		mustNil(t, err)
-		defer c.Close()
-		ps := redis.PubSubConn{Conn: c}
-		mustNil(t, ps.PSubscribe(w.AllTurnsPattern()))
-		if _, ok := ps.Receive().(redis.Subscription); !ok {
-			t.Fatal("no subscription")
-		}
+		psubscribed(t, b, w.AllTurnsPattern())
 		holder := semaphore(t, newRegPrefix(t, b.pool(t), pfx, registry.WithLockType(registry.PubSubLock)), "k", 1)
 		a, err := holder.Acquire(bg(t), 0)
 		mustNil(t, err)
