@@ -10,7 +10,10 @@
 //
 // With -base REV it also runs lockyard built at that git revision, in the
 // same alternation, and prints this build's ratios to it (an A/B of a
-// change against its parent).
+// change against its parent). The "fair floor" contender is a yardstick:
+// the least a fair semaphore whose waiters are given their permits asks
+// of Redis (floor.go); -floors adds its steps towards lockyard's
+// guarantees.
 //
 // It needs node and the peer installed in bench/sem/peer (`make bench`
 // runs npm install there). Run it from bench/: go run ./sem.
@@ -73,7 +76,8 @@ func main() {
 		peer   = flag.String("peer", "peer", "the folder of the peer (npm install done)")
 		only   = flag.String("shapes", "", "run only the shapes whose names contain this (and no crash scenario); crash: only the crash scenario")
 		base   = flag.String("base", "", "also run lockyard built at this git revision (A/B; not in the crash scenario)")
-		who    = flag.String("contenders", "", "run only the contenders whose names contain this (the ratios need the peer or the base among them)")
+		who    = flag.String("contenders", "", "run only the contenders whose names contain one of these, comma-separated (the ratios need the peer or the base among them)")
+		floors = flag.Bool("floors", false, "also run the fair floor's steps towards lockyard (floor.go)")
 	)
 	flag.Parse()
 	if *worker != "" {
@@ -83,18 +87,22 @@ func main() {
 		}
 		return
 	}
-	if err := run(*reps, *dur, *ttl, *peer, *only, *base, *who); err != nil {
+	if err := run(*reps, *dur, *ttl, *peer, *only, *base, *who, *floors); err != nil {
 		fmt.Fprintln(os.Stderr, "sem:", err)
 		os.Exit(1)
 	}
 }
 
-func run(reps int, dur, ttl time.Duration, peerDir, only, base, who string) error {
+func run(reps int, dur, ttl time.Duration, peerDir, only, base, who string, floors bool) error {
 	peerJS, err := filepath.Abs(filepath.Join(peerDir, "peer.js"))
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(peerDir, "node_modules", "redis-semaphore")); err != nil && strings.Contains("redis-semaphore", who) {
+	// picked reports whether contender name is to run (-contenders).
+	picked := func(name string) bool {
+		return slices.ContainsFunc(strings.Split(who, ","), func(w string) bool { return strings.Contains(name, w) })
+	}
+	if _, err := os.Stat(filepath.Join(peerDir, "node_modules", "redis-semaphore")); err != nil && picked("redis-semaphore") {
 		return fmt.Errorf("the peer is not installed: run npm install in %s (make bench does)", peerDir)
 	}
 	srv, err := redistest.Start()
@@ -110,6 +118,12 @@ func run(reps int, dur, ttl time.Duration, peerDir, only, base, who string) erro
 		{"lockyard pubsub", lockyardCmd(self, "pubsub")},
 		{"lockyard spin 10ms", lockyardCmd(self, "spin")}, // polls as often as the peer
 		{"lockyard mixed", lockyardCmd(self, "mixed")},    // PubSub, Spin, ReleaseAfter and TryAcquire processes, brace keys
+		{"fair floor", lockyardCmd(self, "floor")},        // the least a fair queue with grants asks (floor.go)
+	}
+	if floors {
+		contenders = append(contenders, contender{"fair floor +server clock", lockyardCmd(self, "floor+")},
+			contender{"fair floor +clock +liveness", lockyardCmd(self, "floor++")},
+			contender{"fair floor +clock +liveness +probe", lockyardCmd(self, "floor+++")})
 	}
 	if base != "" {
 		exe, cleanup, err := abbuild.At(base, "./sem")
@@ -125,7 +139,7 @@ func run(reps int, dur, ttl time.Duration, peerDir, only, base, who string) erro
 			strconv.FormatInt(dur.Milliseconds(), 10), strconv.FormatInt(sh.hold.Milliseconds(), 10),
 			strconv.FormatInt(ttl.Milliseconds(), 10), mode, strconv.FormatInt(sh.gap.Milliseconds(), 10))
 	}}) // the peer last: the ratios are against it
-	contenders = slices.DeleteFunc(contenders, func(c contender) bool { return !strings.Contains(c.name, who) })
+	contenders = slices.DeleteFunc(contenders, func(c contender) bool { return !picked(c.name) })
 	if len(contenders) == 0 {
 		return fmt.Errorf("no contender's name contains %q", who)
 	}
@@ -162,7 +176,7 @@ func run(reps int, dur, ttl time.Duration, peerDir, only, base, who string) erro
 		return nil
 	}
 	return crash(srv.Addr, slices.DeleteFunc(contenders, func(c contender) bool {
-		return strings.Contains(c.name, " @") || strings.Contains(c.name, "mixed")
+		return strings.Contains(c.name, " @") || strings.Contains(c.name, "mixed") || isFloor(c.name)
 	}), ttl, reps)
 }
 
@@ -291,6 +305,11 @@ func printShape(sh shape, cs []contender, res map[string][]metrics) {
 	if peer := cs[len(cs)-1].name; peer == "redis-semaphore" {
 		for _, c := range cs[:len(cs)-1] {
 			ratios(c.name, peer, peer)
+		}
+	}
+	for _, c := range cs { // lockyard against the floor (floor.go)
+		if floor := "fair floor"; res[floor] != nil && res[c.name] != nil && strings.HasPrefix(c.name, "lockyard") {
+			ratios(c.name, floor, floor)
 		}
 	}
 	for _, c := range cs { // this build against the base, where there is one

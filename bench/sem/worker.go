@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ type spec struct {
 	// millisecond, then Release after Hold). HashTag: WithHashTag.
 	End     string
 	HashTag bool
+	Floor   int // the floor contender's step (floor.go)
 }
 
 // lockyardCmd returns the contender command of lockyard with lock type t
@@ -35,6 +37,9 @@ func lockyardCmd(self, t string) func(proc int, addr, key string, sh shape, dur,
 	return func(proc int, addr, key string, sh shape, dur, ttl time.Duration, mode string) *exec.Cmd {
 		sp := spec{Addr: addr, Key: key, Type: t, Mode: mode, Permits: sh.permits, Inflight: sh.inflight,
 			Dur: dur, Hold: sh.hold, TTL: ttl, Gap: sh.gap}
+		if step, ok := strings.CutPrefix(t, "floor"); ok {
+			sp.Type, sp.Floor = "floor", len(step) // "floor", "floor+", "floor++", ...
+		}
 		if t == "mixed" {
 			sp.Type, sp.End, sp.HashTag = [...]string{"pubsub", "spin", "pubsub", "spin"}[proc%4], [...]string{"", "", "after", "try"}[proc%4], true
 		}
@@ -50,6 +55,9 @@ func runWorker(js string) error {
 	var sp spec
 	if err := json.Unmarshal([]byte(js), &sp); err != nil {
 		return err
+	}
+	if sp.Type == "floor" {
+		return runFloor(sp)
 	}
 	pool := &redigo.Pool{MaxIdle: sp.Inflight + 2, Dial: func() (redigo.Conn, error) { return redigo.Dial("tcp", sp.Addr) }}
 	defer pool.Close()
