@@ -3,23 +3,26 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
 )
 
-// The floor contender: the least that a fair semaphore whose waiters are
-// given their permits asks of Redis, as a yardstick for lockyard's cost
-// against the peer's. A caller that finds a permit free and nobody in line
+// The floor contender: a minimal fair semaphore whose waiters are given
+// their permits, as a yardstick for lockyard's cost against the peer's in
+// the contended shapes (uncontended, its release is a script where a plain
+// ZREM would do). A caller that finds a permit free and nobody in line
 // takes it; any other queues (one sorted set, in order of arrival) and
 // waits for its grant message; a release gives its permit to the first in
 // line, in the same script, and tells that waiter on a channel of its own.
-// So a contended acquisition is two scripts (the attempt that queues, the
-// release that grants) and one message, against the peer's retries every
-// 10 ms.
+// So a contended acquisition is two scripts (the attempt that queues, 4
+// calls; the release that grants, 5) and one message, against the peer's
+// retries every 10 ms.
 //
 // It is not a semaphore to use: it has none of what lockyard's scripts do
 // besides. It reads the client's clock, as the peer does (lockyard reads
@@ -35,15 +38,17 @@ import (
 const floorRecheck = 200 * time.Millisecond
 
 // The floor's steps towards lockyard (spec.Floor, cumulative), each one
-// of the guarantees that lockyard's scripts keep, at its least cost:
-// 1 reads the server's clock (TIME) instead of the client's; 2 keeps
-// waiters' liveness: a waiter's entry records when it lapses (a hash
-// beside the queue, refreshed by an asking again), and a release skips
-// the first in line whose entry lapsed, or has none; 3 probes a waiter's
-// registry before it grants (a PUBLISH whose count of receivers says that
-// somebody listens), so that a grant message heard by nobody never leaves
-// a permit held by nobody (lockyard grants so; Cluster counts the
-// receivers of one node).
+// of the guarantees that lockyard's scripts keep, at the least cost that
+// holds in Cluster too: 1 reads the server's clock (TIME) instead of the
+// client's; 2 keeps waiters' liveness: a waiter's entry records when it
+// lapses (a hash beside the queue, refreshed by an asking again), and a
+// release passes over the first in line whose entry lapsed, or has none;
+// 3 probes a waiter's registry before it grants (a PUBLISH whose count of
+// receivers says that somebody listens), so that a grant message heard by
+// nobody never leaves a permit held by nobody. (On one node the grant
+// message could be its own probe, set only if heard; a Cluster node counts
+// its own receivers only, and a grant that it found unheard may have been
+// heard on another: lockyard sends a probe that its registries ignore.)
 const floorLapse = 2 * floorRecheck
 
 // floorAcquire: KEYS semaphore, queue, lapses; ARGV token, ttl ms, now ms
@@ -63,9 +68,17 @@ if ARGV[5] == '1' then
   if redis.call('ZSCORE', S, tok) then
     return 1
   end
-  first = free > 0 and (redis.call('ZRANK', Q, tok) or 0) < free
-  if first then
-    redis.call('ZREM', Q, tok)
+  local r = redis.call('ZRANK', Q, tok)
+  if r then -- in line: first if fewer are ahead than permits are free
+    first = free > 0 and r < free
+    if first then
+      redis.call('ZREM', Q, tok)
+      if step >= 2 then
+        redis.call('HDEL', I, tok)
+      end
+    end
+  else -- out of line (passed over, or the queue expired): as a newcomer
+    first = free > 0 and redis.call('EXISTS', Q) == 0
   end
 else
   first = free > 0 and redis.call('EXISTS', Q) == 0
@@ -127,8 +140,9 @@ return 1
 `)
 
 // runFloor runs one process of the floor contender: sp.Inflight loops of
-// acquire, hold, release for sp.Dur, each goroutine a waiter of its own.
-func runFloor(sp spec) error {
+// acquire, hold, release for sp.Dur, each goroutine a waiter of its own,
+// and writes its report to out.
+func runFloor(sp spec, out io.Writer) error {
 	if sp.Mode != "loop" && sp.Mode != "" {
 		return fmt.Errorf("the floor contender runs loops only, not %q", sp.Mode)
 	}
@@ -184,10 +198,11 @@ func runFloor(sp spec) error {
 		return redigo.Int(s.Do(c, append(keys, args...)...))
 	}
 	var (
-		mu    sync.Mutex
-		waits []float64
-		first error
-		wg    sync.WaitGroup
+		mu      sync.Mutex
+		waits   []float64
+		first   error
+		wg      sync.WaitGroup
+		holding atomic.Int64 // leases of this process that hold a permit: never more than permits
 	)
 	end := time.Now().Add(sp.Dur)
 	for g := range ids {
@@ -205,15 +220,21 @@ func runFloor(sp spec) error {
 					default:
 					}
 					got, err := do(floorAcquire, tok, ttl, now(), sp.Permits, 0, sp.Floor, floorLapse.Milliseconds())
+					recheck := time.NewTimer(floorRecheck) // one deadline per wait: messages for other tokens do not move it
 					for err == nil && got == 0 {
 						select {
 						case m := <-ch:
 							if m == tok {
 								got = 1
 							}
-						case <-time.After(floorRecheck):
+						case <-recheck.C:
 							got, err = do(floorAcquire, tok, ttl, now(), sp.Permits, 1, sp.Floor, floorLapse.Milliseconds())
+							recheck.Reset(floorRecheck)
 						}
+					}
+					recheck.Stop()
+					if err == nil && holding.Add(1) > int64(sp.Permits) {
+						err = fmt.Errorf("floor: more leases of this process hold a permit than there are permits")
 					}
 					if err != nil {
 						return err
@@ -222,6 +243,7 @@ func runFloor(sp spec) error {
 					if sp.Hold > 0 {
 						time.Sleep(sp.Hold)
 					}
+					holding.Add(-1)
 					if _, err := do(floorRelease, tok, ttl, now(), prefix, sp.Floor); err != nil {
 						return err
 					}
@@ -243,7 +265,7 @@ func runFloor(sp spec) error {
 	if first != nil {
 		return first
 	}
-	return json.NewEncoder(os.Stdout).Encode(report{Acquisitions: len(waits), Waits: waits})
+	return json.NewEncoder(out).Encode(report{Acquisitions: len(waits), Waits: waits})
 }
 
 // isFloor reports whether contender name is the floor's.

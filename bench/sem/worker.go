@@ -57,7 +57,7 @@ func runWorker(js string) error {
 		return err
 	}
 	if sp.Type == "floor" {
-		return runFloor(sp)
+		return runFloor(sp, os.Stdout)
 	}
 	pool := &redigo.Pool{MaxIdle: sp.Inflight + 2, Dial: func() (redigo.Conn, error) { return redigo.Dial("tcp", sp.Addr) }}
 	defer pool.Close()
