@@ -174,14 +174,6 @@ func (s *Semaphore) InheritToldWait(d time.Duration) {
 	s.wake.Signal(1)
 }
 
-// AgeCompared moves s's last comparison of its count of permits with the
-// holders' d into the past (compareEvery).
-func (s *Semaphore) AgeCompared(d time.Duration) { s.compared.Add(-int64(d)) }
-
-// AgeTryFull moves s's last TryAcquire that found every permit held d
-// into the past (tryFullFor).
-func (s *Semaphore) AgeTryFull(d time.Duration) { s.tryFull.Add(-int64(d)) }
-
 // ID returns the registry's id (the first part of its tokens and waiter
 // ids, and of its turn channels).
 func (r *Registry) ID() string { return r.core.ClientID }
@@ -203,9 +195,6 @@ func WithRefusedRetry(d time.Duration) Option {
 
 // SemAcquireSource is semacquire.lua as clients run it: after the prelude.
 var SemAcquireSource = preludeSrc + semAcquireSrc
-
-// SemFullSource is semfull.lua (no prelude).
-var SemFullSource = semFullSrc
 
 // RWAcquireSource is rwacquire.lua as clients run it.
 var RWAcquireSource = preludeSrc + rwRulesSrc + rwAcquireSrc

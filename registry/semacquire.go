@@ -211,16 +211,8 @@ func (s *Semaphore) attempt(ctx context.Context, ttl time.Duration, h hint, wait
 			}
 		} else {
 			s.crowd.Found(true, sent) // a full semaphore: the next attempt reads its count first, and a release gives turns
-			if g.full {
-				s.tryFull.Store(max(sent, 1)) // the next TryAcquire asks semfull.lua first
-			} else {
-				s.tryFull.Store(0)
-			}
 		}
 		return nil, g.grant, nil
-	}
-	if !waits {
-		s.tryFull.Store(0)
 	}
 	if waits && !g.claimed { // a claim leaves the entry as its grant left it
 		s.setQueued(g.queued)

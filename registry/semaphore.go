@@ -146,9 +146,6 @@ func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Lease, error) 
 	if waiting {
 		return nil, fmt.Errorf("%w: leases of this registry wait for a permit of %q", ErrNotObtained, s.key)
 	}
-	if s.stillFull(ctx) {
-		return nil, fmt.Errorf("%w: every permit of %q is held", ErrNotObtained, s.key)
-	}
 	// Not the instance's id: an attempt that is admitted takes its own
 	// entry out of line, and the instance's is the waiting leases'.
 	p, _, err := s.attempt(ctx, ttl, hint{waiter: s.waiter.ID() + "/try", spread: rand.N(r.cfg.idle/4 + 1)}, false, true, 0)
@@ -163,25 +160,6 @@ func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Lease, error) 
 	s.mu.Unlock()
 	h := p.h.Load()
 	return &Lease{of: p, h: h, since: r.obs.acquired(kindSemaphore, s.key, h, false, -1)}, nil
-}
-
-// stillFull reports whether a TryAcquire is refused by semfull.lua: the
-// instance's last TryAcquire found every permit held and live, less than
-// tryFullFor ago, and that is still so. It is not asked when the attempt
-// is to compare the instance's count of permits with the holders'
-// (compareEvery), and any error leaves the answer to semacquire.lua.
-func (s *Semaphore) stillFull(ctx context.Context) bool {
-	r := s.eng
-	at, now, compared := s.tryFull.Load(), r.core.Now(), s.compared.Load()
-	if at == 0 || now-at >= int64(tryFullFor) || compared == 0 || now-compared >= int64(compareEvery) {
-		return false
-	}
-	full, err := s.proto.full(ctx, s.key, s.permits)
-	if err != nil || !full {
-		return false
-	}
-	s.tryFull.Store(max(now, 1))
-	return true
 }
 
 // gotPermit counts a new lease held, and ends its wait (done).

@@ -26,15 +26,12 @@ var (
 	semRenewSrc string
 	//go:embed lua/semnudge.lua
 	semNudgeSrc string
-	//go:embed lua/semfull.lua
-	semFullSrc string
 
 	semAcquireScript = core.NewScript("semacquire", preludeSrc+semAcquireSrc)
 	semReleaseScript = core.NewScript("semrelease", preludeSrc+semReleaseSrc)
 	semPassScript    = core.NewScript("sempass", preludeSrc+semPassSrc)
 	semRenewScript   = core.NewScript("semrenew", semRenewSrc)
 	semNudgeScript   = core.NewScript("semnudge", preludeSrc+semNudgeSrc)
-	semFullScript    = core.NewScript("semfull", semFullSrc)
 )
 
 // semProto is the protocol of a Semaphore, on one Client (a single node,
@@ -61,7 +58,6 @@ type semGrant struct {
 	grant
 	queued  bool
 	claimed bool // the permit is the claim's (semacquire.lua's ARGV[19])
-	full    bool // refused: every permit is held and live ({0, sleep, after})
 }
 
 // acquire takes a permit of lk for token if one is free for the caller,
@@ -94,17 +90,7 @@ func (p *semProto) acquire(ctx context.Context, lk, token string, ttl time.Durat
 		return semGrant{grant: grant{ok: true, fence: f, sleep: time.Duration(n[1]) * time.Millisecond, after: int(n[2])}, queued: true}, nil
 	}
 	g, err := decodeGrant(v)
-	x, _ := v.([]any)
-	return semGrant{grant: g, full: err == nil && !g.ok && len(x) == 3 && x[0] == int64(0)}, err
-}
-
-// full reports whether at least permits permits of lk are held and live,
-// on the server's clock (semfull.lua); false also when the key is not a
-// semaphore's or the script may not call TIME: semacquire.lua then says
-// what it is.
-func (p *semProto) full(ctx context.Context, lk string, permits int) (bool, error) {
-	v, err := p.one.One(ctx, semFullScript, Call{Keys: []string{lk}, Args: []any{permits}})
-	return v == int64(1), err
+	return semGrant{grant: g}, err
 }
 
 // otherCount turns semacquire.lua's refusal of a count of permits that

@@ -76,11 +76,6 @@ type Semaphore struct {
 	// (releasePlain), and its attempts ask first whether the semaphore key
 	// or its queue exist at all.
 	crowd core.Crowd
-	// tryFull: when (registry clock) a TryAcquire last found every permit
-	// held and live, and none was admitted since; 0: not within
-	// tryFullFor. While it is recent, a TryAcquire asks semfull.lua first
-	// (try).
-	tryFull atomic.Int64
 
 	turn semTurn // owned by the head
 
@@ -131,14 +126,6 @@ type permit struct {
 // more later (the comparison is one call in Redis, about 4% of a contended
 // acquisition's).
 const compareEvery = time.Second
-
-// tryFullFor is how long after a TryAcquire found every permit of a
-// Semaphore held and live its next ones ask semfull.lua whether that is
-// still so, before they try semacquire.lua: on a busy semaphore a
-// TryAcquire that keeps being refused costs the server about a third of
-// the work (a script of one key and one argument, without the rules);
-// after a release, the first TryAcquire pays one round trip more.
-const tryFullFor = time.Second
 
 func newSemaphore(r *engine, proto *semProto, name string, permits int) *Semaphore {
 	key := r.layout.LockKey(name)

@@ -164,8 +164,7 @@ if ARGV[4] == '0' and ARGV[16] ~= '1' and held >= ARGV[13] + 0 then
   -- (the full path prunes the expired ones and counts them free) or one is
   -- the caller's own (a resend after a lost reply). A TryAcquire that a busy
   -- semaphore keeps refusing costs the server about two thirds of the full
-  -- path's work; its instance's next ones ask semfull.lua first, for a
-  -- second (semstate.go, tryFullFor).
+  -- path's work.
   local now = clock()
   if now and redis.call('ZCOUNT', KEYS[1], '(' .. string.format('%d', now), '+inf') >= ARGV[13] + 0 and not redis.call('ZSCORE', KEYS[1], token) then
     return {0, 0, -1}
