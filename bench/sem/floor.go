@@ -98,12 +98,12 @@ return 0
 `)
 
 // floorRelease: KEYS semaphore, queue, lapses; ARGV token, ttl ms, now
-// ms, the grant channel's prefix, step. A permit that expired and was
-// pruned gives nothing (a waiter asking again takes the free one). The
-// permit goes to the first in
+// ms, the grant channel's prefix, step. The permit goes to the first in
 // line (from step 2, the first whose entry has not lapsed, of at most 8),
 // told on its channel: the prefix and its token up to ':' (from step 3,
-// once a probe on the prefix, 'probe:' and the same was heard).
+// once a probe on the prefix, 'probe:' and the same was heard). A permit
+// that expired and was pruned gives nothing (a waiter asking again takes
+// the free one).
 var floorRelease = redigo.NewScript(3, `
 local S, Q, I = KEYS[1], KEYS[2], KEYS[3]
 local step, now = tonumber(ARGV[5]), tonumber(ARGV[3])

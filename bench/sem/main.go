@@ -11,9 +11,8 @@
 // With -base REV it also runs lockyard built at that git revision, in the
 // same alternation, and prints this build's ratios to it (an A/B of a
 // change against its parent). The "fair floor" contender is a yardstick:
-// the least a fair semaphore whose waiters are given their permits asks
-// of Redis (floor.go); -floors adds its steps towards lockyard's
-// guarantees.
+// a minimal fair semaphore whose waiters are given their permits
+// (floor.go); -floors adds its steps towards lockyard's guarantees.
 //
 // It needs node and the peer installed in bench/sem/peer (`make bench`
 // runs npm install there). Run it from bench/: go run ./sem.
@@ -118,7 +117,7 @@ func run(reps int, dur, ttl time.Duration, peerDir, only, base, who string, floo
 		{"lockyard pubsub", lockyardCmd(self, "pubsub")},
 		{"lockyard spin 10ms", lockyardCmd(self, "spin")}, // polls as often as the peer
 		{"lockyard mixed", lockyardCmd(self, "mixed")},    // PubSub, Spin, ReleaseAfter and TryAcquire processes, brace keys
-		{"fair floor", lockyardCmd(self, "floor")},        // the least a fair queue with grants asks (floor.go)
+		{"fair floor", lockyardCmd(self, "floor")},        // a minimal fair semaphore with grants (floor.go)
 	}
 	if floors {
 		contenders = append(contenders, contender{"fair floor +server clock", lockyardCmd(self, "floor+")},
