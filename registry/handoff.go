@@ -17,7 +17,8 @@ import (
 //   - Free pass: no command at all, while the next goroutine asked for the
 //     hold's TTL, the hold has at least three quarters of it left, fewer
 //     than core.MaxFreePasses were made since the last command, and that
-//     command was sent less than freePassSpan ago. Without fencing only:
+//     command was sent less than freePassSpan ago (for each of the key's
+//     holds: a semaphore's permits; freeSpan). Without fencing only:
 //     the next goroutine inherits the hold, its token and its fencing
 //     token.
 //   - Pass (mutexProto.pass, pass.lua): one round trip sets the TTL that the next
@@ -36,9 +37,11 @@ import (
 //     lockyard) is told or finds the key free, and gets turns too.
 //
 // So a waiter of another instance waits at most about MaxFreePasses+1
-// local holds or freePassSpan plus one hold, and the Redis key is touched
-// by about one command per MaxFreePasses+1 local holds when nobody else
-// waits.
+// local holds or freePassSpan plus one hold for a hold to come free (one
+// of a semaphore's n permits: each permit's runs pass by script every
+// n*freePassSpan, so that one of them does about every freePassSpan), and
+// the Redis key is touched by about one command per MaxFreePasses+1 local
+// holds when nobody else waits.
 //
 // The free pass is the engine's rule for every kind (core.Run.FreePass,
 // core.MaxFreePasses); freePassSpan and chainSpan: see options.go. The
@@ -70,18 +73,20 @@ type passer interface {
 
 // handOff passes the hold h on key to the next local waiter of the kind
 // (k), whose run of local holds is run, with the TTL next that it asked
-// for: a free pass when the run allows one, else the kind's pass script
-// (the run is bounded by span or chainSpan, whichever is longer). The
-// error says why a pass failed: releaseAfterPass (release instead: the
-// pass did not run, or may have), passFailed (a loss, or a failure after
-// which the key is freed in the background).
-func (r *engine) handOff(ctx context.Context, key string, h *core.Hold, run *core.Run, next, span time.Duration, k passer) (handoffResult, error) {
+// for: a free pass when the run allows one (within freeSpan(holds) of the
+// last command, holds being how many holds the key has: a semaphore's
+// permits, 1 for a lock), else the kind's pass script (the run is bounded
+// by span or chainSpan, whichever is longer). The error says why a pass
+// failed: releaseAfterPass (release instead: the pass did not run, or may
+// have), passFailed (a loss, or a failure after which the key is freed in
+// the background).
+func (r *engine) handOff(ctx context.Context, key string, h *core.Hold, run *core.Run, next, span time.Duration, holds int, k passer) (handoffResult, error) {
 	now := r.core.Now()
 	if r.core.BG.IsClosed() || h.Lost(now) {
 		return notHandedOver, nil
 	}
 	bounded := run.Bounded(now, max(span, r.cfg.chainSpan))
-	if run.FreePass(h, next, now, r.cfg.freePassSpan, r.cfg.fencing, bounded) {
+	if run.FreePass(h, next, now, r.freeSpan(holds), r.cfg.fencing, bounded) {
 		return k.give(), nil
 	}
 	switch res, err := r.pass(ctx, h, run, next, bounded, k); {
@@ -99,6 +104,23 @@ func (r *engine) handOff(ctx context.Context, key string, h *core.Hold, run *cor
 	default:
 		return res, nil
 	}
+}
+
+// freeSpan returns how long after the last command on one of a key's holds
+// (a semaphore's permits; 1 for a lock) free passes of it go on:
+// freePassSpan for each hold, so that a run of one of them ends by script,
+// where a waiter of another instance is given its turn, about every
+// freePassSpan, as a lock's does (and the scripts of a busy key do not grow
+// with its permits). At most chainSpan: no run lasts longer.
+func (r *engine) freeSpan(holds int) time.Duration {
+	span, bound := r.cfg.freePassSpan, r.cfg.chainSpan
+	if holds <= 1 || span >= bound {
+		return span
+	}
+	if time.Duration(holds) > bound/span {
+		return bound
+	}
+	return span * time.Duration(holds)
 }
 
 // pass runs k's pass script for h. h is retired here whatever the

@@ -39,7 +39,7 @@ func (l *RedisLock) handOff(ctx context.Context, h *core.Hold, who reentrant.Own
 	if req, ok := l.local.Next(); ok && req.TTL > 0 {
 		next = req.TTL
 	}
-	return l.eng.handOff(ctx, l.key, h, &l.turn.run, next, l.turn.span, lockPass{l, who})
+	return l.eng.handOff(ctx, l.key, h, &l.turn.run, next, l.turn.span, 1, lockPass{l, who})
 }
 
 // lockPass is a lock's part of its local hand-off (passer).

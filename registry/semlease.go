@@ -166,12 +166,14 @@ func (s *Semaphore) ended() {
 }
 
 // handOff passes p to the next lease of this registry that waits
-// (engine.handOff): with no command (a free pass), or with sempass.lua,
-// which keeps the permit unless waiters of other registries are in line
-// for it, or the run of local holds reached its bound. The next lease gets
-// the TTL most leases ask for; another is renewed to by its taker.
+// (engine.handOff): with no command (a free pass, for as long after the
+// last command on p as the engine allows one of s.permits holds), or with
+// sempass.lua, which keeps the permit unless waiters of other registries
+// are in line for it, or the run of local holds reached its bound. The
+// next lease gets the TTL most leases ask for; another is renewed to by
+// its taker.
 func (s *Semaphore) handOff(ctx context.Context, p *permit) (handoffResult, error) {
-	return s.eng.handOff(ctx, s.key, p.h.Load(), &p.run, s.eng.cfg.expireAfter, 0, semPass{s, p})
+	return s.eng.handOff(ctx, s.key, p.h.Load(), &p.run, s.eng.cfg.expireAfter, 0, s.permits, semPass{s, p})
 }
 
 // semPass is a semaphore's part of its local hand-off (passer).

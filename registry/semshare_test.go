@@ -296,6 +296,76 @@ func TestSemaphoreLocalPass(t *testing.T) {
 	}
 }
 
+// The free passes of a permit go on for the registry's free-pass span
+// times the permits after the last command on it, at most a run's bound:
+// one permit's run of n ends by script about as often as a lock's.
+func TestSemaphoreFreeSpan(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		free, chain time.Duration
+		holds       int
+		want        time.Duration
+	}{
+		{0, 0, 0, 5 * ms}, // the defaults: 5 ms a hold, runs of 24 ms
+		{0, 0, 1, 5 * ms},
+		{0, 0, 2, 10 * ms},
+		{0, 0, 4, 20 * ms},
+		{0, 0, 5, 24 * ms},
+		{0, 0, 1 << 62, 24 * ms}, // no overflow
+		{time.Minute, time.Minute, 2, time.Minute},
+		{time.Minute, time.Second, 3, time.Minute}, // a span past the bound is left as it is
+		{time.Nanosecond, time.Minute, 3, 3 * time.Nanosecond},
+	} {
+		r := newReg(t, realBackend().pool(t), registry.WithRuns(tc.free, tc.chain))
+		if got := r.FreeSpan(tc.holds); got != tc.want {
+			t.Errorf("free %v, chain %v: FreeSpan(%d) = %v, want %v", tc.free, tc.chain, tc.holds, got, tc.want)
+		}
+	}
+}
+
+// A permit of a semaphore of 2 permits, released 1.5 s after it was taken
+// while a lease of the same registry waits, passes to it without a command
+// when free passes go on for 1 s a permit (2 s); that of a semaphore of 1
+// permit goes by the pass script.
+func TestSemaphoreFreePassesLastPerPermit(t *testing.T) {
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("permits=%d", n), func(t *testing.T) {
+			b := realBackend()
+			cp := &redistest.CountingPool{Pool: b.pool(t)}
+			// The waiting lease's attempts (every poll) would be counted
+			// with the pass: it polls once a minute.
+			r := newReg(t, cp, registry.WithRuns(time.Second, time.Hour), registry.WithIdleBetweenTries(time.Minute))
+			s := semaphore(t, r, "k", n)
+			start := time.Now()
+			a, err := s.Acquire(bg(t), 0)
+			mustNil(t, err)
+			for range n - 1 { // every other permit held too: the next lease waits for a's
+				o, err := s.Acquire(bg(t), 0)
+				mustNil(t, err)
+				defer func() { mustNil(t, o.Release(bg(t))) }()
+			}
+			next := acquirePermit(bg(t), s, 0)
+			waitFor(t, 5*time.Second, "the next lease to wait", func() bool { return s.Waiting() == 1 })
+			time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the span is what is tested: time must pass
+			cp.Commands()
+			mustNil(t, a.Release(bg(t)))
+			if late := time.Since(start); late >= 2*time.Second {
+				t.Fatalf("the release ended %v after the acquisition: the machine stalled too long to tell a free pass", late)
+			}
+			c := recvWithin(t, next, 5*time.Second, "the passed permit")
+			cmds := slices.DeleteFunc(cp.Commands(), func(c string) bool { return c == "EVAL" })
+			want := []string{"EVALSHA"} // the pass script
+			if n == 2 {
+				want = nil
+			}
+			if !slices.Equal(cmds, want) {
+				t.Fatalf("commands of the pass: %v, want %v", cmds, want)
+			}
+			mustNil(t, c.Release(bg(t)))
+		})
+	}
+}
+
 // A permit released while a lease of the same registry and a waiter of
 // another registry wait goes to the waiter in line first: the local lease
 // waits for its turn.
