@@ -28,9 +28,9 @@
 //   - Local hand-off: when goroutines of the same lock instance queue on a
 //     held lock, the outermost Unlock passes the Redis hold to the next of
 //     them instead of deleting the key for it to set again. Up to 8 passes
-//     in a row send no command, within 5ms of the last command (a
-//     semaphore's permit: 5ms for each of its N permits, at most 24ms),
-//     while the hold has at least three quarters of its TTL left (without fencing;
+//     in a row send no command, within 5ms of the last command (10ms for
+//     a permit of a semaphore of several permits), while the hold has at
+//     least three quarters of its TTL left (without fencing;
 //     the next goroutine inherits the hold, its value and its validity);
 //     then, and on every pass with fencing, one script resets the TTL (and
 //     gives the next goroutine a new fencing token).

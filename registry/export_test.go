@@ -258,7 +258,3 @@ func GotThenGrantedAgain(s *Semaphore) (token string, again func()) {
 	h.Retire()
 	return token, func() { s.granted(wire.Grant{Key: s.key, Seq: seq, Permits: s.permits}) }
 }
-
-// FreeSpan returns how long after the last command on one of holds holds
-// of a key free passes go on (engine.freeSpan).
-func (r *Registry) FreeSpan(holds int) time.Duration { return r.freeSpan(holds) }

@@ -17,8 +17,8 @@ import (
 //   - Free pass: no command at all, while the next goroutine asked for the
 //     hold's TTL, the hold has at least three quarters of it left, fewer
 //     than core.MaxFreePasses were made since the last command, and that
-//     command was sent less than freePassSpan ago (for each of the key's
-//     holds: a semaphore's permits; freeSpan). Without fencing only:
+//     command was sent less than freeSpan ago (freePassSpan; twice that
+//     for a semaphore of several permits). Without fencing only:
 //     the next goroutine inherits the hold, its token and its fencing
 //     token.
 //   - Pass (mutexProto.pass, pass.lua): one round trip sets the TTL that the next
@@ -37,11 +37,10 @@ import (
 //     lockyard) is told or finds the key free, and gets turns too.
 //
 // So a waiter of another instance waits at most about MaxFreePasses+1
-// local holds or freePassSpan plus one hold for a hold to come free (one
-// of a semaphore's n permits: each permit's runs pass by script every
-// n*freePassSpan, so that one of them does about every freePassSpan), and
-// the Redis key is touched by about one command per MaxFreePasses+1 local
-// holds when nobody else waits.
+// local holds or freeSpan plus one hold for a run to end by script (a
+// lock's freePassSpan; a semaphore's 2*freePassSpan, while a permit may be
+// free sooner: see freeSpan), and the Redis key is touched by about one
+// command per MaxFreePasses+1 local holds when nobody else waits.
 //
 // The free pass is the engine's rule for every kind (core.Run.FreePass,
 // core.MaxFreePasses); freePassSpan and chainSpan: see options.go. The
@@ -74,7 +73,7 @@ type passer interface {
 // handOff passes the hold h on key to the next local waiter of the kind
 // (k), whose run of local holds is run, with the TTL next that it asked
 // for: a free pass when the run allows one (within freeSpan(holds) of the
-// last command, holds being how many holds the key has: a semaphore's
+// last command, holds being how many holds the key admits: a semaphore's
 // permits, 1 for a lock), else the kind's pass script (the run is bounded
 // by span or chainSpan, whichever is longer). The error says why a pass
 // failed: releaseAfterPass (release instead: the pass did not run, or may
@@ -106,21 +105,24 @@ func (r *engine) handOff(ctx context.Context, key string, h *core.Hold, run *cor
 	}
 }
 
-// freeSpan returns how long after the last command on one of a key's holds
-// (a semaphore's permits; 1 for a lock) free passes of it go on:
-// freePassSpan for each hold, so that a run of one of them ends by script,
-// where a waiter of another instance is given its turn, about every
-// freePassSpan, as a lock's does (and the scripts of a busy key do not grow
-// with its permits). At most chainSpan: no run lasts longer.
+// freeSpan returns how long after the last command on one of a key's
+// holds free passes of it go on, holds being how many holds the key admits
+// (a semaphore's permits; 1 for a lock): freePassSpan, or twice that for a
+// key of several holds, at most chainSpan (no run lasts longer). Where two
+// of a semaphore's permits are in busy runs, one of them still ends by
+// script, and gives a waiter of another instance its turn, about every
+// freePassSpan, as a lock's run does, at half the pass scripts. Where one
+// permit runs and the others are held long, that waiter waits up to
+// freePassSpan longer than before. Not longer, and not in proportion to
+// the permits: a polling waiter is given a turn only when a script runs
+// within pollAhead (20ms) of its next poll, and misses a whole poll
+// interval otherwise.
 func (r *engine) freeSpan(holds int) time.Duration {
-	span, bound := r.cfg.freePassSpan, r.cfg.chainSpan
-	if holds <= 1 || span >= bound {
-		return span
+	span := r.cfg.freePassSpan
+	if holds > 1 {
+		span = min(2*span, max(span, r.cfg.chainSpan))
 	}
-	if time.Duration(holds) > bound/span {
-		return bound
-	}
-	return span * time.Duration(holds)
+	return span
 }
 
 // pass runs k's pass script for h. h is retired here whatever the

@@ -88,6 +88,34 @@ func TestLocalHandOffChain(t *testing.T) {
 	})
 }
 
+// A lock's free passes go on for the registry's span, not for a
+// semaphore's longer one (engine.freeSpan): a hand-off 1.2 s after the lock
+// was taken, with free passes for 800 ms, runs the pass script.
+func TestLockFreePassSpan(t *testing.T) {
+	const span = 800 * time.Millisecond
+	b := realBackend()
+	cp := &redistest.CountingPool{Pool: b.pool(t)}
+	l := obtain(t, newReg(t, cp, registry.WithRuns(span, time.Hour)), "k")
+	h0 := mustHold(t, l)
+	held := time.Now()
+	got := queue(t, l, 1, func() any { return nil })
+	time.Sleep(time.Until(held.Add(span * 3 / 2))) // the span is what is tested: time must pass
+	cp.Commands()
+	mustNil(t, h0.unlock())
+	recvWithin(t, got, 5*time.Second, "the queued goroutine to get the lock")
+	waitFor(t, 5*time.Second, "its release", func() bool { return b.do(t, "EXISTS", l.Key()).(int64) == 0 })
+	var scripts int
+	for _, c := range cp.Commands() {
+		switch c {
+		case "EVALSHA", "DELEX", "DELIFEQ": // the pass; the release, by script or native
+			scripts++
+		}
+	}
+	if scripts != 2 {
+		t.Fatalf("%d scripts for a hand-off after the span and a release, want 2 (the pass script, not a free pass)", scripts)
+	}
+}
+
 // With fencing every local hand-off runs the pass script, so each holder has
 // a new, higher fencing token; when another registry has left a wait marker
 // the pass releases the key, that registry's waiter gets it, and the local

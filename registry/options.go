@@ -112,9 +112,8 @@ const crowdMemory = time.Second
 const refusedRetry = time.Minute
 
 // Runs of local holds (handoff.go): free passes go on for freePassSpan
-// after the last command on the key (on a permit of a semaphore of n
-// permits, n times as long, at most chainSpan: engine.freeSpan); chainSpan
-// bounds a run, so the share
+// after the last command on the key (twice that on a permit of a semaphore
+// of several permits: engine.freeSpan); chainSpan bounds a run, so the share
 // of time a busy instance leaves its key free for others is about
 // grace/chainSpan.
 const (

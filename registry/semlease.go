@@ -167,7 +167,7 @@ func (s *Semaphore) ended() {
 
 // handOff passes p to the next lease of this registry that waits
 // (engine.handOff): with no command (a free pass, for as long after the
-// last command on p as the engine allows one of s.permits holds), or with
+// last command on p as the engine allows a key of s.permits holds), or with
 // sempass.lua, which keeps the permit unless waiters of other registries
 // are in line for it, or the run of local holds reached its bound. The
 // next lease gets the TTL most leases ask for; another is renewed to by

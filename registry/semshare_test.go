@@ -296,66 +296,51 @@ func TestSemaphoreLocalPass(t *testing.T) {
 	}
 }
 
-// The free passes of a permit go on for the registry's free-pass span
-// times the permits after the last command on it, at most a run's bound:
-// one permit's run of n ends by script about as often as a lock's.
-func TestSemaphoreFreeSpan(t *testing.T) {
-	ms := time.Millisecond
-	for _, tc := range []struct {
-		free, chain time.Duration
-		holds       int
-		want        time.Duration
-	}{
-		{0, 0, 0, 5 * ms}, // the defaults: 5 ms a hold, runs of 24 ms
-		{0, 0, 1, 5 * ms},
-		{0, 0, 2, 10 * ms},
-		{0, 0, 4, 20 * ms},
-		{0, 0, 5, 24 * ms},
-		{0, 0, 1 << 62, 24 * ms}, // no overflow
-		{time.Minute, time.Minute, 2, time.Minute},
-		{time.Minute, time.Second, 3, time.Minute}, // a span past the bound is left as it is
-		{time.Nanosecond, time.Minute, 3, 3 * time.Nanosecond},
-	} {
-		r := newReg(t, realBackend().pool(t), registry.WithRuns(tc.free, tc.chain))
-		if got := r.FreeSpan(tc.holds); got != tc.want {
-			t.Errorf("free %v, chain %v: FreeSpan(%d) = %v, want %v", tc.free, tc.chain, tc.holds, got, tc.want)
-		}
-	}
-}
-
-// A permit of a semaphore of 2 permits, released 1.5 s after it was taken
+// A permit of a semaphore of 2 permits, released 1.2 s after it was taken
 // while a lease of the same registry waits, passes to it without a command
-// when free passes go on for 1 s a permit (2 s); that of a semaphore of 1
-// permit goes by the pass script.
+// when free passes go on for 800 ms (1.6 s for a semaphore of several
+// permits); that of a semaphore of 1 permit goes by the pass script, and so
+// does that of a semaphore of 3 permits released after 2 s: twice the span,
+// not three times.
 func TestSemaphoreFreePassesLastPerPermit(t *testing.T) {
-	for _, n := range []int{1, 2} {
-		t.Run(fmt.Sprintf("permits=%d", n), func(t *testing.T) {
+	const span = 800 * time.Millisecond
+	for _, tc := range []struct {
+		permits int
+		after   time.Duration
+		free    bool
+	}{
+		{1, span * 3 / 2, false},
+		{2, span * 3 / 2, true},
+		{3, span * 5 / 2, false},
+	} {
+		t.Run(fmt.Sprintf("permits=%d", tc.permits), func(t *testing.T) {
 			b := realBackend()
 			cp := &redistest.CountingPool{Pool: b.pool(t)}
 			// The waiting lease's attempts (every poll) would be counted
 			// with the pass: it polls once a minute.
-			r := newReg(t, cp, registry.WithRuns(time.Second, time.Hour), registry.WithIdleBetweenTries(time.Minute))
-			s := semaphore(t, r, "k", n)
+			r := newReg(t, cp, registry.WithRuns(span, time.Hour), registry.WithIdleBetweenTries(time.Minute))
+			s := semaphore(t, r, "k", tc.permits)
 			start := time.Now()
 			a, err := s.Acquire(bg(t), 0)
 			mustNil(t, err)
-			for range n - 1 { // every other permit held too: the next lease waits for a's
+			for range tc.permits - 1 { // every other permit held too: the next lease waits for a's
 				o, err := s.Acquire(bg(t), 0)
 				mustNil(t, err)
 				defer func() { mustNil(t, o.Release(bg(t))) }()
 			}
+			acquired := time.Now()
 			next := acquirePermit(bg(t), s, 0)
 			waitFor(t, 5*time.Second, "the next lease to wait", func() bool { return s.Waiting() == 1 })
-			time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the span is what is tested: time must pass
+			time.Sleep(time.Until(acquired.Add(tc.after))) // the span is what is tested: time must pass
 			cp.Commands()
 			mustNil(t, a.Release(bg(t)))
-			if late := time.Since(start); late >= 2*time.Second {
+			if late := time.Since(start); tc.free && late >= 2*span {
 				t.Fatalf("the release ended %v after the acquisition: the machine stalled too long to tell a free pass", late)
 			}
 			c := recvWithin(t, next, 5*time.Second, "the passed permit")
 			cmds := slices.DeleteFunc(cp.Commands(), func(c string) bool { return c == "EVAL" })
 			want := []string{"EVALSHA"} // the pass script
-			if n == 2 {
+			if tc.free {
 				want = nil
 			}
 			if !slices.Equal(cmds, want) {
