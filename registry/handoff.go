@@ -38,8 +38,8 @@ import (
 //
 // So a waiter of another instance waits at most about MaxFreePasses+1
 // local holds or freeSpan plus one hold for a run to end by script (a
-// lock's freePassSpan; a semaphore's 2*freePassSpan, while a permit may be
-// free sooner: see freeSpan), and the Redis key is touched by about one
+// lock's freePassSpan; a semaphore's of several permits 2*freePassSpan,
+// while another permit may come free sooner: see freeSpan), and the Redis key is touched by about one
 // command per MaxFreePasses+1 local holds when nobody else waits.
 //
 // The free pass is the engine's rule for every kind (core.Run.FreePass,
@@ -108,15 +108,15 @@ func (r *engine) handOff(ctx context.Context, key string, h *core.Hold, run *cor
 // freeSpan returns how long after the last command on one of a key's
 // holds free passes of it go on, holds being how many holds the key admits
 // (a semaphore's permits; 1 for a lock): freePassSpan, or twice that for a
-// key of several holds, at most chainSpan (no run lasts longer). Where two
-// of a semaphore's permits are in busy runs, one of them still ends by
-// script, and gives a waiter of another instance its turn, about every
-// freePassSpan, as a lock's run does, at half the pass scripts. Where one
-// permit runs and the others are held long, that waiter waits up to
-// freePassSpan longer than before. Not longer, and not in proportion to
-// the permits: a polling waiter is given a turn only when a script runs
-// within pollAhead (20ms) of its next poll, and misses a whole poll
-// interval otherwise.
+// key of several holds, the doubling capped at chainSpan (no run lasts
+// longer). Where two of a semaphore's permits are in busy runs, one of
+// them still ends by script, and gives a waiter of another instance its
+// turn, on average about every freePassSpan, as a lock's run does, at
+// about half the pass scripts. Where one permit runs and the others are
+// held long, that waiter waits up to freePassSpan and a hold longer than
+// with freePassSpan. Not longer, and not in proportion to the permits: a
+// polling waiter is given a turn only when a script runs within pollAhead
+// (20ms) of its next poll, and misses a whole poll interval otherwise.
 func (r *engine) freeSpan(holds int) time.Duration {
 	span := r.cfg.freePassSpan
 	if holds > 1 {

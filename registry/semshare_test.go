@@ -301,8 +301,9 @@ func TestSemaphoreLocalPass(t *testing.T) {
 // when free passes go on for 800 ms (1.6 s for a semaphore of several
 // permits); that of a semaphore of 1 permit goes by the pass script, and so
 // does that of a semaphore of 3 permits released after 2 s: twice the span,
-// not three times.
-func TestSemaphoreFreePassesLastPerPermit(t *testing.T) {
+// not three times. A free pass is told only if the release comes within
+// 1.6 s: a stalled machine's attempt is made again, up to 3 times.
+func TestSemaphoreFreePassSpan(t *testing.T) {
 	const span = 800 * time.Millisecond
 	for _, tc := range []struct {
 		permits int
@@ -315,38 +316,54 @@ func TestSemaphoreFreePassesLastPerPermit(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("permits=%d", tc.permits), func(t *testing.T) {
 			b := realBackend()
-			cp := &redistest.CountingPool{Pool: b.pool(t)}
-			// The waiting lease's attempts (every poll) would be counted
-			// with the pass: it polls once a minute.
-			r := newReg(t, cp, registry.WithRuns(span, time.Hour), registry.WithIdleBetweenTries(time.Minute))
-			s := semaphore(t, r, "k", tc.permits)
-			start := time.Now()
-			a, err := s.Acquire(bg(t), 0)
-			mustNil(t, err)
-			for range tc.permits - 1 { // every other permit held too: the next lease waits for a's
-				o, err := s.Acquire(bg(t), 0)
+			// pass releases a permit of a new semaphore after tc.after while
+			// the next lease waits, and returns the commands sent from the
+			// release until the next lease has the permit, and whether the
+			// release came in time to tell a free pass.
+			pass := func(key string) ([]string, bool) {
+				cp := &redistest.CountingPool{Pool: b.pool(t)}
+				// The waiting lease's attempts (every poll) would be counted
+				// with the pass: it polls once a minute.
+				r := newReg(t, cp, registry.WithRuns(span, time.Hour), registry.WithIdleBetweenTries(time.Minute))
+				s := semaphore(t, r, key, tc.permits)
+				start := time.Now()
+				a, err := s.Acquire(bg(t), 0)
 				mustNil(t, err)
-				defer func() { mustNil(t, o.Release(bg(t))) }()
+				for range tc.permits - 1 { // every other permit held too: the next lease waits for a's
+					o, err := s.Acquire(bg(t), 0)
+					mustNil(t, err)
+					defer func() { mustNil(t, o.Release(bg(t))) }()
+				}
+				acquired := time.Now()
+				next := acquirePermit(bg(t), s, 0)
+				waitFor(t, 5*time.Second, "the next lease to wait", func() bool { return s.Waiting() == 1 })
+				time.Sleep(time.Until(acquired.Add(tc.after))) // the span is what is tested: time must pass
+				cp.Commands()
+				mustNil(t, a.Release(bg(t)))
+				late := time.Since(start)
+				c := recvWithin(t, next, 5*time.Second, "the passed permit")
+				cmds := slices.DeleteFunc(cp.Commands(), func(c string) bool { return c == "EVAL" })
+				mustNil(t, c.Release(bg(t)))
+				return cmds, late < 2*span
 			}
-			acquired := time.Now()
-			next := acquirePermit(bg(t), s, 0)
-			waitFor(t, 5*time.Second, "the next lease to wait", func() bool { return s.Waiting() == 1 })
-			time.Sleep(time.Until(acquired.Add(tc.after))) // the span is what is tested: time must pass
-			cp.Commands()
-			mustNil(t, a.Release(bg(t)))
-			if late := time.Since(start); tc.free && late >= 2*span {
-				t.Fatalf("the release ended %v after the acquisition: the machine stalled too long to tell a free pass", late)
-			}
-			c := recvWithin(t, next, 5*time.Second, "the passed permit")
-			cmds := slices.DeleteFunc(cp.Commands(), func(c string) bool { return c == "EVAL" })
 			want := []string{"EVALSHA"} // the pass script
 			if tc.free {
 				want = nil
 			}
-			if !slices.Equal(cmds, want) {
-				t.Fatalf("commands of the pass: %v, want %v", cmds, want)
+			for try := 1; ; try++ {
+				cmds, inTime := pass(fmt.Sprintf("k%d", try))
+				if tc.free && !inTime {
+					if try < 3 {
+						t.Logf("try %d: the release came too late to tell a free pass (a stalled machine): again", try)
+						continue
+					}
+					t.Fatal("the release came too late to tell a free pass 3 times")
+				}
+				if !slices.Equal(cmds, want) {
+					t.Fatalf("commands of the pass: %v, want %v", cmds, want)
+				}
+				break
 			}
-			mustNil(t, c.Release(bg(t)))
 		})
 	}
 }
