@@ -25,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -183,6 +184,7 @@ func run(reps int, dur, ttl time.Duration, peerDir, only, base, who string, floo
 type metrics struct {
 	acqPerSec, callsPerAcq, scriptsPerAcq, cpuPerAcq, p50, p99, minShare float64
 	perCmd                                                               map[string]float64 // calls per acquisition of each command
+	procP99, procAcq                                                     []float64          // each process's wait p99 (ms; NaN without a wait) and acquisitions
 	usecPerAcq                                                           float64            // the server's time in commands (INFO commandstats usec)
 	clientCPUPerAcq                                                      float64            // the contender's processes' CPU (µs, user+system)
 }
@@ -214,6 +216,7 @@ func measure(addr, key string, c contender, sh shape, dur, ttl time.Duration) (m
 		total     int
 		waits     []float64
 		per       []float64
+		procP99   []float64
 		clientCPU time.Duration
 	)
 	for i, cmd := range cmds {
@@ -228,6 +231,11 @@ func measure(addr, key string, c contender, sh shape, dur, ttl time.Duration) (m
 		total += r.Acquisitions
 		waits = append(waits, r.Waits...)
 		per = append(per, float64(r.Acquisitions))
+		p99 := math.NaN()
+		if len(r.Waits) > 0 {
+			p99 = stat.Percentile(r.Waits, 99)
+		}
+		procP99 = append(procP99, p99)
 	}
 	if total == 0 {
 		return metrics{}, fmt.Errorf("no acquisition")
@@ -259,6 +267,8 @@ func measure(addr, key string, c contender, sh shape, dur, ttl time.Duration) (m
 		p50:             stat.Percentile(waits, 50),
 		p99:             stat.Percentile(waits, 99),
 		minShare:        slices.Min(per) / float64(total),
+		procP99:         procP99,
+		procAcq:         per,
 	}, nil
 }
 
@@ -333,6 +343,32 @@ func printShape(sh shape, cs []contender, res map[string][]metrics) {
 		fmt.Printf("%s calls/acq by command: %s\n", c.name, strings.Join(parts, ", "))
 		fmt.Printf("%s scripts' usec/acq: %.1f; client CPU us/acq (its processes, start-up included): %.0f\n", c.name,
 			col(c.name, func(m metrics) float64 { return m.usecPerAcq }), col(c.name, func(m metrics) float64 { return m.clientCPUPerAcq }))
+	}
+	// The mixed contender's processes differ: each one's wait p99 and
+	// acquisitions (medians over the repetitions; a p99 of a repetition
+	// without a wait is left out).
+	for _, c := range cs {
+		if !strings.HasPrefix(c.name, "lockyard mixed") || len(res[c.name]) == 0 || sh.procs > 4 {
+			continue
+		}
+		var parts []string
+		for i := range sh.procs {
+			var p99s, acqs []float64
+			for _, m := range res[c.name] {
+				if i < len(m.procP99) && !math.IsNaN(m.procP99[i]) {
+					p99s = append(p99s, m.procP99[i])
+				}
+				if i < len(m.procAcq) {
+					acqs = append(acqs, m.procAcq[i])
+				}
+			}
+			p99 := "-"
+			if len(p99s) > 0 {
+				p99 = stat.Format(stat.Median(p99s)) + " ms"
+			}
+			parts = append(parts, fmt.Sprintf("%s: p99 %s, %.0f acquisitions", mixedRole(i), p99, stat.Median(acqs)))
+		}
+		fmt.Printf("%s wait by process (medians): %s\n", c.name, strings.Join(parts, "; "))
 	}
 }
 

@@ -48,6 +48,12 @@ func lockyardCmd(self, t string) func(proc int, addr, key string, sh shape, dur,
 	}
 }
 
+// mixedRole names the part of process proc in the "mixed" contender
+// (lockyardCmd).
+func mixedRole(proc int) string {
+	return [...]string{"PubSubLock", "SpinLock", "PubSubLock, ReleaseAfter", "SpinLock, TryAcquire"}[proc%4]
+}
+
 // runWorker runs one lockyard process: loops of acquire, hold, release on
 // one registry (its own pool, as a replica has), or one hold, or one
 // acquisition.
