@@ -39,8 +39,9 @@ import (
 // So a waiter of another instance waits at most about MaxFreePasses+1
 // local holds or freeSpan plus one hold for a run to end by script (a
 // lock's freePassSpan; a semaphore's of several permits 2*freePassSpan,
-// while another permit may come free sooner: see freeSpan), and the Redis key is touched by about one
-// command per MaxFreePasses+1 local holds when nobody else waits.
+// while another permit may come free sooner: see freeSpan), and the Redis
+// key is touched by about one command per MaxFreePasses+1 local holds when
+// nobody else waits.
 //
 // The free pass is the engine's rule for every kind (core.Run.FreePass,
 // core.MaxFreePasses); freePassSpan and chainSpan: see options.go. The
@@ -114,9 +115,11 @@ func (r *engine) handOff(ctx context.Context, key string, h *core.Hold, run *cor
 // turn, on average about every freePassSpan, as a lock's run does, at
 // about half the pass scripts. Where one permit runs and the others are
 // held long, that waiter waits up to freePassSpan and a hold longer than
-// with freePassSpan. Not longer, and not in proportion to the permits: a
-// polling waiter is given a turn only when a script runs within pollAhead
-// (20ms) of its next poll, and misses a whole poll interval otherwise.
+// with freePassSpan, and an instance that takes one permit a turn gets
+// fewer turns beside busy runs (README, "Free passes of a semaphore's
+// permits"). Not longer, and not in proportion to the permits: a polling
+// waiter is given a turn only when a script runs within pollAhead (20ms)
+// of its next poll, and misses a whole poll interval otherwise.
 func (r *engine) freeSpan(holds int) time.Duration {
 	span := r.cfg.freePassSpan
 	if holds > 1 {
