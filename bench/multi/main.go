@@ -6,7 +6,8 @@
 //   - random: 8 processes x 2 goroutines, each locking a random 3 of 12
 //     keys for 2 ms: overlaps (from every section's span, per key), calls
 //     that failed or timed out (10 s), throughput, the smallest goroutine's
-//     share of the acquisitions against the mean, Redis CPU per acquisition.
+//     share of the acquisitions against the mean, Redis CPU per acquisition,
+//     and the client processes' CPU per acquisition (while they ran).
 //   - starve: one goroutine locking 4 keys (1 ms, then 50 ms off), beside 4
 //     single-key lockers each keeping one of those keys busy back to back
 //     (1 ms sections): the multi-key acquisitions, their longest wait, and
@@ -38,6 +39,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -81,6 +83,7 @@ type report struct {
 	Waits  []float64             // ms, each acquisition's
 	Spans  map[string][][2]int64 // per key: each section's start and end, unix µs
 	Errors int
+	CPU    time.Duration // the process's CPU (user and system) while its goroutines ran
 }
 
 // contender is one implementation and the name it is reported by.
@@ -238,6 +241,7 @@ type result struct {
 	singlesPerSec             float64 // the single-key lockers' (starve)
 	longest, p99              float64 // waits, ms (of the multi-key goroutine in starve)
 	cpuPerAcq                 float64 // per acquisition
+	clientCPUPerAcq           float64 // µs, the processes' own, per acquisition
 	scriptsPerAcq, cmdsPerAcq float64
 }
 
@@ -268,6 +272,7 @@ func measure(conn redigo.Conn, exe, pfx string, specs []spec) (result, error) {
 		spans  = map[string][][2]int64{}
 		acq    int
 		dur    time.Duration
+		cpu    time.Duration
 	)
 	var waits []float64
 	for i, rep := range reps {
@@ -281,6 +286,7 @@ func measure(conn redigo.Conn, exe, pfx string, specs []spec) (result, error) {
 			spans[k] = append(spans[k], s...)
 		}
 		r.errors += rep.Errors
+		cpu += rep.CPU
 		dur = specs[i].Dur
 		switch {
 		case specs[i].Listen: // the control: no acquisition of the job
@@ -300,6 +306,7 @@ func measure(conn redigo.Conn, exe, pfx string, specs []spec) (result, error) {
 	r.acqPerSec = float64(acq) / dur.Seconds()
 	r.scriptsPerAcq, r.cmdsPerAcq = float64(srv.Scripts)/float64(acq), float64(srv.Calls)/float64(acq)
 	r.cpuPerAcq = float64(srv.CPU.Microseconds()) / float64(acq)
+	r.clientCPUPerAcq = float64(cpu.Microseconds()) / float64(acq)
 	mean := float64(acq) / float64(len(counts))
 	r.minShare = float64(slices.Min(counts)) / mean
 	for _, s := range spans {
@@ -331,8 +338,8 @@ func overlaps(spans [][2]int64) int {
 func print(sc string, names []string, res procs.Results[result], base string) {
 	fmt.Printf("\n#### %s (medians)\n\n", sc)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| job\t acq/s\t overlaps\t errors\t min share\t multi-key acq\t longest wait ms\t wait p99 ms\t single-key acq/s\t scripts/acq\t commands/acq\t Redis CPU µs/acq\t")
-	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t")
+	fmt.Fprintln(tw, "| job\t acq/s\t overlaps\t errors\t min share\t multi-key acq\t longest wait ms\t wait p99 ms\t single-key acq/s\t scripts/acq\t commands/acq\t Redis CPU µs/acq\t client CPU µs/acq\t")
+	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t")
 	med := res.Median
 	most := func(name string, f func(result) int) int {
 		n := 0
@@ -342,13 +349,13 @@ func print(sc string, names []string, res procs.Results[result], base string) {
 		return n
 	}
 	for _, n := range names {
-		fmt.Fprintf(tw, "| %s\t %.0f\t %d\t %d\t %.2f\t %.0f\t %.1f\t %.1f\t %.0f\t %.2f\t %.2f\t %.1f\t\n", n,
+		fmt.Fprintf(tw, "| %s\t %.0f\t %d\t %d\t %.2f\t %.0f\t %.1f\t %.1f\t %.0f\t %.2f\t %.2f\t %.1f\t %.0f\t\n", n,
 			med(n, func(r result) float64 { return r.acqPerSec }), most(n, func(r result) int { return r.overlaps }),
 			most(n, func(r result) int { return r.errors }), med(n, func(r result) float64 { return r.minShare }),
 			med(n, func(r result) float64 { return float64(r.multi) }), med(n, func(r result) float64 { return r.longest }),
 			med(n, func(r result) float64 { return r.p99 }), med(n, func(r result) float64 { return r.singlesPerSec }),
 			med(n, func(r result) float64 { return r.scriptsPerAcq }), med(n, func(r result) float64 { return r.cmdsPerAcq }),
-			med(n, func(r result) float64 { return r.cpuPerAcq }))
+			med(n, func(r result) float64 { return r.cpuPerAcq }), med(n, func(r result) float64 { return r.clientCPUPerAcq }))
 	}
 	_ = tw.Flush()
 	ratio := res.Ratio
@@ -356,6 +363,7 @@ func print(sc string, names []string, res procs.Results[result], base string) {
 	case "random":
 		ratio("lockyard random 3 of 12", "ObtainMulti random 3 of 12", func(r result) float64 { return r.acqPerSec }, "throughput")
 		ratio("lockyard random 3 of 12", "ObtainMulti random 3 of 12", func(r result) float64 { return r.cpuPerAcq }, "Redis CPU per acquisition")
+		ratio("lockyard random 3 of 12", "ObtainMulti random 3 of 12", func(r result) float64 { return r.clientCPUPerAcq }, "client CPU per acquisition")
 	case "starve":
 		for _, c := range []string{"lockyard", "ObtainMulti"} {
 			ratio(c+" singles + multi", c+" singles alone", func(r result) float64 { return r.singlesPerSec }, "single-key lockers' throughput beside the multi-key one")
@@ -377,6 +385,7 @@ func print(sc string, names []string, res procs.Results[result], base string) {
 		ratio(n, b, func(r result) float64 { return r.acqPerSec }, "throughput, against the base")
 		ratio(n, b, func(r result) float64 { return r.cpuPerAcq }, "Redis CPU per acquisition, against the base")
 		ratio(n, b, func(r result) float64 { return r.cmdsPerAcq }, "server calls per acquisition, against the base")
+		ratio(n, b, func(r result) float64 { return r.clientCPUPerAcq }, "client CPU per acquisition, against the base")
 	}
 }
 
@@ -488,6 +497,7 @@ func runWorker(js string) error {
 		rep = report{Counts: make([]int, sp.Inflight), Spans: map[string][][2]int64{}}
 		wg  sync.WaitGroup
 	)
+	cpu0 := processCPU()
 	end := time.Now().Add(sp.Dur)
 	for g := range sp.Inflight {
 		wg.Add(1)
@@ -539,5 +549,15 @@ func runWorker(js string) error {
 		}()
 	}
 	wg.Wait()
+	rep.CPU = processCPU() - cpu0
 	return json.NewEncoder(os.Stdout).Encode(rep)
+}
+
+// processCPU returns the CPU time (user and system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
