@@ -2,6 +2,8 @@ package registry_test
 
 import (
 	"context"
+	"errors"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"testing"
@@ -136,4 +138,77 @@ func TestSubscriberByKeyMissesNoRelease(t *testing.T) {
 	t.Logf("b acquired %v after its wait began", time.Since(start))
 	mustNil(t, ha.Release(bg(t)))
 	mustNil(t, recvWithin(t, gotA, 3*time.Second, "the waiter on a"))
+}
+
+// goroutinesCreated returns how many goroutines the process has created.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
+
+// A registry's subscriber on a redigo pool receives each message in its own
+// goroutine (boundedReceiver): redigo's ReceiveContext would start one per
+// message, with a context and a timer. And the registry's Close still ends
+// the receive at once, by a PING whose pong the receive returns.
+func TestSubscriberReceivesInline(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx := prefix(t)
+		holder := newRegPrefix(t, b.pool(t), pfx)
+		r, err := registry.New(b.pool(t), pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(time.Minute))
+		mustNil(t, err)
+		h := obtain(t, holder, "x")
+		h.Lock()
+		defer h.Unlock()
+		l := obtain(t, r, "x")
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		got := make(chan error, 1)
+		go func() { got <- l.LockContext(ctx) }()
+		ch := pfx + "-channel:" + l.Key()
+		waitFor(t, 5*time.Second, "the waiter's key subscribed", func() bool { return numsub(t, b, ch) == 1 })
+		if goroutinesCreated() == 0 {
+			t.Fatal("no /sched/goroutines-created metric")
+		}
+		// Messages on the key's channel, each a wake-up of the waiter (it
+		// tries, and sleeps again).
+		c := b.pool(t).Get()
+		defer c.Close()
+		const n = 400
+		before := goroutinesCreated()
+		for range n {
+			mustNil(t, c.Send("PUBLISH", ch, l.Key()))
+		}
+		mustNil(t, c.Flush())
+		for range n {
+			if _, err := c.Receive(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, 5*time.Second, "no goroutine created for 50 ms", func() bool {
+			a := goroutinesCreated()
+			time.Sleep(50 * time.Millisecond)
+			return goroutinesCreated() == a
+		})
+		created := goroutinesCreated() - before
+		t.Logf("%d goroutines created for %d messages", created, n)
+		if created >= n/2 {
+			t.Fatalf("%d goroutines created while the subscriber received %d messages, want fewer than %d", created, n, n/2)
+		}
+		start := time.Now()
+		cancel()
+		if err := recvWithin(t, got, 5*time.Second, "the waiter"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("the wait ended with %v", err)
+		}
+		mustNil(t, r.Close())
+		// Without the PING the receive would end at the next pong of the
+		// subscriber's own pings (one a second), or within 3 s on a dead
+		// connection.
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Fatalf("Close took %v with the subscriber receiving, want one round trip", d)
+		}
+	})
 }

@@ -361,22 +361,53 @@ func (p *poolClient) subscribe(ctx context.Context, kind string, n int, send fun
 	return s, nil
 }
 
-// poolSub is a Subscription on a redigo connection.
+// poolSub is a Subscription on a redigo connection. The subscriber
+// receives with receiveWithin where the connection can bound a read by a
+// duration (redis.ConnWithTimeout, as a pool's connections do): in its own
+// goroutine, where Receive's redis.ReceiveContext starts one for each
+// reply, with a context and a timer of its own for each (serve).
 type poolSub struct{ psc redis.PubSubConn }
 
 func (s *poolSub) Receive(ctx context.Context) (string, error) {
 	for {
-		switch m := s.psc.ReceiveContext(ctx).(type) {
-		case error:
-			return "", replyError(m)
-		case redis.Message:
-			if m.Channel != "" {
-				return m.Channel, nil
-			}
-		case redis.Pong:
-			return "", nil
+		if ch, done, err := pubsubReply(s.psc.ReceiveContext(ctx)); done {
+			return ch, err
 		}
 	}
+}
+
+// canReceiveWithin reports whether receiveWithin can bound a read
+// (boundedReceiver).
+func (s *poolSub) canReceiveWithin() bool {
+	_, ok := s.psc.Conn.(redis.ConnWithTimeout)
+	return ok
+}
+
+// receiveWithin is Receive bounded by d rather than by a context, in the
+// calling goroutine (boundedReceiver). A read that times out breaks the
+// connection, as Receive's does when its context ends.
+func (s *poolSub) receiveWithin(d time.Duration) (string, error) {
+	for {
+		if ch, done, err := pubsubReply(s.psc.ReceiveWithTimeout(d)); done {
+			return ch, err
+		}
+	}
+}
+
+// pubsubReply reads one reply of a PubSubConn as Receive returns it: a
+// message's channel, "" for a pong, or an error. done is false for what
+// Receive skips: the server's confirmations of (un)subscribes, and a
+// message without a channel.
+func pubsubReply(m any) (ch string, done bool, err error) {
+	switch m := m.(type) {
+	case error:
+		return "", true, replyError(m)
+	case redis.Message:
+		return m.Channel, m.Channel != "", nil
+	case redis.Pong:
+		return "", true, nil
+	}
+	return "", false, nil
 }
 
 // Ping sends a PING; redigo lets one goroutine send while another receives.

@@ -186,8 +186,8 @@ func (s *subscriber) refusedOn(pattern string, err error) (next string, ok bool)
 }
 
 // session subscribes to pattern and dispatches messages until the
-// subscription fails or falls silent, or the registry is closed (which
-// cancels bg.ctx and so the receive). subscribed reports whether the
+// subscription fails or falls silent, or the registry is closed (serve).
+// subscribed reports whether the
 // server took the subscription.
 func (s *subscriber) session(bo *core.Backoff, pattern string) (subscribed bool, err error) {
 	sub, err := s.c.Exec.Subscribe(s.c.BG.Ctx, pattern)
@@ -203,6 +203,18 @@ func (s *subscriber) session(bo *core.Backoff, pattern string) (subscribed bool,
 	return true, s.serve(sub, sender{tick: func() error { return sub.Ping(s.c.BG.Ctx) }})
 }
 
+// boundedReceiver is a Subscription that can receive in the calling
+// goroutine, bounded by a duration rather than by a context (poolSub, on a
+// connection that can: canReceiveWithin). Receive's context ends a receive
+// at once when the registry closes; a bounded one ends on the pong of a
+// PING that serve sends then, or within subscriberDead of the last reply
+// on a connection that died silently. In exchange each message costs no
+// goroutine, context or timer of its own.
+type boundedReceiver interface {
+	canReceiveWithin() bool
+	receiveWithin(d time.Duration) (channel string, err error)
+}
+
 // sender is what a session sends besides receiving: every subscriberPing,
 // tick (a PING, and what goes with it); on each kick, onKick. onPong, if
 // set, is told of each pong received.
@@ -215,17 +227,24 @@ type sender struct {
 
 // serve dispatches sub's messages until the subscription fails or falls
 // silent, or the registry is closed (which cancels bg.ctx and so the
-// receive). Its sender goroutine does every send of h, one at a time,
+// receive; a bounded one, boundedReceiver, ends on the pong of a PING sent
+// then). Its sender goroutine does every send of h, one at a time,
 // while this goroutine receives, as Subscription allows; it stops before
 // serve returns, and so before the subscription is closed.
 func (s *subscriber) serve(sub core.Subscription, h sender) error {
 	s.up.Store(true)
 	defer s.up.Store(false)
+	br, bounded := sub.(boundedReceiver)
+	bounded = bounded && br.canReceiveWithin()
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
 		t := time.NewTicker(subscriberPing)
 		defer t.Stop()
+		var closing <-chan struct{} // a bounded receive ends on a pong when the registry closes
+		if bounded {
+			closing = s.c.BG.Closed
+		}
 		for {
 			var err error
 			select {
@@ -235,6 +254,9 @@ func (s *subscriber) serve(sub core.Subscription, h sender) error {
 				err = h.onKick()
 			case <-t.C:
 				err = h.tick()
+			case <-closing:
+				closing = nil
+				err = sub.Ping(context.WithoutCancel(s.c.BG.Ctx))
 			}
 			if err != nil {
 				_ = sub.Close() // a send failed: the receive ends too, and the session with it
@@ -244,12 +266,22 @@ func (s *subscriber) serve(sub core.Subscription, h sender) error {
 	}()
 	defer func() { close(stop); <-stopped }()
 	for {
-		ctx, cancel := context.WithTimeout(s.c.BG.Ctx, subscriberDead)
-		ch, err := sub.Receive(ctx)
-		cancel()
+		var (
+			ch  string
+			err error
+		)
+		if bounded {
+			ch, err = br.receiveWithin(subscriberDead)
+		} else {
+			ctx, cancel := context.WithTimeout(s.c.BG.Ctx, subscriberDead)
+			ch, err = sub.Receive(ctx)
+			cancel()
+		}
 		switch {
 		case err != nil:
 			return err
+		case bounded && s.c.BG.IsClosed():
+			return core.ErrClosed
 		case ch != "":
 			s.deliver(ch)
 		case h.onPong != nil:
