@@ -288,3 +288,35 @@ func TestEvictionCheckRetried(t *testing.T) {
 		t.Fatalf("%d eviction warnings after Redis came back, want 1", n)
 	}
 }
+
+// A registry's Close ends its subscriber's read on a connection that fell
+// silent (a partition: nothing comes back, not even the pong of the PING
+// that Close sends) within the read's bound, 3 s after the last reply, not
+// never.
+func TestCloseWithSilentSubscriber(t *testing.T) {
+	p := redistest.NewLinkProxy(t, real.Addr)
+	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", p.Addr()) }}
+	defer pool.Close()
+	pfx := prefix(t)
+	holder := newRegPrefix(t, realBackend().pool(t), pfx)
+	r, err := registry.New(pool, pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(time.Minute),
+		registry.WithCommandTimeout(200*time.Millisecond), registry.WithLogger(slog.New(&logRecorder{})))
+	mustNil(t, err)
+	h := obtain(t, holder, "x")
+	h.Lock()
+	defer h.Unlock()
+	l := obtain(t, r, "x")
+	got := lockInBackground(t, l)
+	waitFor(t, 5*time.Second, "the waiter's key subscribed", func() bool {
+		return numsub(t, realBackend(), pfx+"-channel:"+l.Key()) == 1
+	})
+	p.Freeze()
+	start := time.Now()
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close() }()
+	mustNil(t, recvWithin(t, closed, 10*time.Second, "Close"))
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("Close took %v with a silent subscription, want at most its read's bound (3 s)", d)
+	}
+	mustIs(t, recvWithin(t, got, 5*time.Second, "the waiter"), registry.ErrClosed)
+}
