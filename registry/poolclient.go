@@ -11,9 +11,10 @@ import (
 )
 
 // Pool hands out Redis connections. *redis.Pool (redigo) satisfies it. The
-// connections must implement redis.ConnWithContext, as redigo's do; those
-// that also implement redis.ConnWithTimeout (redigo's do) run each command
-// in the calling goroutine, which is faster.
+// connections must implement redis.ConnWithTimeout and
+// redis.ConnWithContext, as redigo's do: each command runs in the calling
+// goroutine, bounded by a timeout, and so does each read of the pub/sub
+// subscriber.
 type Pool interface {
 	GetContext(ctx context.Context) (redis.Conn, error)
 }
@@ -392,6 +393,16 @@ func (s *poolSub) receiveWithin(d time.Duration) (string, error) {
 			return ch, err
 		}
 	}
+}
+
+// abort breaks the connection at once, without reading or sending
+// (boundedReceiver): a receiveWithin in progress in another goroutine
+// returns an error. redigo's ReceiveContext, given a deadline already past,
+// closes the connection (conn.fatal) before it would start a read.
+func (s *poolSub) abort() {
+	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, 1))
+	defer cancel()
+	_, _ = redis.ReceiveContext(s.psc.Conn, ctx)
 }
 
 // pubsubReply reads one reply of a PubSubConn as Receive returns it: a

@@ -123,11 +123,8 @@ func (r *Registry) Done() <-chan struct{} { return r.core.BG.Closed }
 // With WithAutoRenew, the holds that the watchdog renewed are renewed no
 // more: their Lost channels close at once, and the context of an
 // ExecuteLocked fn ends with a cause that matches ErrClosed and
-// ErrLockLost, rather than a TTL later when the hold is lost. A pub/sub
-// subscriber on a redigo pool ends its read on the pong of a PING that
-// Close sends: on a connection that died without a word, Close waits for
-// the read's bound, at most 3 seconds. Close is idempotent and always
-// returns nil.
+// ErrLockLost, rather than a TTL later when the hold is lost. Close is
+// idempotent and always returns nil.
 func (r *Registry) Close() error {
 	r.core.BG.Close()
 	r.core.Watchdog.OrphanAll()

@@ -12,8 +12,10 @@ import (
 // The subscriber PINGs its connection every subscriberPing and reconnects
 // when nothing, message or pong, arrives for subscriberDead: a connection
 // that died silently (a peer gone without a FIN, a blackholed route) is
-// noticed within seconds instead of never. A pool read timeout shorter than
-// subscriberPing makes the subscriber reconnect needlessly.
+// noticed within seconds instead of never. On a redigo pool the subscriber
+// reads with that bound (boundedReceiver), not the pool's read timeout;
+// with another Client, a read timeout shorter than subscriberPing makes it
+// reconnect needlessly.
 const (
 	subscriberPing = time.Second
 	subscriberDead = 3 * time.Second
@@ -205,14 +207,16 @@ func (s *subscriber) session(bo *core.Backoff, pattern string) (subscribed bool,
 
 // boundedReceiver is a Subscription that can receive in the calling
 // goroutine, bounded by a duration rather than by a context (poolSub, on a
-// connection that can: canReceiveWithin). Receive's context ends a receive
-// at once when the registry closes; a bounded one ends on the pong of a
-// PING that serve sends then, or within subscriberDead of the last reply
-// on a connection that died silently. In exchange each message costs no
-// goroutine, context or timer of its own.
+// connection that can: canReceiveWithin), so that a message costs no
+// goroutine, context or timer of its own. What a context's end did to a
+// receive, abort does from another goroutine: it breaks the connection,
+// without a read or a send, and the receive returns an error. (A Close of
+// the subscription would drain it, reading concurrently with the receive,
+// and for as long as the server takes to answer.)
 type boundedReceiver interface {
 	canReceiveWithin() bool
 	receiveWithin(d time.Duration) (channel string, err error)
+	abort()
 }
 
 // sender is what a session sends besides receiving: every subscriberPing,
@@ -227,8 +231,7 @@ type sender struct {
 
 // serve dispatches sub's messages until the subscription fails or falls
 // silent, or the registry is closed (which cancels bg.ctx and so the
-// receive; a bounded one, boundedReceiver, ends on the pong of a PING sent
-// then). Its sender goroutine does every send of h, one at a time,
+// receive, or aborts a bounded one: boundedReceiver). Its sender goroutine does every send of h, one at a time,
 // while this goroutine receives, as Subscription allows; it stops before
 // serve returns, and so before the subscription is closed.
 func (s *subscriber) serve(sub core.Subscription, h sender) error {
@@ -241,7 +244,7 @@ func (s *subscriber) serve(sub core.Subscription, h sender) error {
 		defer close(stopped)
 		t := time.NewTicker(subscriberPing)
 		defer t.Stop()
-		var closing <-chan struct{} // a bounded receive ends on a pong when the registry closes
+		var closing <-chan struct{} // a bounded receive is aborted when the registry closes
 		if bounded {
 			closing = s.c.BG.Closed
 		}
@@ -255,11 +258,17 @@ func (s *subscriber) serve(sub core.Subscription, h sender) error {
 			case <-t.C:
 				err = h.tick()
 			case <-closing:
-				closing = nil
-				err = sub.Ping(context.WithoutCancel(s.c.BG.Ctx))
+				br.abort()
+				return
 			}
 			if err != nil {
-				_ = sub.Close() // a send failed: the receive ends too, and the session with it
+				// A send failed: the receive ends too, and the session
+				// with it.
+				if bounded {
+					br.abort()
+				} else {
+					_ = sub.Close()
+				}
 				return
 			}
 		}
@@ -280,7 +289,7 @@ func (s *subscriber) serve(sub core.Subscription, h sender) error {
 		switch {
 		case err != nil:
 			return err
-		case bounded && s.c.BG.IsClosed():
+		case bounded && s.c.BG.IsClosed(): // a message before the abort
 			return core.ErrClosed
 		case ch != "":
 			s.deliver(ch)
