@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -321,4 +323,138 @@ func TestCloseWithSilentSubscriber(t *testing.T) {
 		t.Fatalf("Close took %v with a silent subscription, want no wait for the network", d)
 	}
 	mustIs(t, recvWithin(t, got, 5*time.Second, "the waiter"), registry.ErrClosed)
+}
+
+// failingPool hands out its pool's connections, whose Flush fails once,
+// on a connection that subscribed, after arm is set.
+type failingPool struct {
+	p      *redis.Pool
+	arm    atomic.Bool
+	failed atomic.Int64
+}
+
+func (p *failingPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.p.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &failingConn{Conn: c, p: p}, nil
+}
+
+// failingConn passes every call to its redigo connection, but fails a
+// Flush once its pool is armed, if it subscribed.
+type failingConn struct {
+	redis.Conn
+	p   *failingPool
+	sub bool
+}
+
+func (c *failingConn) Send(cmd string, args ...any) error {
+	if cmd == "SUBSCRIBE" || cmd == "PSUBSCRIBE" {
+		c.sub = true
+	}
+	return c.Conn.Send(cmd, args...)
+}
+
+func (c *failingConn) Flush() error {
+	if c.sub && c.p.arm.CompareAndSwap(true, false) {
+		c.p.failed.Add(1)
+		return errors.New("injected send failure")
+	}
+	return c.Conn.Flush()
+}
+
+func (c *failingConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *failingConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+func (c *failingConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+func (c *failingConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+// warnedWith reports whether h got a warning msg whose err attribute
+// contains text.
+func warnedWith(h *logRecorder, msg, text string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.recs {
+		found := false
+		r.Attrs(func(a slog.Attr) bool {
+			found = a.Key == "err" && strings.Contains(a.Value.String(), text)
+			return !found
+		})
+		if r.Level == slog.LevelWarn && strings.Contains(r.Message, msg) && found {
+			return true
+		}
+	}
+	return false
+}
+
+// A send on the subscription that fails (its PING, a SUBSCRIBE) ends the
+// session, which the subscriber logs with the send's error, and it
+// subscribes again: the waiter is woken by the release message.
+func TestSubscriberResubscribesAfterFailedSend(t *testing.T) {
+	b := realBackend()
+	pfx := prefix(t)
+	fp := &failingPool{p: b.pool(t)}
+	logs := &logRecorder{}
+	holder := newRegPrefix(t, b.pool(t), pfx)
+	r := newRegPrefix(t, fp, pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(time.Minute),
+		registry.WithLogger(slog.New(logs)))
+	h := obtain(t, holder, "x")
+	h.Lock()
+	l := obtain(t, r, "x")
+	got := lockInBackground(t, l)
+	ch := pfx + "-channel:" + l.Key()
+	waitFor(t, 5*time.Second, "the waiter's key subscribed", func() bool { return numsub(t, b, ch) == 1 })
+	fp.arm.Store(true) // the subscriber's next PING fails: within a second
+	waitFor(t, 5*time.Second, "the failed send", func() bool { return fp.failed.Load() == 1 })
+	waitFor(t, 5*time.Second, "the session's end, logged", func() bool {
+		return warnedWith(logs, "pub/sub subscriber dropped", "injected send failure")
+	})
+	waitFor(t, 5*time.Second, "the key subscribed again", func() bool { return numsub(t, b, ch) == 1 })
+	h.Unlock()
+	mustNil(t, recvWithin(t, got, 5*time.Second, "the waiter, after the release"))
+}
+
+// A subscription whose connection falls silent (a partition: nothing comes
+// back, not even pongs) is dropped within subscriberDead (3 s) of its
+// last reply, and the subscriber subscribes again.
+func TestSubscriberNoticesSilentLink(t *testing.T) {
+	p := redistest.NewLinkProxy(t, real.Addr)
+	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", p.Addr()) }}
+	defer pool.Close()
+	pfx := prefix(t)
+	holder := newRegPrefix(t, realBackend().pool(t), pfx)
+	logs := &logRecorder{}
+	r, err := registry.New(pool, pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(time.Minute),
+		registry.WithCommandTimeout(200*time.Millisecond), registry.WithLogger(slog.New(logs)))
+	mustNil(t, err)
+	defer r.Close()
+	h := obtain(t, holder, "x")
+	h.Lock()
+	defer h.Unlock()
+	l := obtain(t, r, "x")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = l.LockContext(ctx) }()
+	waitFor(t, 5*time.Second, "the waiter's key subscribed", func() bool {
+		return numsub(t, realBackend(), pfx+"-channel:"+l.Key()) == 1
+	})
+	p.Freeze()
+	start := time.Now()
+	waitFor(t, 10*time.Second, "the silent subscription dropped", func() bool {
+		return logs.count(slog.LevelWarn, "pub/sub subscriber dropped") > 0
+	})
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the silent subscription was dropped %v after the link froze, want within its 3 s bound", d)
+	}
 }

@@ -12,9 +12,10 @@ import (
 
 // Pool hands out Redis connections. *redis.Pool (redigo) satisfies it. The
 // connections must implement redis.ConnWithTimeout and
-// redis.ConnWithContext, as redigo's do: each command runs in the calling
-// goroutine, bounded by a timeout, and so does each read of the pub/sub
-// subscriber.
+// redis.ConnWithContext, as redigo's do: a command bounded by a deadline
+// runs in the calling goroutine, and so does each read of the pub/sub
+// subscriber, which a ReceiveContext whose deadline has passed ends (it
+// must fail at once and break the connection, as redigo's does).
 type Pool interface {
 	GetContext(ctx context.Context) (redis.Conn, error)
 }

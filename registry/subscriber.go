@@ -210,7 +210,7 @@ func (s *subscriber) session(bo *core.Backoff, pattern string) (subscribed bool,
 // connection that can: canReceiveWithin), so that a message costs no
 // goroutine, context or timer of its own. What a context's end did to a
 // receive, abort does from another goroutine: it breaks the connection,
-// without a read or a send, and the receive returns an error. (A Close of
+// without a command or a read, and the receive returns an error. (A Close of
 // the subscription would drain it, reading concurrently with the receive,
 // and for as long as the server takes to answer.)
 type boundedReceiver interface {
@@ -240,6 +240,7 @@ func (s *subscriber) serve(sub core.Subscription, h sender) error {
 	br, bounded := sub.(boundedReceiver)
 	bounded = bounded && br.canReceiveWithin()
 	stop, stopped := make(chan struct{}), make(chan struct{})
+	failed := make(chan error, 1) // a send's error, which ended the session
 	go func() {
 		defer close(stopped)
 		t := time.NewTicker(subscriberPing)
@@ -264,6 +265,7 @@ func (s *subscriber) serve(sub core.Subscription, h sender) error {
 			if err != nil {
 				// A send failed: the receive ends too, and the session
 				// with it.
+				failed <- err
 				if bounded {
 					br.abort()
 				} else {
@@ -288,6 +290,10 @@ func (s *subscriber) serve(sub core.Subscription, h sender) error {
 		}
 		switch {
 		case err != nil:
+			select {
+			case err = <-failed: // what ended the receive
+			default:
+			}
 			return err
 		case bounded && s.c.BG.IsClosed(): // a message before the abort
 			return core.ErrClosed
