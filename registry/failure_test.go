@@ -291,6 +291,34 @@ func TestEvictionCheckRetried(t *testing.T) {
 	}
 }
 
+// waiterThroughLink starts a PubSubLock registry whose connections pass
+// through a LinkProxy, and a waiter of it on a key that another registry
+// holds; it returns once the waiter's registry has subscribed to the key's
+// release channel: the proxy (to freeze), the registry, its logs, and the
+// waiter's result (LockContext's error: ErrClosed once the registry closes).
+func waiterThroughLink(t *testing.T) (*redistest.LinkProxy, *registry.Registry, *logRecorder, <-chan error) {
+	t.Helper()
+	p := redistest.NewLinkProxy(t, real.Addr)
+	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", p.Addr()) }}
+	t.Cleanup(func() { pool.Close() })
+	pfx := prefix(t)
+	holder := newRegPrefix(t, realBackend().pool(t), pfx)
+	logs := &logRecorder{}
+	r, err := registry.New(pool, pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(time.Minute),
+		registry.WithCommandTimeout(200*time.Millisecond), registry.WithLogger(slog.New(logs)))
+	mustNil(t, err)
+	t.Cleanup(func() { r.Close() })
+	h := obtain(t, holder, "x")
+	h.Lock()
+	t.Cleanup(h.Unlock)
+	l := obtain(t, r, "x")
+	got := lockInBackground(t, l)
+	waitFor(t, 5*time.Second, "the waiter's key subscribed", func() bool {
+		return numsub(t, realBackend(), pfx+"-channel:"+l.Key()) == 1
+	})
+	return p, r, logs, got
+}
+
 // A registry's Close ends its subscriber's read at once, whatever the
 // network does: on a connection that fell silent (a partition: nothing
 // comes back) it neither waits for a reply nor for the read's bound (3 s
@@ -298,22 +326,7 @@ func TestEvictionCheckRetried(t *testing.T) {
 // subscribed connection reads until the server has answered its
 // UNSUBSCRIBE, with no bound of its own).
 func TestCloseWithSilentSubscriber(t *testing.T) {
-	p := redistest.NewLinkProxy(t, real.Addr)
-	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", p.Addr()) }}
-	defer pool.Close()
-	pfx := prefix(t)
-	holder := newRegPrefix(t, realBackend().pool(t), pfx)
-	r, err := registry.New(pool, pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(time.Minute),
-		registry.WithCommandTimeout(200*time.Millisecond), registry.WithLogger(slog.New(&logRecorder{})))
-	mustNil(t, err)
-	h := obtain(t, holder, "x")
-	h.Lock()
-	defer h.Unlock()
-	l := obtain(t, r, "x")
-	got := lockInBackground(t, l)
-	waitFor(t, 5*time.Second, "the waiter's key subscribed", func() bool {
-		return numsub(t, realBackend(), pfx+"-channel:"+l.Key()) == 1
-	})
+	p, r, _, got := waiterThroughLink(t)
 	p.Freeze()
 	start := time.Now()
 	closed := make(chan error, 1)
@@ -429,26 +442,7 @@ func TestSubscriberResubscribesAfterFailedSend(t *testing.T) {
 // back, not even pongs) is dropped within subscriberDead (3 s) of its
 // last reply, and the subscriber subscribes again.
 func TestSubscriberNoticesSilentLink(t *testing.T) {
-	p := redistest.NewLinkProxy(t, real.Addr)
-	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", p.Addr()) }}
-	defer pool.Close()
-	pfx := prefix(t)
-	holder := newRegPrefix(t, realBackend().pool(t), pfx)
-	logs := &logRecorder{}
-	r, err := registry.New(pool, pfx, registry.WithLockType(registry.PubSubLock), registry.WithIdleBetweenTries(time.Minute),
-		registry.WithCommandTimeout(200*time.Millisecond), registry.WithLogger(slog.New(logs)))
-	mustNil(t, err)
-	defer r.Close()
-	h := obtain(t, holder, "x")
-	h.Lock()
-	defer h.Unlock()
-	l := obtain(t, r, "x")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = l.LockContext(ctx) }()
-	waitFor(t, 5*time.Second, "the waiter's key subscribed", func() bool {
-		return numsub(t, realBackend(), pfx+"-channel:"+l.Key()) == 1
-	})
+	p, _, logs, _ := waiterThroughLink(t)
 	p.Freeze()
 	start := time.Now()
 	waitFor(t, 10*time.Second, "the silent subscription dropped", func() bool {
