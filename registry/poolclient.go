@@ -365,9 +365,9 @@ func (p *poolClient) subscribe(ctx context.Context, kind string, n int, send fun
 
 // poolSub is a Subscription on a redigo connection. The subscriber
 // receives with receiveWithin where the connection can bound a read by a
-// duration (redis.ConnWithTimeout, as a pool's connections do): in its own
-// goroutine, where Receive's redis.ReceiveContext starts one for each
-// reply, with a context and a timer of its own for each (serve).
+// duration (redis.ConnWithTimeout, as a pool's connections do): in the
+// subscriber's goroutine, where Receive's redis.ReceiveContext starts a
+// goroutine for each reply, and serve a context and a timer.
 type poolSub struct{ psc redis.PubSubConn }
 
 func (s *poolSub) Receive(ctx context.Context) (string, error) {
@@ -396,7 +396,7 @@ func (s *poolSub) receiveWithin(d time.Duration) (string, error) {
 	}
 }
 
-// abort breaks the connection at once, without reading or sending
+// abort breaks the connection at once, without a command or a read
 // (boundedReceiver): a receiveWithin in progress in another goroutine
 // returns an error. redigo's ReceiveContext, given a deadline already past,
 // closes the connection (conn.fatal) before it would start a read.

@@ -189,8 +189,7 @@ func (s *subscriber) refusedOn(pattern string, err error) (next string, ok bool)
 
 // session subscribes to pattern and dispatches messages until the
 // subscription fails or falls silent, or the registry is closed (serve).
-// subscribed reports whether the
-// server took the subscription.
+// subscribed reports whether the server took the subscription.
 func (s *subscriber) session(bo *core.Backoff, pattern string) (subscribed bool, err error) {
 	sub, err := s.c.Exec.Subscribe(s.c.BG.Ctx, pattern)
 	if err != nil {
@@ -231,9 +230,10 @@ type sender struct {
 
 // serve dispatches sub's messages until the subscription fails or falls
 // silent, or the registry is closed (which cancels bg.ctx and so the
-// receive, or aborts a bounded one: boundedReceiver). Its sender goroutine does every send of h, one at a time,
-// while this goroutine receives, as Subscription allows; it stops before
-// serve returns, and so before the subscription is closed.
+// receive, or aborts a bounded one: boundedReceiver). Its sender goroutine
+// does every send of h, one at a time, while this goroutine receives, as
+// Subscription allows; it stops before serve returns, and so before the
+// subscription is closed.
 func (s *subscriber) serve(sub core.Subscription, h sender) error {
 	s.up.Store(true)
 	defer s.up.Store(false)
