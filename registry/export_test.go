@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -257,4 +258,56 @@ func GotThenGrantedAgain(s *Semaphore) (token string, again func()) {
 	p.h.Store(h)
 	h.Retire()
 	return token, func() { s.granted(wire.Grant{Key: s.key, Seq: seq, Permits: s.permits}) }
+}
+
+// Lean scripts for lean_test.go: semacquire.lua ("acquire") and
+// semrelease.lua ("release"), each with its lean path and with the lean
+// path skipped. In all four the server's clock reads LeanNow (ms, with its
+// fraction), and each PUBLISH is recorded (RPUSH lean:pubs "CHANNEL
+// MESSAGE") and counts as many receivers as the hash lean:heard gives its
+// channel. The code after the lean block counts its runs (INCR lean:fell).
+const LeanNow = 1_700_000_000_123.456
+
+var leanScripts = func() map[string]*core.Script {
+	fix := func(src string, lean bool, marker string) string {
+		for _, r := range [][2]string{
+			{"redis.pcall('TIME')", "{'1700000000', '123456'}"},
+			{"redis.call('TIME')", "{'1700000000', '123456'}"},
+			{"redis.pcall('PUBLISH', ", "leanPub("},
+			{"redis.call('PUBLISH', ", "leanPub("},
+			{"until true\n", "until true\nredis.call('INCR', 'lean:fell')\n"},
+		} {
+			if !strings.Contains(src, r[0]) && r[0] != "redis.call('TIME')" && r[0] != "redis.call('PUBLISH', " {
+				panic("lean scripts: no " + r[0])
+			}
+			src = strings.ReplaceAll(src, r[0], r[1])
+		}
+		if !lean {
+			if strings.Count(src, marker) != 1 {
+				panic("lean scripts: no " + marker)
+			}
+			src = strings.Replace(src, marker, "repeat do break end", 1)
+		}
+		return "local function leanPub(ch, msg)\n" +
+			"  redis.call('RPUSH', 'lean:pubs', ch .. ' ' .. msg)\n" +
+			"  return tonumber(redis.call('HGET', 'lean:heard', ch) or '0')\n" +
+			"end\n" + src
+	}
+	m := map[string]*core.Script{}
+	for op, s := range map[string][2]string{
+		"acquire": {semAcquireSrc, "repeat -- lean refusal"},
+		"release": {semReleaseSrc, "repeat -- lean turn"},
+	} {
+		for _, lean := range []bool{true, false} {
+			m[fmt.Sprint(op, lean)] = core.NewScript("sem"+op, fix(preludeSrc+s[0], lean, s[1]))
+		}
+	}
+	return m
+}()
+
+// RunLean runs semacquire.lua or semrelease.lua (op "acquire" or
+// "release") with a fixed clock and its publishes recorded, with its lean
+// path or without it.
+func RunLean(ctx context.Context, c Client, op string, lean bool, keys []string, args ...any) (any, error) {
+	return c.Eval(ctx, leanScripts[fmt.Sprint(op, lean)], keys, args)
 }

@@ -95,9 +95,9 @@ local grantRecord = ARGV[18] or '' -- a caller before grants sends none
 -- entry holds a later one of the same registry (a resent attempt's: its
 -- first run's grants moved it on, and going back would grant a number
 -- twice); then nil. A registry numbers its grants in increasing order.
-local function fresh(R, q, rec)
+local function fresh(rec)
   local pre, seq = string.match(rec, '^(%S+) %S+ %d+ (%d+) ')
-  local had = pre and R.qcall('HGET', q.info, id .. '|')
+  local had = pre and redis.pcall('HGET', KEYS[3], id .. '|') -- another type: describe's HSET resets it
   if type(had) == 'string' then
     local hpre, hseq = string.match(had, '^(%S+) %S+ %d+ (%d+) ')
     if hpre == pre and hseq + 0 > seq + 0 then
@@ -170,6 +170,100 @@ if ARGV[4] == '0' and ARGV[16] ~= '1' and held >= ARGV[13] + 0 then
     return {0, 0, -1}
   end
 end
+local now = clock()
+if not now then
+  return redis.error_reply('ERR lockyard: a semaphore needs the TIME command')
+end
+local permits, ttl = ARGV[13] + 0, ARGV[2] + 0
+local pruned = held >= permits
+-- small: every permit of a semaphore whose permits are all taken (live or
+-- not), when they are 8 or fewer, with its expiry, in order of expiry
+-- (ZRANGE WITHSCORES): one call answers what a waiter's attempt that is
+-- likely refused asks of them, each a call of its own otherwise, and no
+-- rule of the permits is defined for them (the rules' closures cost more
+-- than the calls): how many are live (ZCOUNT), the soonest live one's
+-- expiry (ZRANGE, the refusal's sleep) and count (ZRANGE BYSCORE), and
+-- whether the caller's token is among them (ZSCORE: a resend). live: how
+-- many are; soonestAt: the index in small of the soonest live permit; mine:
+-- whether one of them is the caller's. (A TryAcquire refused above asks two
+-- of these, by ZCOUNT and ZSCORE: cheaper than the scores' reply.)
+local small, live, soonestAt, mine = nil, 0, nil, false
+if pruned and held <= 8 then -- expired permits matter only when they would refuse the caller
+  small = redis.call('ZRANGE', KEYS[1], '0', '-1', 'WITHSCORES')
+  local from = math.floor(now) -- as ZCOUNT's '(' .. ms(now), for a score that is not whole
+  for i = 1, #small, 2 do
+    if small[i + 1] + 0 > from then
+      live, soonestAt = live + 1, soonestAt or i
+      mine = mine or small[i] == token
+    end
+  end
+end
+-- The lean refusal: a waiter's attempt on a semaphore whose permits are
+-- all taken and live, none of them the caller's, that does not compare
+-- counts, queues the caller (or keeps its place) and says how long it
+-- sleeps, in the calls that the general path below makes in that case
+-- (enqueue, pause, describe in prelude.lua), without defining a rule:
+-- the rules' closures and tables are most of the work of a refusal on a
+-- busy semaphore. It ends where a queue key holds another type before it
+-- has written anything that the general path would not write the same;
+-- the general path then takes over. lean_test.go runs both paths on random
+-- states and requires the same replies, keys and messages.
+repeat -- lean refusal
+  if not small or live < held or live < permits or mine or ARGV[4] == '0' or ARGV[16] == '1' then
+    break
+  end
+  local kind, order, info, polls = 'p', KEYS[2], KEYS[3], KEYS[5]
+  if ARGV[4] == '2' then
+    kind = 'l'
+  end
+  local f = string.format
+  local since, added = f('%.3f', now), false
+  if ARGV[15] ~= '1' then -- enqueue, new: ZADD NX first
+    local n = redis.pcall('ZADD', order, 'NX', since, id)
+    if type(n) ~= 'number' then
+      break
+    end
+    added = n == 1
+    if not added and kind == 'p' then
+      since = redis.call('ZSCORE', order, id)
+    end
+  else
+    local s = redis.pcall('ZSCORE', order, id)
+    if type(s) == 'table' then
+      break
+    elseif s then
+      since = s
+    else
+      redis.call('ZADD', order, since, id)
+      added = true
+    end
+  end
+  if kind == 'p' and type(redis.pcall('ZADD', polls, 'NX', since, id)) ~= 'number' then
+    break
+  end
+  local idle = ARGV[5] + 0
+  local sleep = pause(math.max(math.floor(small[soonestAt + 1] - now), 0), 0, nil, idle, ARGV[6] + 0)
+  local due = now + sleep + ARGV[12]
+  local lapse = due + idle
+  local v, n = kind .. ' ' .. f('%d', due) .. ' ' .. f('%d', lapse), nil
+  if kind == 'l' and grantRecord ~= '' and (added or fresh(grantRecord)) then
+    n = redis.pcall('HSET', info, id, v, id .. '|', grantRecord)
+  else
+    n = redis.pcall('HSET', info, id, v)
+  end
+  if type(n) ~= 'number' then
+    break
+  end
+  for _, k in ipairs({order, info, kind == 'p' and polls or nil}) do
+    local left = redis.call('PTTL', k)
+    if left < 0 or left < lapse - now then
+      redis.call('PEXPIRE', k, f('%d', 2 * (lapse - now)))
+    end
+  end
+  do
+    return {0, sleep, 1}
+  end
+until true
 -- nobodyWaits reports whether the wait queue is empty: from found, where
 -- the semaphore key exists exactly when it holds permits (an empty sorted
 -- set does not), or by queueEmpty.
@@ -180,11 +274,7 @@ local function nobodyWaits()
   end
   return queueEmpty(KEYS[2])
 end
-local clock, nextFence, queueRules, permitRules = shared()
-local now = clock()
-if not now then
-  return redis.error_reply('ERR lockyard: a semaphore needs the TIME command')
-end
+local _, nextFence, queueRules, permitRules = shared()
 local fenceKey = nil
 if ARGV[7] == '1' then
   fenceKey = KEYS[6]
@@ -193,40 +283,15 @@ end
 -- refusal of a full semaphore of few permits (small) needs none, and each
 -- rule is a closure made at every run.
 local P = nil
-local permits, ttl = ARGV[13] + 0, ARGV[2] + 0
-local pruned = held >= permits
--- small: every permit of a semaphore whose permits are all taken (live or
--- not), when they are 8 or fewer, with its expiry, in order of expiry
--- (ZRANGE WITHSCORES): one call answers what a waiter's attempt that is
--- likely refused asks of them, each a call of its own otherwise, and no
--- rule of the permits is defined for them (the rules' closures cost more
--- than the calls): how many are live (ZCOUNT), the soonest live one's
--- expiry (ZRANGE, the refusal's sleep) and count (ZRANGE BYSCORE), and
--- whether the caller's token is among them (ZSCORE: a resend). soonestAt:
--- the index in small of the soonest live permit; mine: whether one of
--- them is the caller's. (A TryAcquire refused above asks two of these, by
--- ZCOUNT and ZSCORE: cheaper than the scores' reply.)
-local small, soonestAt, mine = nil, nil, false
-if pruned then
-  -- Expired permits matter only when they would refuse the caller.
-  if held <= 8 then
-    small = redis.call('ZRANGE', KEYS[1], '0', '-1', 'WITHSCORES')
-    local live, from = 0, math.floor(now) -- as ZCOUNT's '(' .. ms(now), for a score that is not whole
-    for i = 1, #small, 2 do
-      if small[i + 1] + 0 > from then
-        live, soonestAt = live + 1, soonestAt or i
-        mine = mine or small[i] == token
-      end
-    end
-    if live < held then
-      P = P or permitRules()
-      P.prune(KEYS[1], now)
-    end
-    held = live
-  else
-    P = P or permitRules()
-    held = P.held(KEYS[1], now, held)
+if small then
+  if live < held then
+    P = permitRules()
+    P.prune(KEYS[1], now)
   end
+  held = live
+elseif pruned then
+  P = permitRules()
+  held = P.held(KEYS[1], now, held)
 end
 -- count returns the count of permits that the soonest live permit was
 -- taken with (the end of its token: '#' and the count), or nil if it has
@@ -282,7 +347,7 @@ local function granted(told)
       local pre, count, t, seq, more, every, fenced = string.match(grantRecord, '^(%S+) (%S+) (%d+) (%d+) (%d+) (%d+) ([01])$')
       if pre and more + 0 > 0 then
         local f = string.format
-        record = fresh(R, q, table.concat({pre, count, t, f('%d', seq + 1), f('%d', more - 1), every, fenced}, ' '))
+        record = fresh(table.concat({pre, count, t, f('%d', seq + 1), f('%d', more - 1), every, fenced}, ' '))
       end
     end
     R.describe(q, id, kind, now, due, due + idle, record)
@@ -378,7 +443,7 @@ local record = nil
 if mode == 2 and grantRecord ~= '' then
   record = grantRecord
   if not added then -- an entry new in line has no record to keep (enqueue)
-    record = fresh(R, q, grantRecord)
+    record = fresh(grantRecord)
   end
 end
 R.describe(q, id, kind, now, due, due + idle, record)

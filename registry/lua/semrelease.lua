@@ -46,15 +46,108 @@ if queueEmpty(KEYS[2]) then
   forget()
   return 1
 end
-local clock, _, queueRules, permitRules = shared()
 local now = clock()
 if not now then
   return 2
 end
+local f = string.format
+local free = ARGV[6] - redis.call('ZCOUNT', KEYS[1], '(' .. f('%d', now), '+inf') -- permitRules' live
+-- The lean turn: one permit free, and the first in line a live waiter that
+-- is sure to try soon, whose turn was not given yet (or is running): what
+-- offer does in that case (prelude.lua: admit, turnFor, deliver, settle),
+-- in the same calls but one (ZRANGE of one entry, not two), without
+-- defining a rule. A listener with a grant record of this semaphore's
+-- count, not fenced, whose registry hears the probe, is given the permit
+-- (and queued again at the back when more of its leases wait); another is
+-- told its turn; a poller due soon is marked, as admit marks it. Any other
+-- first entry (lapsed, passed over, unreadable, of a fenced grant) is left
+-- to the general path before anything is written. lean_test.go runs both
+-- paths on random states and requires the same replies, keys and messages.
+repeat -- lean turn
+  if free ~= 1 then
+    break
+  end
+  local first = redis.pcall('ZRANGE', KEYS[2], '0', '0')
+  local id = type(first) == 'table' and first[1]
+  local reg = type(id) == 'string' and string.match(id, '^([^/]+)/')
+  local v = reg and redis.pcall('HGET', KEYS[3], id)
+  if type(v) ~= 'string' then
+    break
+  end
+  local kind, due, lapse, ended = string.match(v, '^([lp]) (%d+) (%d+) ?(%d*)$')
+  if not kind then -- unreadable: dropped
+    break
+  end
+  ended = ended ~= '' and ended + 0 or 0
+  if lapse + 0 <= now or ended > 0 and ended + ARGV[3] < now then -- gone: dropped
+    break
+  end
+  if kind == 'p' then
+    local soon = math.min(ARGV[4] + 0, math.max(ARGV[5] + 1, (lapse - due) / 3))
+    if due - now > soon then -- passed over
+      break
+    end
+    if ended == 0 then
+      redis.call('HSET', KEYS[3], id, f('p %d %d %d', due, lapse, now + math.max(due - now, 0) + ARGV[5]))
+    end
+  elseif ended == 0 then
+    local rec = redis.pcall('HGET', KEYS[3], id .. '|')
+    local pre, c, ttl, seq, more, idle, fenced
+    if type(rec) == 'string' then
+      pre, c, ttl, seq, more, idle, fenced = string.match(rec, '^(%S+) (%S+) (%d+) (%d+) (%d+) (%d+) ([01])$')
+    end
+    local count, heard = '#' .. ARGV[6], nil
+    if pre and c == count then
+      if fenced == '1' then
+        break
+      end
+      heard = redis.pcall('PUBLISH', string.sub(ARGV[2], 1, -2) .. '|' .. reg .. '|:' .. KEYS[1], KEYS[1])
+    end
+    if type(heard) == 'number' and heard > 0 and redis.call('ZADD', KEYS[1], 'NX', f('%d', now + ttl), pre .. seq .. c) == 1 then
+      ttl = ttl + 0
+      if redis.call('PTTL', KEYS[1]) < ttl then
+        redis.call('PEXPIRE', KEYS[1], ttl)
+      end
+      if more + 0 > 0 then -- toBack and describe
+        redis.call('ZADD', KEYS[2], f('%.3f', now), id)
+        local at = now + idle
+        local span = at + idle - now
+        redis.call('HSET', KEYS[3], id, f('l %d %d', at, at + idle), id .. '|', table.concat({pre, c, ttl, f('%d', seq + 1), f('%d', more - 1), idle, fenced}, ' '))
+        for _, k in ipairs({KEYS[2], KEYS[3]}) do
+          local left = redis.call('PTTL', k)
+          if left < 0 or left < span then
+            redis.call('PEXPIRE', k, f('%d', 2 * span))
+          end
+        end
+      else -- drop
+        redis.call('ZREM', KEYS[2], id)
+        redis.call('HDEL', KEYS[3], id, id .. '|')
+        local r = redis.pcall('ZREM', KEYS[5], id)
+        if type(r) == 'table' and r.err then -- as qcall: another type is deleted, another error raised
+          if string.sub(r.err, 1, 9) ~= 'WRONGTYPE' then
+            redis.call('ZREM', KEYS[5], id)
+          end
+          redis.call('DEL', KEYS[5])
+        end
+      end
+      redis.pcall('PUBLISH', ARGV[2] .. reg .. '|' .. seq .. '.0' .. c .. ':' .. KEYS[1], KEYS[1])
+    else
+      redis.call('HSET', KEYS[3], id, f('l %d %d %d', due, lapse, now + ARGV[3]))
+      redis.pcall('PUBLISH', ARGV[2] .. reg .. ':' .. KEYS[1], KEYS[1])
+    end
+  end
+  if queueEmpty(KEYS[2]) then
+    forget()
+    return 1
+  end
+  do
+    return 2
+  end
+until true
+local _, _, queueRules, permitRules = shared()
 local R = queueRules()
 local P = permitRules()
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
-local free = ARGV[6] - P.live(KEYS[1], now)
 P.offer(R, q, KEYS[1], now, free, ARGV[2], {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, KEYS[6], '#' .. ARGV[6])
 if queueEmpty(KEYS[2]) then
   forget()

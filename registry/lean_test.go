@@ -1,0 +1,255 @@
+package registry_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/lockyard/lockyard/registry"
+)
+
+// The lean paths of semacquire.lua (a waiter refused by a full semaphore)
+// and semrelease.lua (a release that gives one free permit's turn to the
+// first in line) are the general rules written out for one case each. On
+// random states of a semaphore and its queue, both tiers, each script runs
+// twice from the same state, with its lean path and with that path
+// skipped, at one fixed clock: the replies, every key (contents and whether
+// and about how long it lives) and the messages published must be the
+// same. The states are drawn so that both the lean paths and the cases
+// they leave to the general path are common: at least a fifth of the runs
+// of each script must have been answered by its lean path, and a fifth
+// not.
+func TestLeanPathsMatchTheRules(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx, pool := prefix(t), b.pool(t)
+		c, conn := registry.NewPoolClient(pool), pool.Get()
+		defer conn.Close()
+		do := func(cmd string, args ...any) any {
+			t.Helper()
+			v, err := conn.Do(cmd, args...)
+			if err != nil {
+				t.Fatalf("%s %v: %v", cmd, args, err)
+			}
+			return v
+		}
+		rng := rand.New(rand.NewPCG(40, uint64(len(b.name))))
+		for _, op := range []string{"acquire", "release"} {
+			leaned, reached, runs := 0, 0, 600
+			for i := range runs {
+				st := drawLeanState(rng, pfx, op)
+				var got [2]string
+				var ttls [2][]int64
+				var fell [2]bool
+				for j, lean := range []bool{false, true} {
+					st.write(do)
+					v, err := registry.RunLean(bg(t), c, op, lean, st.keys, st.args...)
+					fell[j] = do("GET", "lean:fell") != nil
+					keys, ttl := st.read(do)
+					got[j], ttls[j] = fmt.Sprintf("reply %v, error %v\n%s", fmtReply(v), err, keys), ttl
+				}
+				if fell[0] {
+					reached++
+					if !fell[1] {
+						leaned++
+					}
+				}
+				if got[0] != got[1] || !slices.EqualFunc(ttls[0], ttls[1], func(a, b int64) bool { return a == b || a > 0 && b > 0 && max(a-b, b-a) <= 100 }) {
+					t.Fatalf("%s, state %d:\n%s\nargs %v\ngeneral path:\n%s%v\nlean path:\n%s%v", op, i, st.desc, st.args, got[0], ttls[0], got[1], ttls[1])
+				}
+			}
+			t.Logf("%s: %d of %d runs reached the lean path, %d answered by it", op, reached, runs, leaned)
+			if leaned < reached/5 || leaned > reached*4/5 {
+				t.Errorf("%s: the lean path answered %d of the %d runs that reached it; the states do not cover both paths", op, leaned, reached)
+			}
+		}
+	})
+}
+
+// leanState is a semaphore, its queue and a script's call, as
+// TestLeanPathsMatchTheRules draws them.
+type leanState struct {
+	keys []string // semaphore, queue order, info, turn, pollers, fence
+	args []any
+	cmds [][]any // the commands that write the state
+	desc string
+}
+
+// drawLeanState draws a state in which op ("acquire" or "release") runs.
+func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
+	clock := registry.LeanNow
+	now := int64(clock)
+	st := &leanState{keys: []string{pfx + "sem", pfx + "q", pfx + "i", pfx + "t", pfx + "p", pfx + "f"}}
+	do := func(args ...any) { st.cmds = append(st.cmds, args) }
+	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	regs := []string{"A", "B", "C", "D", "E"}
+	permits := 1 + rng.IntN(4)
+	count := func() string {
+		if rng.IntN(8) == 0 {
+			return pick("", "#9")
+		}
+		return fmt.Sprint("#", permits)
+	}
+	// The permits: live, expired, of this count or another.
+	var held []string
+	full := rng.IntN(2) == 0 // every permit taken and live: an attempt most often refused, a release that frees one
+	n := rng.IntN(permits + 2)
+	if full {
+		n = permits
+	}
+	for i := range n {
+		tok := fmt.Sprintf("%s:g%d%s", regs[rng.IntN(5)], i, count())
+		exp := now + 1 + rng.Int64N(3000)
+		if !full && rng.IntN(5) == 0 {
+			exp = now - rng.Int64N(100)
+		}
+		do("ZADD", st.keys[0], exp, tok)
+		held = append(held, tok)
+	}
+	// The queue: listeners and pollers, live, lapsed, given a turn, with
+	// and without grant records, unreadable.
+	inLine := map[string]bool{}
+	queued := rng.IntN(5)
+	if full && op == "release" {
+		queued = 1 + rng.IntN(4)
+	}
+	for i, reg := range rng.Perm(5)[:queued] {
+		id := regs[reg] + "/1"
+		inLine[id] = true
+		since := fmt.Sprintf("%d.%03d", now-1000+int64(i)*rng.Int64N(200), rng.IntN(1000))
+		do("ZADD", st.keys[1], since, id)
+		kind, idle := pick("l", "l", "p"), []int64{10, 100}[rng.IntN(2)]
+		due := now - 50 + rng.Int64N(200)
+		lapse := due + idle
+		if rng.IntN(6) == 0 {
+			lapse = now - rng.Int64N(10)
+		}
+		info := fmt.Sprintf("%s %d %d", kind, due, lapse)
+		switch rng.IntN(12) {
+		case 0:
+			info += fmt.Sprint(" ", now-rng.Int64N(10))
+		case 1:
+			info += fmt.Sprint(" ", now-200)
+		case 2:
+			info = pick("garbage", "")
+		}
+		if info != "" {
+			do("HSET", st.keys[2], id, info)
+		}
+		if kind == "l" && rng.IntN(4) > 0 {
+			do("HSET", st.keys[2], id+"|", fmt.Sprintf("%s:g %s %d %d %d %d %s",
+				regs[reg], count(), []int{2000, 30000}[rng.IntN(2)], 5+rng.IntN(5), rng.IntN(3), idle, pick("0", "0", "0", "1")))
+		}
+		if kind == "p" && rng.IntN(5) > 0 {
+			do("ZADD", st.keys[4], since, id)
+		}
+	}
+	if rng.IntN(2) == 0 {
+		do("SET", st.keys[5], 1_700_000_000_000_000+rng.Int64N(1000))
+	}
+	for _, k := range st.keys {
+		switch rng.IntN(8) {
+		case 0:
+			do("PEXPIRE", k, 10_000)
+		case 1:
+			do("PEXPIRE", k, 100_000)
+		}
+	}
+	if k := st.keys[1+rng.IntN(4)]; rng.IntN(30) == 0 {
+		do("DEL", k)
+		do("SET", k, "another type")
+	}
+	for _, reg := range regs {
+		if rng.IntN(3) > 0 {
+			do("HSET", "lean:heard", pfx+"turn|"+reg+"|:"+st.keys[0], 1)
+		}
+	}
+	tok := func() string {
+		if len(held) > 0 && (full && op == "release" || rng.IntN(4) == 0) {
+			return held[rng.IntN(len(held))]
+		}
+		return fmt.Sprintf("%s:g%d#%d", regs[rng.IntN(5)], 7, permits)
+	}
+	prefix, idle := pfx+"turn:", []int{10, 100}[rng.IntN(2)]
+	if op == "release" {
+		st.args = []any{tok(), prefix, 100, 20, 5, permits, rng.IntN(2), pick("0", "0", "0", "1")}
+	} else {
+		reg := regs[rng.IntN(5)]
+		id := reg + "/1"
+		mine := inLine[id]
+		if rng.IntN(6) == 0 {
+			mine = !mine
+		}
+		record, claim := "", ""
+		if rng.IntN(3) > 0 {
+			record = fmt.Sprintf("%s:g #%d 2000 %d %d %d 0", reg, permits, 3+rng.IntN(5), rng.IntN(3), idle)
+		}
+		if rng.IntN(8) == 0 {
+			claim = tok()
+		}
+		flag := func(in int) int { return min(rng.IntN(in), 1) }
+		st.args = []any{tok(), []int{2000, 30000}[rng.IntN(2)], id, pick("0", "1", "1", "2", "2", "2"), idle, rng.IntN(idle / 2),
+			flag(4) ^ 1, prefix, 100, 20, 5, rng.IntN(3), permits, flag(3) ^ 1, map[bool]int{true: 1}[mine],
+			flag(6) ^ 1, flag(4) ^ 1, record, claim}
+	}
+	st.desc = fmt.Sprint(st.cmds)
+	return st
+}
+
+// write sets the state up afresh.
+func (st *leanState) write(do func(string, ...any) any) {
+	for _, k := range append(slices.Clone(st.keys), "lean:pubs", "lean:fell", "lean:heard") {
+		do("DEL", k)
+	}
+	for _, c := range st.cmds {
+		do(c[0].(string), c[1:]...)
+	}
+}
+
+// read describes every key of the state and the messages published, and
+// returns the keys' times to live (ms; -1 none, -2 no key) apart: they are
+// compared with a tolerance.
+func (st *leanState) read(do func(string, ...any) any) (string, []int64) {
+	var out strings.Builder
+	var ttls []int64
+	for _, k := range append(slices.Clone(st.keys), "lean:pubs") {
+		ttls = append(ttls, do("PTTL", k).(int64))
+		var v any
+		switch typ := do("TYPE", k).(string); typ {
+		case "zset":
+			v = do("ZRANGE", k, 0, -1, "WITHSCORES")
+		case "hash":
+			m, _ := redis.StringMap(do("HGETALL", k), nil)
+			v = m
+		case "list":
+			v = do("LRANGE", k, 0, -1)
+		case "string":
+			v = do("GET", k)
+		case "none":
+			continue
+		default:
+			v = typ
+		}
+		fmt.Fprintf(&out, "%s: %s\n", k, fmtReply(v))
+	}
+	return out.String(), ttls
+}
+
+// fmtReply formats a reply with its bulk strings as text.
+func fmtReply(v any) string {
+	switch v := v.(type) {
+	case []byte:
+		return string(v)
+	case []any:
+		s := make([]string, len(v))
+		for i, x := range v {
+			s[i] = fmtReply(x)
+		}
+		return "[" + strings.Join(s, " ") + "]"
+	default:
+		return fmt.Sprint(v)
+	}
+}
