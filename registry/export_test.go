@@ -262,17 +262,19 @@ func GotThenGrantedAgain(s *Semaphore) (token string, again func()) {
 
 // Lean scripts for lean_test.go: semacquire.lua ("acquire") and
 // semrelease.lua ("release"), each with its lean path and with the lean
-// path skipped. In all four the server's clock reads LeanNow (ms, with its
-// fraction), and each PUBLISH is recorded (RPUSH lean:pubs "CHANNEL
-// MESSAGE") and counts as many receivers as the hash lean:heard gives its
-// channel. The code after the lean block counts its runs (INCR lean:fell).
+// path skipped, and each at two fixed clocks: LeanNow (ms, with a
+// fraction) or, whole, its whole ms (so that a field can equal the clock).
+// Each PUBLISH is recorded (RPUSH lean:pubs "CHANNEL MESSAGE") and counts
+// as many receivers as the hash lean:heard gives its channel. The code
+// after the lean block counts its runs (INCR lean:fell).
 const LeanNow = 1_700_000_000_123.456
 
 var leanScripts = func() map[string]*core.Script {
-	fix := func(src string, lean bool, marker string) string {
+	fix := func(src, usec string, lean bool, marker string) string {
+		clock := "{'1700000000', '" + usec + "'}"
 		for _, r := range [][2]string{
-			{"redis.pcall('TIME')", "{'1700000000', '123456'}"},
-			{"redis.call('TIME')", "{'1700000000', '123456'}"},
+			{"redis.pcall('TIME')", clock},
+			{"redis.call('TIME')", clock},
 			{"redis.pcall('PUBLISH', ", "leanPub("},
 			{"redis.call('PUBLISH', ", "leanPub("},
 			{"until true\n", "until true\nredis.call('INCR', 'lean:fell')\n"},
@@ -299,15 +301,17 @@ var leanScripts = func() map[string]*core.Script {
 		"release": {semReleaseSrc, "repeat -- lean turn"},
 	} {
 		for _, lean := range []bool{true, false} {
-			m[fmt.Sprint(op, lean)] = core.NewScript("sem"+op, fix(preludeSrc+s[0], lean, s[1]))
+			for whole, usec := range map[bool]string{false: "123456", true: "123000"} {
+				m[fmt.Sprint(op, lean, whole)] = core.NewScript("sem"+op, fix(preludeSrc+s[0], usec, lean, s[1]))
+			}
 		}
 	}
 	return m
 }()
 
 // RunLean runs semacquire.lua or semrelease.lua (op "acquire" or
-// "release") with a fixed clock and its publishes recorded, with its lean
-// path or without it.
-func RunLean(ctx context.Context, c Client, op string, lean bool, keys []string, args ...any) (any, error) {
-	return c.Eval(ctx, leanScripts[fmt.Sprint(op, lean)], keys, args)
+// "release") with a fixed clock (whole: LeanNow's whole ms) and its
+// publishes recorded, with its lean path or without it.
+func RunLean(ctx context.Context, c Client, op string, lean, whole bool, keys []string, args ...any) (any, error) {
+	return c.Eval(ctx, leanScripts[fmt.Sprint(op, lean, whole)], keys, args)
 }

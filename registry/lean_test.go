@@ -17,12 +17,13 @@ import (
 // first in line) are the general rules written out for one case each. On
 // random states of a semaphore and its queue, both tiers, each script runs
 // twice from the same state, with its lean path and with that path
-// skipped, at one fixed clock: the replies, every key (contents and whether
-// and about how long it lives) and the messages published must be the
-// same. The states are drawn so that both the lean paths and the cases
-// they leave to the general path are common: at least a fifth of the runs
-// of each script must have been answered by its lean path, and a fifth
-// not.
+// skipped, at a fixed clock (with a fraction of a ms in half the states, a
+// whole ms in the others, so that a field may equal it): the replies,
+// every key's contents and time to live (exactly on miniredis, within
+// 100 ms on the real server) and the messages published must be the same.
+// The states are drawn so that both the lean paths and the cases they
+// leave to the general path are common: of the runs that reach a lean
+// path, at least a fifth must have been answered by it, and a fifth not.
 func TestLeanPathsMatchTheRules(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx, pool := prefix(t), b.pool(t)
@@ -41,15 +42,26 @@ func TestLeanPathsMatchTheRules(t *testing.T) {
 			leaned, reached, runs := 0, 0, 600
 			for i := range runs {
 				st := drawLeanState(rng, pfx, op)
+				whole := i%2 == 1
 				var got [2]string
 				var ttls [2][]int64
 				var fell [2]bool
-				for j, lean := range []bool{false, true} {
-					st.write(do)
-					v, err := registry.RunLean(bg(t), c, op, lean, st.keys, st.args...)
-					fell[j] = do("GET", "lean:fell") != nil
-					keys, ttl := st.read(do)
-					got[j], ttls[j] = fmt.Sprintf("reply %v, error %v\n%s", fmtReply(v), err, keys), ttl
+				same := func() bool {
+					return got[0] == got[1] && slices.EqualFunc(ttls[0], ttls[1], func(x, y int64) bool {
+						return x == y || b.mr == nil && x > 0 && y > 0 && max(x-y, y-x) <= 100
+					})
+				}
+				// A difference is run again once: on the real server a key that
+				// a script gave a few ms to live may expire in one run alone,
+				// if the machine stalls while the test reads the keys.
+				for try := 0; try < 2 && (try == 0 || !same()); try++ {
+					for j, lean := range []bool{false, true} {
+						st.write(do)
+						v, err := registry.RunLean(bg(t), c, op, lean, whole, st.keys, st.args...)
+						fell[j] = do("GET", "lean:fell") != nil
+						keys, ttl := st.read(do)
+						got[j], ttls[j] = fmt.Sprintf("reply %v, error %v\n%s", fmtReply(v), err, keys), ttl
+					}
 				}
 				if fell[0] {
 					reached++
@@ -57,8 +69,8 @@ func TestLeanPathsMatchTheRules(t *testing.T) {
 						leaned++
 					}
 				}
-				if got[0] != got[1] || !slices.EqualFunc(ttls[0], ttls[1], func(a, b int64) bool { return a == b || a > 0 && b > 0 && max(a-b, b-a) <= 100 }) {
-					t.Fatalf("%s, state %d:\n%s\nargs %v\ngeneral path:\n%s%v\nlean path:\n%s%v", op, i, st.desc, st.args, got[0], ttls[0], got[1], ttls[1])
+				if !same() {
+					t.Fatalf("%s, state %d (whole clock %v):\n%s\nargs %v\ngeneral path:\n%s%v\nlean path:\n%s%v", op, i, whole, st.desc, st.args, got[0], ttls[0], got[1], ttls[1])
 				}
 			}
 			t.Logf("%s: %d of %d runs reached the lean path, %d answered by it", op, reached, runs, leaned)
@@ -132,7 +144,7 @@ func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
 		case 0:
 			info += fmt.Sprint(" ", now-rng.Int64N(10))
 		case 1:
-			info += fmt.Sprint(" ", now-200)
+			info += fmt.Sprint(" ", now-[]int64{100, 101, 200}[rng.IntN(3)]) // a turn that ended a window ago, or more
 		case 2:
 			info = pick("garbage", "")
 		}
@@ -158,7 +170,9 @@ func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
 			do("PEXPIRE", k, 100_000)
 		}
 	}
+	other := "" // a queue key of another type
 	if k := st.keys[1+rng.IntN(4)]; rng.IntN(30) == 0 {
+		other = k
 		do("DEL", k)
 		do("SET", k, "another type")
 	}
@@ -186,6 +200,10 @@ func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
 		record, claim := "", ""
 		if rng.IntN(3) > 0 {
 			record = fmt.Sprintf("%s:g #%d 2000 %d %d %d 0", reg, permits, 3+rng.IntN(5), rng.IntN(3), idle)
+		}
+		if !inLine[id] && other != st.keys[2] && rng.IntN(6) == 0 { // its entry's info left behind, its place in line lost (an eviction)
+			st.cmds = append(st.cmds, []any{"HSET", st.keys[2], id, fmt.Sprintf("l %d %d", now+5, now+105),
+				id + "|", fmt.Sprintf("%s:g #%d 2000 %d 0 %d 0", reg, permits, 3+rng.IntN(5), idle)})
 		}
 		if rng.IntN(8) == 0 {
 			claim = tok()

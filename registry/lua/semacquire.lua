@@ -209,11 +209,12 @@ end
 -- the general path then takes over. lean_test.go runs both paths on random
 -- states and requires the same replies, keys and messages.
 repeat -- lean refusal
-  if not small or live < held or live < permits or mine or ARGV[4] == '0' or ARGV[16] == '1' then
+  local mode = ARGV[4] + 0
+  if not soonestAt or live < held or live < permits or mine or mode == 0 or ARGV[16] == '1' then
     break
   end
   local kind, order, info, polls = 'p', KEYS[2], KEYS[3], KEYS[5]
-  if ARGV[4] == '2' then
+  if mode == 2 then
     kind = 'l'
   end
   local f = string.format

@@ -78,8 +78,8 @@ repeat -- lean turn
   if not kind then -- unreadable: dropped
     break
   end
-  ended = ended ~= '' and ended + 0 or 0
-  if lapse + 0 <= now or ended > 0 and ended + ARGV[3] < now then -- gone: dropped
+  due, lapse, ended = due + 0, lapse + 0, ended ~= '' and ended + 0 or 0 -- as waiter reads them
+  if lapse <= now or ended > 0 and ended + ARGV[3] < now then -- gone: dropped
     break
   end
   if kind == 'p' then
