@@ -35,15 +35,19 @@ end
 if #KEYS == 1 then
   return 2
 end
--- forget deletes the fence counter of a fenced semaphore that nobody
--- holds or waits for.
-local function forget()
+-- finish returns the reply once the turns are given: 1 when nobody is in
+-- line (and a fenced semaphore's counter is deleted if nobody holds a
+-- permit either), else 2.
+local function finish()
+  if not queueEmpty(KEYS[2]) then
+    return 2
+  end
   if ARGV[7] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then
     redis.call('DEL', KEYS[6])
   end
+  return 1
 end
-if queueEmpty(KEYS[2]) then
-  forget()
+if finish() == 1 then
   return 1
 end
 local now = clock()
@@ -136,12 +140,8 @@ repeat -- lean turn
       redis.pcall('PUBLISH', ARGV[2] .. reg .. ':' .. KEYS[1], KEYS[1])
     end
   end
-  if queueEmpty(KEYS[2]) then
-    forget()
-    return 1
-  end
   do
-    return 2
+    return finish()
   end
 until true
 local _, _, queueRules, permitRules = shared()
@@ -149,8 +149,4 @@ local R = queueRules()
 local P = permitRules()
 local q = {order = KEYS[2], info = KEYS[3], polls = KEYS[5]}
 P.offer(R, q, KEYS[1], now, free, ARGV[2], {window = ARGV[3] + 0, ahead = ARGV[4] + 0, slack = ARGV[5] + 0}, KEYS[6], '#' .. ARGV[6])
-if queueEmpty(KEYS[2]) then
-  forget()
-  return 1
-end
-return 2
+return finish()
