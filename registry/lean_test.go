@@ -23,7 +23,7 @@ import (
 // 100 ms on the real server) and the messages published must be the same.
 // The states are drawn so that both the lean paths and the cases they
 // leave to the general path are common: of the runs that reach a lean
-// path, at least a fifth must have been answered by it, and a fifth not.
+// path, at least a tenth must have been answered by it, and a tenth not.
 func TestLeanPathsMatchTheRules(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		pfx, pool := prefix(t), b.pool(t)
@@ -74,7 +74,7 @@ func TestLeanPathsMatchTheRules(t *testing.T) {
 				}
 			}
 			t.Logf("%s: %d of %d runs reached the lean path, %d answered by it", op, reached, runs, leaned)
-			if leaned < reached/5 || leaned > reached*4/5 {
+			if leaned < reached/10 || leaned > reached*9/10 {
 				t.Errorf("%s: the lean path answered %d of the %d runs that reached it; the states do not cover both paths", op, leaned, reached)
 			}
 		}
@@ -99,6 +99,9 @@ func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
 	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
 	regs := []string{"A", "B", "C", "D", "E"}
 	permits := 1 + rng.IntN(4)
+	if op == "acquire" && rng.IntN(20) == 0 {
+		permits = 0 // refused by Registry.Semaphore; the scripts must still agree
+	}
 	count := func() string {
 		if rng.IntN(8) == 0 {
 			return pick("", "#9")
@@ -140,6 +143,9 @@ func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
 			lapse = now - rng.Int64N(10)
 		}
 		info := fmt.Sprintf("%s %d %d", kind, due, lapse)
+		if rng.IntN(10) == 0 { // numbers written by hand: read as numbers
+			info = fmt.Sprintf("%s %014d %014d", kind, due, lapse)
+		}
 		switch rng.IntN(12) {
 		case 0:
 			info += fmt.Sprint(" ", now-rng.Int64N(10))

@@ -198,8 +198,9 @@ if pruned and held <= 8 then -- expired permits matter only when they would refu
     end
   end
 end
--- The lean refusal: a waiter's attempt on a semaphore whose permits are
--- all taken and live, none of them the caller's, that does not compare
+-- The lean refusal: a waiter's attempt on a semaphore whose permits (8 or
+-- fewer: small) are all taken and live, none of them the caller's, that
+-- does not compare
 -- counts, queues the caller (or keeps its place) and says how long it
 -- sleeps, in the calls that the general path below makes in that case
 -- (enqueue, pause, describe in prelude.lua), without defining a rule:
@@ -209,8 +210,11 @@ end
 -- the general path then takes over. lean_test.go runs both paths on random
 -- states and requires the same replies, keys and messages.
 repeat -- lean refusal
+  if not soonestAt or live < held or live < permits or mine or ARGV[16] == '1' then
+    break
+  end
   local mode = ARGV[4] + 0
-  if not soonestAt or live < held or live < permits or mine or mode == 0 or ARGV[16] == '1' then
+  if mode == 0 then
     break
   end
   local kind, order, info, polls = 'p', KEYS[2], KEYS[3], KEYS[5]
