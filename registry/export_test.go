@@ -260,8 +260,9 @@ func GotThenGrantedAgain(s *Semaphore) (token string, again func()) {
 	return token, func() { s.granted(wire.Grant{Key: s.key, Seq: seq, Permits: s.permits}) }
 }
 
-// Lean scripts for lean_test.go: semacquire.lua ("acquire") and
-// semrelease.lua ("release"), each with its lean path and with the lean
+// Lean scripts for lean_test.go: semacquire.lua ("acquire"),
+// semrelease.lua ("release"), obtain.lua ("obtain") and release.lua
+// ("unlock"), each with its lean path and with the lean
 // path skipped, and each at two fixed clocks: LeanNow (ms, with a
 // fraction) or, whole, its whole ms (so that a field can equal the clock).
 // Each PUBLISH is recorded (RPUSH lean:pubs "CHANNEL MESSAGE") and counts
@@ -299,6 +300,8 @@ var leanScripts = func() map[string]*core.Script {
 	for op, s := range map[string][2]string{
 		"acquire": {semAcquireSrc, "repeat -- lean refusal"},
 		"release": {semReleaseSrc, "repeat -- lean turn"},
+		"obtain":  {obtainSrc, "repeat -- lean refusal"},
+		"unlock":  {releaseSrc, "repeat -- lean turn"},
 	} {
 		for _, lean := range []bool{true, false} {
 			for whole, usec := range map[bool]string{false: "123456", true: "123000"} {
@@ -309,8 +312,8 @@ var leanScripts = func() map[string]*core.Script {
 	return m
 }()
 
-// RunLean runs semacquire.lua or semrelease.lua (op "acquire" or
-// "release") with a fixed clock (whole: LeanNow's whole ms) and its
+// RunLean runs semacquire.lua, semrelease.lua, obtain.lua or release.lua
+// (op "acquire", "release", "obtain" or "unlock") with a fixed clock (whole: LeanNow's whole ms) and its
 // publishes recorded, with its lean path or without it.
 func RunLean(ctx context.Context, c Client, op string, lean, whole bool, keys []string, args ...any) (any, error) {
 	return c.Eval(ctx, leanScripts[fmt.Sprint(op, lean, whole)], keys, args)

@@ -12,9 +12,11 @@ import (
 	"github.com/lockyard/lockyard/registry"
 )
 
-// The lean paths of semacquire.lua (a waiter refused by a full semaphore)
-// and semrelease.lua (a release that gives one free permit's turn to the
-// first in line) are the general rules written out for one case each. On
+// The lean paths of semacquire.lua (a waiter refused by a full semaphore),
+// semrelease.lua (a release that gives one free permit's turn to the
+// first in line), obtain.lua (a waiter refused by a held lock) and
+// release.lua (a release that gives the key's turn to the first in line)
+// are the general rules written out for one case each. On
 // random states of a semaphore and its queue, both tiers, each script runs
 // twice from the same state, with its lean path and with that path
 // skipped, at a fixed clock (with a fraction of a ms in half the states, a
@@ -38,10 +40,15 @@ func TestLeanPathsMatchTheRules(t *testing.T) {
 			return v
 		}
 		rng := rand.New(rand.NewPCG(40, uint64(len(b.name))))
-		for _, op := range []string{"acquire", "release"} {
-			leaned, reached, runs := 0, 0, 600
+		for _, op := range []string{"acquire", "release", "obtain", "unlock"} {
+			leaned, reached, runs := 0, 0, 400
 			for i := range runs {
-				st := drawLeanState(rng, pfx, op)
+				var st *leanState
+				if op == "obtain" || op == "unlock" {
+					st = drawLockState(rng, pfx, op, b.mr != nil)
+				} else {
+					st = drawLeanState(rng, pfx, op)
+				}
 				whole := i%2 == 1
 				var got [2]string
 				var ttls [2][]int64
@@ -276,4 +283,109 @@ func fmtReply(v any) string {
 	default:
 		return fmt.Sprint(v)
 	}
+}
+
+// drawLockState draws a lock key, its turn and its wait queue, and a call
+// of op: "obtain" (obtain.lua) or "unlock" (release.lua). Where time stands
+// still (frozen: miniredis), a lock key may expire sooner than a poll, and
+// a free key may have a turn: the reply's sleep is then the key's or the
+// turn's PTTL, which on the real server moves between the two runs.
+func drawLockState(rng *rand.Rand, pfx, op string, frozen bool) *leanState {
+	clock := registry.LeanNow
+	now := int64(clock)
+	st := &leanState{keys: []string{pfx + "lk", pfx + "q", pfx + "i", pfx + "t", pfx + "p", pfx + "f"}}
+	do := func(args ...any) { st.cmds = append(st.cmds, args) }
+	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	regs := []string{"A", "B", "C", "D", "E"}
+	token := "tok-" + regs[rng.IntN(5)]
+	held := true
+	switch rng.IntN(6) {
+	case 0: // free
+		held = false
+	case 1:
+		do("SET", st.keys[0], token, "PX", 100_000)
+	default:
+		ttl := 5_000
+		if frozen && rng.IntN(2) == 0 {
+			ttl = 50
+		}
+		do("SET", st.keys[0], "another", "PX", ttl)
+	}
+	if op == "unlock" && rng.IntN(4) > 0 {
+		do("SET", st.keys[0], token, "PX", 100_000)
+	}
+	caller := regs[rng.IntN(5)] + "/1"
+	// A free key's turn makes the reply's sleep its PTTL, which moves
+	// between the two runs on the real server: drawn where time stands still.
+	if held || frozen {
+		switch rng.IntN(6) {
+		case 0:
+			do("SET", st.keys[3], caller, "PX", 5_000)
+		case 1:
+			do("SET", st.keys[3], regs[rng.IntN(5)]+"/1", "PX", 5_000)
+		case 2:
+			do("SET", st.keys[3], "B/1")
+			if rng.IntN(2) == 0 {
+				do("PEXPIRE", st.keys[3], 100_000)
+			}
+		}
+	}
+	queued := rng.IntN(5)
+	if op == "unlock" {
+		queued = 1 + rng.IntN(4)
+	}
+	for i, reg := range rng.Perm(5)[:queued] {
+		id := regs[reg] + "/1"
+		since := fmt.Sprintf("%d.%03d", now-1000+int64(i)*rng.Int64N(200), rng.IntN(1000))
+		do("ZADD", st.keys[1], since, id)
+		kind, idle := pick("l", "l", "p"), []int64{10, 30, 100}[rng.IntN(3)]
+		due := now - 50 + rng.Int64N(200)
+		lapse := due + idle
+		if rng.IntN(6) == 0 {
+			lapse = now - rng.Int64N(10)
+		}
+		info := fmt.Sprintf("%s %d %d", kind, due, lapse)
+		if rng.IntN(10) == 0 {
+			info = fmt.Sprintf("%s %014d %014d", kind, due, lapse)
+		}
+		switch rng.IntN(12) {
+		case 0:
+			info += fmt.Sprint(" ", now-rng.Int64N(10))
+		case 1:
+			info += fmt.Sprint(" ", now-[]int64{100, 101, 200}[rng.IntN(3)])
+		case 2:
+			info = pick("garbage", "")
+		}
+		if info != "" {
+			do("HSET", st.keys[2], id, info)
+		}
+		if kind == "p" && rng.IntN(5) > 0 {
+			do("ZADD", st.keys[4], since, id)
+		}
+	}
+	for _, k := range st.keys[1:5] {
+		switch rng.IntN(8) {
+		case 0:
+			do("PEXPIRE", k, 10_000)
+		case 1:
+			do("PEXPIRE", k, 100_000)
+		}
+	}
+	if k := st.keys[1+rng.IntN(4)]; rng.IntN(30) == 0 {
+		do("DEL", k)
+		do("SET", k, "another type")
+	}
+	channel := pfx + "channel:" + st.keys[0]
+	if op == "unlock" {
+		st.args = []any{token, channel, 100, 20, 5}
+		if rng.IntN(10) == 0 {
+			st.args[0] = "not-the-holder"
+		}
+	} else {
+		idle := []int{10, 100}[rng.IntN(2)]
+		st.args = []any{token, []int{2000, 30000}[rng.IntN(2)], caller, pick("0", "1", "2", "2"), idle, rng.IntN(idle / 2),
+			min(rng.IntN(4), 1) ^ 1, channel, 100, 20, 5, rng.IntN(3)}
+	}
+	st.desc = fmt.Sprint(st.cmds)
+	return st
 }

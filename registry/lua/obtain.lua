@@ -81,6 +81,78 @@ if value and ARGV[4] == '0' then
   return {0, pause(redis.call('PTTL', KEYS[1]), 2, nil, ARGV[5] + 0, ARGV[6] + 0), -1}
 end
 
+-- The lean refusal: another holder has the key and the caller waits. It
+-- is queued (or keeps its place), and told how long it sleeps and after
+-- how many release messages its turn may come, in the calls that the
+-- general path below makes in that case (turnOf, enqueue, pause, describe
+-- in prelude.lua), without defining a rule. It ends where a queue key
+-- holds another type or a turn is to be deleted, before it has written
+-- anything that the general path would not write the same; the general
+-- path then takes over. lean_test.go runs both paths on random states and
+-- requires the same replies, keys and messages.
+repeat -- lean refusal
+  if not value then
+    break
+  end
+  local turn = redis.pcall('GET', KEYS[4])
+  if type(turn) == 'table' then -- another type: deleted
+    break
+  elseif turn then
+    local left = redis.call('PTTL', KEYS[4])
+    if left < 0 or left > 60000 then -- a turn for nobody: deleted
+      break
+    end
+  end
+  local pttl = redis.call('PTTL', KEYS[1])
+  local now = clock()
+  if not now then
+    break
+  end
+  local kind, order, info, polls = 'p', KEYS[2], KEYS[3], KEYS[5]
+  if ARGV[4] + 0 == 2 then
+    kind = 'l'
+  end
+  local f = string.format
+  local since = redis.pcall('ZSCORE', order, id) -- enqueue: a waiter keeps its place
+  if type(since) == 'table' then
+    break
+  elseif not since then
+    since = f('%.3f', now)
+    redis.call('ZADD', order, since, id)
+  end
+  local ahead = 0
+  if kind == 'p' then
+    if type(redis.pcall('ZADD', polls, 'NX', since, id)) ~= 'number' then
+      break
+    end
+    ahead = redis.call('ZRANK', order, id) or 0
+  else
+    local c = redis.pcall('ZCOUNT', polls, '-inf', since)
+    if type(c) ~= 'number' then
+      break
+    end
+    ahead = math.max(0, (redis.call('ZRANK', order, id) or 0) - c)
+  end
+  local idle = ARGV[5] + 0
+  local sleep = pause(pttl, ahead, nil, idle, ARGV[6] + 0)
+  local due = now + sleep + ARGV[12] -- when its next try reaches the server
+  local lapse = due + idle
+  if type(redis.pcall('HSET', info, id, kind .. ' ' .. f('%d', due) .. ' ' .. f('%d', lapse))) ~= 'number' then
+    break
+  end
+  for _, k in ipairs({order, info, kind == 'p' and polls or nil}) do
+    local left = redis.call('PTTL', k)
+    if left < 0 or left < lapse - now then
+      redis.call('PEXPIRE', k, f('%d', 2 * (lapse - now)))
+    end
+  end
+  if turn and turn ~= id then
+    ahead = ahead - 1 -- the message of that turn is past: one fewer to count
+  end
+  do
+    return {0, sleep, math.max(ahead, 0) + 1}
+  end
+until true
 local clock, nextFence, queueRules = shared()
 local R = queueRules()
 local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}

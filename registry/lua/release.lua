@@ -34,6 +34,47 @@ if queueEmpty(KEYS[2]) then
   redis.call('PUBLISH', ARGV[2], KEYS[1])
   return 1
 end
+-- The lean turn: the first in line is a live waiter that is sure to try
+-- soon (a listener, or a poller due soon): what nextTurn, grant and
+-- announce do in that case (prelude.lua), in the same calls but one (ZRANGE
+-- of one entry, not four), without defining a rule: its turn is marked
+-- unless it was, the turn key set, and one message published. Any other
+-- first entry (lapsed, unreadable, a poller passed over) is left to the
+-- general path before anything is written. lean_test.go runs both paths on
+-- random states and requires the same replies, keys and messages.
+repeat -- lean turn
+  local first = redis.pcall('ZRANGE', KEYS[2], '0', '0')
+  local id = type(first) == 'table' and first[1]
+  local now = type(id) == 'string' and clock()
+  local v = now and redis.pcall('HGET', KEYS[3], id)
+  if type(v) ~= 'string' then
+    break
+  end
+  local kind, due, lapse, ended = string.match(v, '^([lp]) (%d+) (%d+) ?(%d*)$')
+  if not kind then -- unreadable: dropped
+    break
+  end
+  due, lapse, ended = due + 0, lapse + 0, ended ~= '' and ended + 0 or 0 -- as waiter reads them
+  if lapse <= now or ended > 0 and ended + ARGV[3] < now then -- gone: dropped
+    break
+  end
+  local n = ARGV[3] + 0
+  if kind == 'p' then
+    if due - now > math.min(ARGV[4] + 0, math.max(ARGV[5] + 1, (lapse - due) / 3)) then -- passed over
+      break
+    end
+    n = math.max(due - now, 0) + ARGV[5]
+  end
+  local f = string.format
+  if ended == 0 then
+    redis.call('HSET', KEYS[3], id, f('%s %d %d %d', kind, due, lapse, now + n))
+  end
+  redis.call('SET', KEYS[4], id, 'PX', f('%d', math.max(1, n)))
+  redis.call('PUBLISH', ARGV[2], KEYS[1])
+  do
+    return 2
+  end
+until true
 local _, _, queueRules = shared()
 local R = queueRules()
 local q = {order = KEYS[2], info = KEYS[3], turn = KEYS[4], polls = KEYS[5]}
