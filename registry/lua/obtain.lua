@@ -108,8 +108,10 @@ repeat -- lean refusal
   if not now then
     break
   end
-  local kind, order, info, polls = 'p', KEYS[2], KEYS[3], KEYS[5]
-  if ARGV[4] + 0 == 2 then
+  local mode, kind, order, info, polls = ARGV[4] + 0, 'p', KEYS[2], KEYS[3], KEYS[5]
+  if mode == 0 then -- does not wait after all (a 0 spelled otherwise): the rules decide
+    break
+  elseif mode == 2 then
     kind = 'l'
   end
   local f = string.format
