@@ -142,12 +142,7 @@ repeat -- lean refusal
   if type(redis.pcall('HSET', info, id, kind .. ' ' .. f('%d', due) .. ' ' .. f('%d', lapse))) ~= 'number' then
     break
   end
-  for _, k in ipairs({order, info, kind == 'p' and polls or nil}) do
-    local left = redis.call('PTTL', k)
-    if left < 0 or left < lapse - now then
-      redis.call('PEXPIRE', k, f('%d', 2 * (lapse - now)))
-    end
-  end
+  keepAlive({order, info, kind == 'p' and polls or nil}, now, lapse)
   if turn and turn ~= id then
     ahead = ahead - 1 -- the message of that turn is past: one fewer to count
   end

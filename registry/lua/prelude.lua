@@ -82,6 +82,44 @@ local function pause(pttl, rank, turnLeft, idle, spread)
   return math.max(1, idle - spread)
 end
 
+-- keepAlive keeps each of the wait queue's keys alive until lapse (server
+-- ms; a waiter's entry stops counting then), and up to twice as long from
+-- now: they are extended in steps, not at every write (describe). Defined
+-- at once, as pause: the lean paths of semacquire.lua and obtain.lua use it.
+local function keepAlive(keys, now, lapse)
+  for _, k in ipairs(keys) do
+    local left = redis.call('PTTL', k)
+    if left < 0 or left < lapse - now then
+      redis.call('PEXPIRE', k, string.format('%d', 2 * (lapse - now)))
+    end
+  end
+end
+
+-- firstLive returns the first waiter in the wait queue whose order and
+-- info keys are order and info, with its kind, due, lapse and the end of
+-- its last turn (0: none), read as queueRules' waiter reads them, if it is
+-- live (not gone: queueRules' gone, window the listeners' turn in ms); else
+-- nil (nobody in line, an entry that cannot be read or is to be dropped, a
+-- key of another type: the rules then decide). Defined at once, as pause:
+-- the lean turns of release.lua and semrelease.lua read the line with it.
+local function firstLive(order, info, now, window)
+  local first = redis.pcall('ZRANGE', order, '0', '0')
+  local id = type(first) == 'table' and first[1]
+  local v = type(id) == 'string' and redis.pcall('HGET', info, id)
+  local kind, due, lapse, ended = nil, nil, nil, nil
+  if type(v) == 'string' then
+    kind, due, lapse, ended = string.match(v, '^([lp]) (%d+) (%d+) ?(%d*)$')
+  end
+  if not kind then
+    return nil
+  end
+  due, lapse, ended = due + 0, lapse + 0, ended ~= '' and ended + 0 or 0
+  if lapse <= now or ended > 0 and ended + window < now then
+    return nil
+  end
+  return id, kind, due, lapse, ended
+end
+
 -- shared defines, and returns, the rules that the fast paths do not need
 -- (and clock, for the scripts' convenience): clock, nextFence, queueRules,
 -- permitRules and tell.
@@ -230,16 +268,7 @@ local function shared()
           break
         end
       end
-      local keys = {q.order, q.info}
-      if kind == 'p' then
-        keys[3] = q.polls
-      end
-      for _, k in ipairs(keys) do
-        local left = redis.call('PTTL', k)
-        if left < 0 or left < lapse - now then
-          redis.call('PEXPIRE', k, ms(2 * (lapse - now)))
-        end
-      end
+      keepAlive({q.order, q.info, kind == 'p' and q.polls or nil}, now, lapse)
     end
 
     -- gone reports whether a queue entry read by waiter (kind nil: unreadable)

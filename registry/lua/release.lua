@@ -43,19 +43,12 @@ end
 -- general path before anything is written. lean_test.go runs both paths on
 -- random states and requires the same replies, keys and messages.
 repeat -- lean turn
-  local first = redis.pcall('ZRANGE', KEYS[2], '0', '0')
-  local id = type(first) == 'table' and first[1]
-  local now = type(id) == 'string' and clock()
-  local v = now and redis.pcall('HGET', KEYS[3], id)
-  if type(v) ~= 'string' then
-    break
+  local now = clock()
+  local id, kind, due, lapse, ended = nil, nil, nil, nil, nil
+  if now then
+    id, kind, due, lapse, ended = firstLive(KEYS[2], KEYS[3], now, ARGV[3])
   end
-  local kind, due, lapse, ended = string.match(v, '^([lp]) (%d+) (%d+) ?(%d*)$')
-  if not kind then -- unreadable: dropped
-    break
-  end
-  due, lapse, ended = due + 0, lapse + 0, ended ~= '' and ended + 0 or 0 -- as waiter reads them
-  if lapse <= now or ended > 0 and ended + ARGV[3] < now then -- gone: dropped
+  if not id then -- nobody, or an entry to drop: the rules decide
     break
   end
   local n = ARGV[3] + 0

@@ -259,12 +259,7 @@ repeat -- lean refusal
   if type(n) ~= 'number' then
     break
   end
-  for _, k in ipairs({order, info, kind == 'p' and polls or nil}) do
-    local left = redis.call('PTTL', k)
-    if left < 0 or left < lapse - now then
-      redis.call('PEXPIRE', k, f('%d', 2 * (lapse - now)))
-    end
-  end
+  keepAlive({order, info, kind == 'p' and polls or nil}, now, lapse)
   do
     return {0, sleep, 1}
   end

@@ -71,19 +71,9 @@ repeat -- lean turn
   if free ~= 1 then
     break
   end
-  local first = redis.pcall('ZRANGE', KEYS[2], '0', '0')
-  local id = type(first) == 'table' and first[1]
-  local reg = type(id) == 'string' and string.match(id, '^([^/]+)/')
-  local v = reg and redis.pcall('HGET', KEYS[3], id)
-  if type(v) ~= 'string' then
-    break
-  end
-  local kind, due, lapse, ended = string.match(v, '^([lp]) (%d+) (%d+) ?(%d*)$')
-  if not kind then -- unreadable: dropped
-    break
-  end
-  due, lapse, ended = due + 0, lapse + 0, ended ~= '' and ended + 0 or 0 -- as waiter reads them
-  if lapse <= now or ended > 0 and ended + ARGV[3] < now then -- gone: dropped
+  local id, kind, due, lapse, ended = firstLive(KEYS[2], KEYS[3], now, ARGV[3])
+  local reg = id and string.match(id, '^([^/]+)/')
+  if not reg then -- nobody, or an entry to drop, or one that names no registry
     break
   end
   if kind == 'p' then
@@ -115,14 +105,8 @@ repeat -- lean turn
       if more + 0 > 0 then -- toBack and describe
         redis.call('ZADD', KEYS[2], f('%.3f', now), id)
         local at = now + idle
-        local span = at + idle - now
         redis.call('HSET', KEYS[3], id, f('l %d %d', at, at + idle), id .. '|', table.concat({pre, c, ttl, f('%d', seq + 1), f('%d', more - 1), idle, fenced}, ' '))
-        for _, k in ipairs({KEYS[2], KEYS[3]}) do
-          local left = redis.call('PTTL', k)
-          if left < 0 or left < span then
-            redis.call('PEXPIRE', k, f('%d', 2 * span))
-          end
-        end
+        keepAlive({KEYS[2], KEYS[3]}, now, at + idle)
       else -- drop
         redis.call('ZREM', KEYS[2], id)
         redis.call('HDEL', KEYS[3], id, id .. '|')
