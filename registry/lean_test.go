@@ -139,26 +139,7 @@ func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
 		since := fmt.Sprintf("%d.%03d", now-1000+int64(i)*rng.Int64N(200), rng.IntN(1000))
 		do("ZADD", st.keys[1], since, id)
 		kind, idle := pick("l", "l", "p"), []int64{10, 100}[rng.IntN(2)]
-		due := now - 50 + rng.Int64N(200)
-		if kind == "p" && rng.IntN(3) == 0 { // due about when a poller is still sure to try soon: min(ahead, max(slack+1, idle/3))
-			due = now + int64(min(20, max(6, float64(idle)/3))) + rng.Int64N(3) - 1
-		}
-		lapse := due + idle
-		if rng.IntN(6) == 0 {
-			lapse = now - rng.Int64N(10)
-		}
-		info := fmt.Sprintf("%s %d %d", kind, due, lapse)
-		if rng.IntN(10) == 0 { // numbers written by hand: read as numbers
-			info = fmt.Sprintf("%s %014d %014d", kind, due, lapse)
-		}
-		switch rng.IntN(12) {
-		case 0:
-			info += fmt.Sprint(" ", now-rng.Int64N(10))
-		case 1:
-			info += fmt.Sprint(" ", now-[]int64{100, 101, 200}[rng.IntN(3)]) // a turn that ended a window ago, or more
-		case 2:
-			info = pick("garbage", "")
-		}
+		info := drawInfo(rng, now, kind, idle)
 		if info != "" {
 			do("HSET", st.keys[2], id, info)
 		}
@@ -398,26 +379,7 @@ func drawLockState(rng *rand.Rand, pfx, op string, frozen bool) *leanState {
 		since := fmt.Sprintf("%d.%03d", now-1000+int64(i)*rng.Int64N(200), rng.IntN(1000))
 		do("ZADD", st.keys[1], since, id)
 		kind, idle := pick("l", "l", "p"), []int64{10, 30, 100}[rng.IntN(3)]
-		due := now - 50 + rng.Int64N(200)
-		if kind == "p" && rng.IntN(3) == 0 { // due about when a poller is still sure to try soon: min(ahead, max(slack+1, idle/3))
-			due = now + int64(min(20, max(6, float64(idle)/3))) + rng.Int64N(3) - 1
-		}
-		lapse := due + idle
-		if rng.IntN(6) == 0 {
-			lapse = now - rng.Int64N(10)
-		}
-		info := fmt.Sprintf("%s %d %d", kind, due, lapse)
-		if rng.IntN(10) == 0 {
-			info = fmt.Sprintf("%s %014d %014d", kind, due, lapse)
-		}
-		switch rng.IntN(12) {
-		case 0:
-			info += fmt.Sprint(" ", now-rng.Int64N(10))
-		case 1:
-			info += fmt.Sprint(" ", now-[]int64{100, 101, 200}[rng.IntN(3)])
-		case 2:
-			info = pick("garbage", "")
-		}
+		info := drawInfo(rng, now, kind, idle)
 		if info != "" {
 			do("HSET", st.keys[2], id, info)
 		}
@@ -450,4 +412,33 @@ func drawLockState(rng *rand.Rand, pfx, op string, frozen bool) *leanState {
 	}
 	st.desc = fmt.Sprint(st.cmds)
 	return st
+}
+
+// drawInfo draws the info of a queue entry of kind ('l' or 'p') whose poll
+// interval is idle, as the scripts write it or not: live, lapsed, due about
+// when a poller is still sure to try soon (min(ahead, max(slack+1,
+// idle/3))), given a turn that ended now, a window ago or more, written
+// with leading zeros, unreadable, or "" (none).
+func drawInfo(rng *rand.Rand, now int64, kind string, idle int64) string {
+	due := now - 50 + rng.Int64N(200)
+	if kind == "p" && rng.IntN(3) == 0 {
+		due = now + int64(min(20, max(6, float64(idle)/3))) + rng.Int64N(3) - 1
+	}
+	lapse := due + idle
+	if rng.IntN(6) == 0 {
+		lapse = now - rng.Int64N(10)
+	}
+	info := fmt.Sprintf("%s %d %d", kind, due, lapse)
+	if rng.IntN(10) == 0 { // numbers written by hand: read as numbers
+		info = fmt.Sprintf("%s %014d %014d", kind, due, lapse)
+	}
+	switch rng.IntN(12) {
+	case 0:
+		info += fmt.Sprint(" ", now-rng.Int64N(10))
+	case 1:
+		info += fmt.Sprint(" ", now-[]int64{100, 101, 200}[rng.IntN(3)]) // a turn that ended a window ago, or more
+	case 2:
+		info = []string{"garbage", ""}[rng.IntN(2)]
+	}
+	return info
 }
