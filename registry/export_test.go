@@ -260,7 +260,8 @@ func GotThenGrantedAgain(s *Semaphore) (token string, again func()) {
 	return token, func() { s.granted(wire.Grant{Key: s.key, Seq: seq, Permits: s.permits}) }
 }
 
-// Lean scripts for lean_test.go: semacquire.lua ("acquire"),
+// Lean scripts for lean_test.go: semacquire.lua ("acquire" for its lean
+// refusal, "wait" for its lean wait: the other lean path stays in both runs),
 // semrelease.lua ("release"), obtain.lua ("obtain") and release.lua
 // ("unlock"), each with its lean path and with the lean
 // path skipped, and each at two fixed clocks: LeanNow (ms, with a
@@ -278,17 +279,23 @@ var leanScripts = func() map[string]*core.Script {
 			{"redis.call('TIME')", clock},
 			{"redis.pcall('PUBLISH', ", "leanPub("},
 			{"redis.call('PUBLISH', ", "leanPub("},
-			{"until true\n", "until true\nredis.call('INCR', 'lean:fell')\n"},
 		} {
 			if !strings.Contains(src, r[0]) && r[0] != "redis.call('TIME')" && r[0] != "redis.call('PUBLISH', " {
 				panic("lean scripts: no " + r[0])
 			}
 			src = strings.ReplaceAll(src, r[0], r[1])
 		}
+		if strings.Count(src, marker) != 1 {
+			panic("lean scripts: no " + marker)
+		}
+		i := strings.Index(src, marker)
+		j := strings.Index(src[i:], "until true\n")
+		if j < 0 {
+			panic("lean scripts: no end of " + marker)
+		}
+		j += i + len("until true\n")
+		src = src[:j] + "redis.call('INCR', 'lean:fell')\n" + src[j:]
 		if !lean {
-			if strings.Count(src, marker) != 1 {
-				panic("lean scripts: no " + marker)
-			}
 			src = strings.Replace(src, marker, "repeat do break end", 1)
 		}
 		return "local function leanPub(ch, msg)\n" +
@@ -299,6 +306,7 @@ var leanScripts = func() map[string]*core.Script {
 	m := map[string]*core.Script{}
 	for op, s := range map[string][2]string{
 		"acquire": {semAcquireSrc, "repeat -- lean refusal"},
+		"wait":    {semAcquireSrc, "repeat -- lean wait"},
 		"release": {semReleaseSrc, "repeat -- lean turn"},
 		"obtain":  {obtainSrc, "repeat -- lean refusal"},
 		"unlock":  {releaseSrc, "repeat -- lean turn"},
@@ -312,8 +320,8 @@ var leanScripts = func() map[string]*core.Script {
 	return m
 }()
 
-// RunLean runs semacquire.lua, semrelease.lua, obtain.lua or release.lua
-// (op "acquire", "release", "obtain" or "unlock") with a fixed clock (whole: LeanNow's whole ms) and its
+// RunLean runs semacquire.lua (its two lean paths), semrelease.lua, obtain.lua or release.lua
+// (op "acquire" or "wait", "release", "obtain" or "unlock") with a fixed clock (whole: LeanNow's whole ms) and its
 // publishes recorded, with its lean path or without it.
 func RunLean(ctx context.Context, c Client, op string, lean, whole bool, keys []string, args ...any) (any, error) {
 	return c.Eval(ctx, leanScripts[fmt.Sprint(op, lean, whole)], keys, args)

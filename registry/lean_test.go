@@ -42,7 +42,7 @@ func TestLeanPathsMatchTheRules(t *testing.T) {
 			return v
 		}
 		rng := rand.New(rand.NewPCG(40, uint64(len(b.name))))
-		for _, op := range []string{"acquire", "release", "obtain", "unlock"} {
+		for _, op := range []string{"acquire", "wait", "release", "obtain", "unlock"} {
 			leaned, reached, runs := 0, 0, 400
 			for i := range runs {
 				var st *leanState
@@ -92,7 +92,10 @@ type leanState struct {
 	desc string
 }
 
-// drawLeanState draws a state in which op ("acquire" or "release") runs.
+// drawLeanState draws a state in which op ("acquire", "wait" or "release")
+// runs: "wait" is semacquire.lua's, drawn for its second lean path (a
+// waiter in line refused while permits are free: more of them are free,
+// the caller is more often in line, and more entries have their turns).
 func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
 	clock := registry.LeanNow
 	now := int64(clock)
@@ -101,7 +104,8 @@ func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
 	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
 	regs := []string{"A", "B", "C", "D", "E"}
 	permits := 1 + rng.IntN(4)
-	if op == "acquire" && rng.IntN(20) == 0 {
+	wait := op == "wait"
+	if op != "release" && rng.IntN(20) == 0 {
 		permits = 0 // refused by Registry.Semaphore; the scripts must still agree
 	}
 	count := func() string {
@@ -114,6 +118,9 @@ func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
 	var held []string
 	full := rng.IntN(2) == 0 // every permit taken and live: an attempt most often refused, a release that frees one
 	n := rng.IntN(permits + 2)
+	if wait {
+		full, n = rng.IntN(10) == 0, max(0, permits-1-rng.IntN(2)*rng.IntN(3)) // one permit free, most often
+	}
 	if full {
 		n = permits
 	}
@@ -132,14 +139,39 @@ func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
 	queued := rng.IntN(5)
 	if full && op == "release" {
 		queued = 1 + rng.IntN(4)
+	} else if wait {
+		queued = 2 + rng.IntN(3)
 	}
+	last, tidy := "", wait && rng.IntN(3) == 0 // tidy: a line that the lean wait most often answers
 	for i, reg := range rng.Perm(5)[:queued] {
+		last = regs[reg]
 		id := regs[reg] + "/1"
 		inLine[id] = true
 		since := fmt.Sprintf("%d.%03d", now-1000+int64(i)*rng.Int64N(200), rng.IntN(1000))
 		do("ZADD", st.keys[1], since, id)
-		kind, idle := pick("l", "l", "p"), []int64{10, 100}[rng.IntN(2)]
+		kinds := []string{"l", "l", "p"}
+		if wait {
+			kinds = append(kinds, "l")
+		}
+		kind, idle := pick(kinds...), []int64{10, 100}[rng.IntN(2)]
 		info := drawInfo(rng, now, kind, idle)
+		if tidy { // live, sure to try soon, its turn given and running
+			due := now - 5 + rng.Int64N(10)
+			lapse := due + idle
+			if rng.IntN(6) == 0 {
+				lapse = now // it lapses now: dropped
+			}
+			info = fmt.Sprintf("%s %d %d %d", kind, due, lapse, now-5+rng.Int64N(20))
+			if i == 0 && rng.IntN(2) == 0 { // most often first in line: a poller due as late as a turn allows (or a ms later: passed over), its turn given or not
+				kind, due = "p", now+int64(min(20, max(6, float64(idle)/3)))+rng.Int64N(2)
+				info = fmt.Sprintf("p %d %d", due, due+idle)
+				if rng.IntN(2) == 0 {
+					info += fmt.Sprint(" ", now+rng.Int64N(5))
+				}
+			}
+		} else if wait && strings.Count(info, " ") == 2 && rng.IntN(4) > 0 { // its turn given, most often running
+			info += fmt.Sprint(" ", now-110+rng.Int64N(150))
+		}
 		if info != "" {
 			do("HSET", st.keys[2], id, info)
 		}
@@ -148,6 +180,9 @@ func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
 				regs[reg], count(), []int{2000, 30000}[rng.IntN(2)], 5+rng.IntN(5), rng.IntN(3), idle, pick("0", "0", "0", "1")))
 		}
 		if kind == "p" && rng.IntN(5) > 0 {
+			if wait && rng.IntN(4) == 0 {
+				since = fmt.Sprint(now - 2000) // not its place in line: a state the scripts do not write, where both paths must still agree
+			}
 			do("ZADD", st.keys[4], since, id)
 		}
 	}
@@ -184,9 +219,12 @@ func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
 		st.args = []any{tok(), prefix, 100, 20, 5, permits, rng.IntN(2), pick("0", "0", "0", "1")}
 	} else {
 		reg := regs[rng.IntN(5)]
+		if wait && rng.IntN(4) > 0 {
+			reg = last // the last in line
+		}
 		id := reg + "/1"
 		mine := inLine[id]
-		if rng.IntN(6) == 0 {
+		if rng.IntN(6) == 0 && (!wait || rng.IntN(2) == 0) {
 			mine = !mine
 		}
 		record, claim := "", ""
@@ -201,9 +239,13 @@ func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
 			claim = tok()
 		}
 		flag := func(in int) int { return min(rng.IntN(in), 1) }
-		st.args = []any{tok(), []int{2000, 30000}[rng.IntN(2)], id, pick("0", "1", "1", "2", "2", "2"), idle, rng.IntN(idle / 2),
+		modes, compares := []string{"0", "1", "1", "2", "2", "2"}, 6
+		if wait { // pollers most often, counts seldom compared
+			modes, compares = []string{"0", "1", "1", "1", "2", "2"}, 12
+		}
+		st.args = []any{tok(), []int{2000, 30000}[rng.IntN(2)], id, pick(modes...), idle, rng.IntN(idle / 2),
 			flag(4) ^ 1, prefix, 100, 20, 5, rng.IntN(3), permits, flag(3) ^ 1, map[bool]int{true: 1}[mine],
-			flag(6) ^ 1, flag(4) ^ 1, record, claim}
+			flag(compares) ^ 1, flag(4) ^ 1, record, claim}
 	}
 	st.desc = fmt.Sprint(st.cmds)
 	return st

@@ -507,14 +507,17 @@ local function shared()
     -- the least-privilege ACL allows). Past them the free permits are
     -- anyone's, as a lock key is when nextTurn finds nobody: self is admitted
     -- if fewer than free were ahead, so that a listener behind many pollers
-    -- not yet due is not refused while a permit idles.
-    local function admit(R, q, now, free, self, r)
+    -- not yet due is not refused while a permit idles. rank: self's place
+    -- in line if the caller read it already (false: not in line), else nil.
+    local function admit(R, q, now, free, self, r, rank)
       local told = {}
       if free <= 0 then
         return false, told
       end
       if self then
-        local rank = R.qcall('ZRANK', q.order, self)
+        if rank == nil then
+          rank = R.qcall('ZRANK', q.order, self)
+        end
         if rank and rank < free then -- fewer in line ahead of it than free permits
           return true, told
         end

@@ -264,6 +264,95 @@ repeat -- lean refusal
     return {0, sleep, 1}
   end
 until true
+-- The lean wait: a waiter in line, that does not compare counts, on a
+-- semaphore with permits free (fewer held than permits, live or not)
+-- whose turns are the waiters' ahead of it: as many of those in front of
+-- it as are free are sure to try soon (admit: a listener, or a poller due
+-- soon) and were given their turns already, and none of the entries read
+-- on the way is to be dropped. It is refused ({2, sleep, 1}) and keeps its
+-- place, in the calls that admit, enqueue, pause and describe make in that
+-- case, but the second ZRANK, without defining a rule. Any other case
+-- (a turn to give or an entry to drop on the way, a permit expired, the
+-- caller's own permit: a resend) is left to the general path before
+-- anything is written; lean_test.go compares the two on random states.
+local known = nil -- the caller's place in line, as the lean wait read it (false: not in line), for admit
+repeat -- lean wait
+  local mode = ARGV[4] + 0
+  if pruned or mode == 0 or ARGV[15] ~= '1' or ARGV[16] == '1' then
+    break
+  end
+  local order, info, polls = KEYS[2], KEYS[3], KEYS[5]
+  local free = permits - held
+  local rank = redis.pcall('ZRANK', order, id)
+  if type(rank) ~= 'table' then
+    known = rank
+  end
+  if type(rank) ~= 'number' or rank < free then -- not in line, a key of another type, or admitted
+    break
+  end
+  local ids = redis.call('ZRANGE', order, '0', string.format('%d', math.min(rank, 8) - 1))
+  local window, most, slack, ahead = ARGV[9] + 0, ARGV[10] + 0, ARGV[11] + 0, 0
+  for _, w in ipairs(ids) do
+    local v = redis.pcall('HGET', info, w)
+    local kind, due, lapse, ended = nil, nil, nil, nil
+    if type(v) == 'string' then
+      kind, due, lapse, ended = string.match(v, '^([lp]) (%d+) (%d+) ?(%d*)$')
+    end
+    if not kind then
+      break
+    end
+    due, lapse, ended = due + 0, lapse + 0, ended ~= '' and ended + 0 or 0
+    if lapse <= now or ended > 0 and ended + window < now then -- to be dropped (gone)
+      break
+    end
+    if kind == 'l' or due - now <= math.min(most, math.max(slack + 1, (lapse - due) / 3)) then -- turnFor
+      if ended == 0 then -- a turn to give
+        break
+      end
+      ahead = ahead + 1
+      if ahead >= free then
+        break
+      end
+    end
+  end
+  if ahead < free then
+    break
+  end
+  -- admit refused it; expired permits would be pruned and counted free,
+  -- and a permit of the caller's token is a resend's.
+  if held > 0 and (redis.call('ZCOUNT', KEYS[1], '-inf', string.format('%d', now)) > 0 or redis.call('ZSCORE', KEYS[1], token)) then
+    break
+  end
+  local since = redis.call('ZSCORE', order, id)
+  local kind = 'p'
+  if mode == 2 then
+    kind = 'l'
+    local behind = redis.pcall('ZCOUNT', polls, '-inf', since) -- the pollers ahead, which a listener does not count
+    if type(behind) ~= 'number' then
+      break
+    end
+    rank = math.max(0, rank - behind)
+  elseif type(redis.pcall('ZADD', polls, 'NX', since, id)) ~= 'number' then
+    break
+  end
+  local idle = ARGV[5] + 0
+  local sleep = pause(-2, rank, window, idle, ARGV[6] + 0)
+  local due = now + sleep + ARGV[12]
+  local v, n = kind .. ' ' .. string.format('%d', due) .. ' ' .. string.format('%d', due + idle), nil
+  local record = mode == 2 and grantRecord ~= '' and fresh(grantRecord)
+  if record then
+    n = redis.pcall('HSET', info, id, v, id .. '|', record)
+  else
+    n = redis.pcall('HSET', info, id, v)
+  end
+  if type(n) ~= 'number' then
+    break
+  end
+  keepAlive({order, info, kind == 'p' and polls or nil}, now, due + idle)
+  do
+    return {2, sleep, 1}
+  end
+until true
 -- nobodyWaits reports whether the wait queue is empty: from found, where
 -- the semaphore key exists exactly when it holds permits (an empty sorted
 -- set does not), or by queueEmpty.
@@ -368,7 +457,7 @@ end
 local ok, told = false, nil
 if free > 0 then
   R, P = queueRules(), P or permitRules()
-  ok, told = P.admit(R, q, now, free, id, rules)
+  ok, told = P.admit(R, q, now, free, id, rules, known)
   if not ok and not pruned and held > 0 then
     -- The scripts that give permits back count the expired ones that
     -- nobody pruned yet as free (permitRules.live), and may have given the
