@@ -129,6 +129,9 @@ func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
 		exp := now + 1 + rng.Int64N(3000)
 		if !full && rng.IntN(5) == 0 {
 			exp = now - rng.Int64N(100)
+			if wait && rng.IntN(3) == 0 {
+				exp = now // expired in this ms: pruned
+			}
 		}
 		do("ZADD", st.keys[0], exp, tok)
 		held = append(held, tok)
