@@ -13,11 +13,12 @@ import (
 	"github.com/lockyard/lockyard/registry"
 )
 
-// The lean paths of semacquire.lua (a waiter refused by a full semaphore),
-// semrelease.lua (a release that gives one free permit's turn to the
-// first in line), obtain.lua (a waiter refused by a held lock) and
-// release.lua (a release that gives the key's turn to the first in line)
-// are the general rules written out for one case each. On
+// The lean paths of semacquire.lua (a waiter refused by a full semaphore;
+// a waiter in line refused while the free permits are the turns of those
+// ahead of it, op "wait"), semrelease.lua (a release that gives one free
+// permit's turn to the first in line), obtain.lua (a waiter refused by a
+// held lock) and release.lua (a release that gives the key's turn to the
+// first in line) are the general rules written out for one case each. On
 // random states of a semaphore and its queue, both tiers, each script runs
 // twice from the same state, with its lean path and with that path
 // skipped, at a fixed clock (with a fraction of a ms in half the states, a
