@@ -209,6 +209,30 @@ end
 -- has written anything that the general path would not write the same;
 -- the general path then takes over. lean_test.go runs both paths on random
 -- states and requires the same replies, keys and messages.
+-- noteWait records how the caller, in line as a waiter of kind, waits
+-- after a refusal of a lean path below (describe's calls): due to try at
+-- due, its entry lapsing at lapse, a listener's grant record written
+-- unless the entry holds a later one (fresh; added: the entry is new in
+-- line, and has none); and keeps the queue keys alive until lapse. False,
+-- with nothing written, when the info key holds another type: the general
+-- path then decides.
+local function noteWait(kind, now, due, lapse, added)
+  local v, n = kind .. ' ' .. string.format('%d', due) .. ' ' .. string.format('%d', lapse), nil
+  local rec = nil
+  if kind == 'l' and grantRecord ~= '' then
+    rec = added and grantRecord or fresh(grantRecord)
+  end
+  if rec then
+    n = redis.pcall('HSET', KEYS[3], id, v, id .. '|', rec)
+  else
+    n = redis.pcall('HSET', KEYS[3], id, v)
+  end
+  if type(n) ~= 'number' then
+    return false
+  end
+  keepAlive({KEYS[2], KEYS[3], kind == 'p' and KEYS[5] or nil}, now, lapse)
+  return true
+end
 repeat -- lean refusal
   if not soonestAt or live < held or live < permits or mine or ARGV[16] == '1' then
     break
@@ -249,17 +273,9 @@ repeat -- lean refusal
   local idle = ARGV[5] + 0
   local sleep = pause(math.max(math.floor(small[soonestAt + 1] - now), 0), 0, nil, idle, ARGV[6] + 0)
   local due = now + sleep + ARGV[12]
-  local lapse = due + idle
-  local v, n = kind .. ' ' .. f('%d', due) .. ' ' .. f('%d', lapse), nil
-  if kind == 'l' and grantRecord ~= '' and (added or fresh(grantRecord)) then
-    n = redis.pcall('HSET', info, id, v, id .. '|', grantRecord)
-  else
-    n = redis.pcall('HSET', info, id, v)
-  end
-  if type(n) ~= 'number' then
+  if not noteWait(kind, now, due, due + idle, added) then
     break
   end
-  keepAlive({order, info, kind == 'p' and polls or nil}, now, lapse)
   do
     return {0, sleep, 1}
   end
@@ -338,17 +354,9 @@ repeat -- lean wait
   local idle = ARGV[5] + 0
   local sleep = pause(-2, rank, window, idle, ARGV[6] + 0)
   local due = now + sleep + ARGV[12]
-  local v, n = kind .. ' ' .. string.format('%d', due) .. ' ' .. string.format('%d', due + idle), nil
-  local record = mode == 2 and grantRecord ~= '' and fresh(grantRecord)
-  if record then
-    n = redis.pcall('HSET', info, id, v, id .. '|', record)
-  else
-    n = redis.pcall('HSET', info, id, v)
-  end
-  if type(n) ~= 'number' then
+  if not noteWait(kind, now, due, due + idle, false) then
     break
   end
-  keepAlive({order, info, kind == 'p' and polls or nil}, now, due + idle)
   do
     return {2, sleep, 1}
   end
