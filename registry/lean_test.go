@@ -98,12 +98,8 @@ type leanState struct {
 // waiter in line refused while permits are free: more of them are free,
 // the caller is more often in line, and more entries have their turns).
 func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
-	clock := registry.LeanNow
-	now := int64(clock)
-	st := &leanState{keys: []string{pfx + "sem", pfx + "q", pfx + "i", pfx + "t", pfx + "p", pfx + "f"}}
-	do := func(args ...any) { st.cmds = append(st.cmds, args) }
-	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
-	regs := []string{"A", "B", "C", "D", "E"}
+	st, do, pick := newLeanState(rng, pfx, "sem")
+	now, regs := leanNow, leanRegs
 	permits := 1 + rng.IntN(4)
 	wait := op == "wait"
 	if op != "release" && rng.IntN(20) == 0 {
@@ -255,6 +251,25 @@ func drawLeanState(rng *rand.Rand, pfx, op string) *leanState {
 	return st
 }
 
+// leanRegs are the registries whose waiters and holders the states draw;
+// leanNow is the scripts' fixed clock's ms (RunLean).
+var (
+	leanRegs  = []string{"A", "B", "C", "D", "E"}
+	leanNow   = int64(leanClock)
+	leanClock = registry.LeanNow
+)
+
+// newLeanState starts a state of the six keys named after pfx (the first
+// one's name ends with main: the semaphore's or the lock's key), with do,
+// which adds a command that writes it, and pick, which draws one of its
+// arguments.
+func newLeanState(rng *rand.Rand, pfx, main string) (st *leanState, do func(...any), pick func(...string) string) {
+	st = &leanState{keys: []string{pfx + main, pfx + "q", pfx + "i", pfx + "t", pfx + "p", pfx + "f"}}
+	do = func(args ...any) { st.cmds = append(st.cmds, args) }
+	pick = func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	return st, do, pick
+}
+
 // write sets the state up afresh.
 func (st *leanState) write(do func(string, ...any) any) {
 	for _, k := range append(slices.Clone(st.keys), "lean:pubs", "lean:fell", "lean:heard") {
@@ -377,12 +392,8 @@ func fmtReply(v any) string {
 // a free key may have a turn: the reply's sleep is then the key's or the
 // turn's PTTL, which on the real server moves between the two runs.
 func drawLockState(rng *rand.Rand, pfx, op string, frozen bool) *leanState {
-	clock := registry.LeanNow
-	now := int64(clock)
-	st := &leanState{keys: []string{pfx + "lk", pfx + "q", pfx + "i", pfx + "t", pfx + "p", pfx + "f"}}
-	do := func(args ...any) { st.cmds = append(st.cmds, args) }
-	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
-	regs := []string{"A", "B", "C", "D", "E"}
+	st, do, pick := newLeanState(rng, pfx, "lk")
+	now, regs := leanNow, leanRegs
 	token := "tok-" + regs[rng.IntN(5)]
 	held := true
 	switch rng.IntN(6) {
