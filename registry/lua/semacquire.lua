@@ -198,17 +198,6 @@ if pruned and held <= 8 then -- expired permits matter only when they would refu
     end
   end
 end
--- The lean refusal: a waiter's attempt on a semaphore whose permits (8 or
--- fewer: small) are all taken and live, none of them the caller's, that
--- does not compare
--- counts, queues the caller (or keeps its place) and says how long it
--- sleeps, in the calls that the general path below makes in that case
--- (enqueue, pause, describe in prelude.lua), without defining a rule:
--- the rules' closures and tables are most of the work of a refusal on a
--- busy semaphore. It ends where a queue key holds another type before it
--- has written anything that the general path would not write the same;
--- the general path then takes over. lean_test.go runs both paths on random
--- states and requires the same replies, keys and messages.
 -- noteWait records how the caller, in line as a waiter of kind, waits
 -- after a refusal of a lean path below (describe's calls): due to try at
 -- due, its entry lapsing at lapse, a listener's grant record written
@@ -233,6 +222,16 @@ local function noteWait(kind, now, due, lapse, added)
   keepAlive({KEYS[2], KEYS[3], kind == 'p' and KEYS[5] or nil}, now, lapse)
   return true
 end
+-- The lean refusal: a waiter's attempt on a semaphore whose permits (8 or
+-- fewer: small) are all taken and live, none of them the caller's, that
+-- does not compare counts, queues the caller (or keeps its place) and says
+-- how long it sleeps, in the calls that the general path below makes in
+-- that case (enqueue, pause, describe in prelude.lua), without defining a
+-- rule: the rules' closures and tables are most of the work of a refusal
+-- on a busy semaphore. It ends where a queue key holds another type before it
+-- has written anything that the general path would not write the same;
+-- the general path then takes over. lean_test.go runs both paths on random
+-- states and requires the same replies, keys and messages.
 repeat -- lean refusal
   if not soonestAt or live < held or live < permits or mine or ARGV[16] == '1' then
     break
