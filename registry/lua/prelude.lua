@@ -95,17 +95,16 @@ local function keepAlive(keys, now, lapse)
   end
 end
 
--- firstLive returns the first waiter in the wait queue whose order and
--- info keys are order and info, with its kind, due, lapse and the end of
--- its last turn (0: none), read as queueRules' waiter reads them, if it is
--- live (not gone: queueRules' gone, window the listeners' turn in ms); else
--- nil (nobody in line, an entry that cannot be read or is to be dropped, a
--- key of another type: the rules then decide). Defined at once, as pause:
--- the lean turns of release.lua and semrelease.lua read the line with it.
-local function firstLive(order, info, now, window)
-  local first = redis.pcall('ZRANGE', order, '0', '0')
-  local id = type(first) == 'table' and first[1]
-  local v = type(id) == 'string' and redis.pcall('HGET', info, id)
+-- liveEntry returns waiter id's kind, due, lapse and the end of its last
+-- turn (0: none), read from the queue's info key info as queueRules'
+-- waiter reads them, and whether it is sure to try soon (as turnFor
+-- decides: a listener, or a poller due within soon of its interval, most
+-- and slack being r.ahead and r.slack), if it is live (not gone: queueRules'
+-- gone, window the listeners' turn in ms); else nil (no entry, one that
+-- cannot be read or is to be dropped, a key of another type: the rules then
+-- decide). Defined at once, as pause: the lean paths read the line with it.
+local function liveEntry(info, id, now, window, most, slack)
+  local v = redis.pcall('HGET', info, id)
   local kind, due, lapse, ended = nil, nil, nil, nil
   if type(v) == 'string' then
     kind, due, lapse, ended = string.match(v, '^([lp]) (%d+) (%d+) ?(%d*)$')
@@ -117,7 +116,24 @@ local function firstLive(order, info, now, window)
   if lapse <= now or ended > 0 and ended + window < now then
     return nil
   end
-  return id, kind, due, lapse, ended
+  return kind, due, lapse, ended, kind == 'l' or due - now <= math.min(most + 0, math.max(slack + 1, (lapse - due) / 3))
+end
+
+-- firstLive returns the first waiter in the wait queue whose order and
+-- info keys are order and info, and what liveEntry says of it, if it is
+-- live; else nil (nobody in line, or liveEntry's nil). The lean turns of
+-- release.lua and semrelease.lua read the line with it.
+local function firstLive(order, info, now, window, most, slack)
+  local first = redis.pcall('ZRANGE', order, '0', '0')
+  local id = type(first) == 'table' and first[1]
+  if type(id) ~= 'string' then
+    return nil
+  end
+  local kind, due, lapse, ended, sure = liveEntry(info, id, now, window, most, slack)
+  if not kind then
+    return nil
+  end
+  return id, kind, due, lapse, ended, sure
 end
 
 -- shared defines, and returns, the rules that the fast paths do not need

@@ -44,18 +44,15 @@ end
 -- random states and requires the same replies, keys and messages.
 repeat -- lean turn
   local now = clock()
-  local id, kind, due, lapse, ended = nil, nil, nil, nil, nil
+  local id, kind, due, lapse, ended, sure = nil, nil, nil, nil, nil, nil
   if now then
-    id, kind, due, lapse, ended = firstLive(KEYS[2], KEYS[3], now, ARGV[3])
+    id, kind, due, lapse, ended, sure = firstLive(KEYS[2], KEYS[3], now, ARGV[3], ARGV[4], ARGV[5])
   end
-  if not id then -- nobody, or an entry to drop: the rules decide
+  if not id or not sure then -- nobody, an entry to drop, or a poller passed over: the rules decide
     break
   end
   local n = ARGV[3] + 0
   if kind == 'p' then
-    if due - now > math.min(ARGV[4] + 0, math.max(ARGV[5] + 1, (lapse - due) / 3)) then -- passed over
-      break
-    end
     n = math.max(due - now, 0) + ARGV[5]
   end
   local f = string.format

@@ -308,19 +308,11 @@ repeat -- lean wait
   local ids = redis.call('ZRANGE', order, '0', string.format('%d', math.min(rank, 8) - 1))
   local window, most, slack, ahead = ARGV[9] + 0, ARGV[10] + 0, ARGV[11] + 0, 0
   for _, w in ipairs(ids) do
-    local v = redis.pcall('HGET', info, w)
-    local kind, due, lapse, ended = nil, nil, nil, nil
-    if type(v) == 'string' then
-      kind, due, lapse, ended = string.match(v, '^([lp]) (%d+) (%d+) ?(%d*)$')
-    end
-    if not kind then
+    local kind, _, _, ended, sure = liveEntry(info, w, now, window, most, slack)
+    if not kind then -- unreadable, or to be dropped (gone)
       break
     end
-    due, lapse, ended = due + 0, lapse + 0, ended ~= '' and ended + 0 or 0
-    if lapse <= now or ended > 0 and ended + window < now then -- to be dropped (gone)
-      break
-    end
-    if kind == 'l' or due - now <= math.min(most, math.max(slack + 1, (lapse - due) / 3)) then -- turnFor
+    if sure then -- turnFor
       if ended == 0 then -- a turn to give
         break
       end

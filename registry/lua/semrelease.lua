@@ -71,16 +71,12 @@ repeat -- lean turn
   if free ~= 1 then
     break
   end
-  local id, kind, due, lapse, ended = firstLive(KEYS[2], KEYS[3], now, ARGV[3])
+  local id, kind, due, lapse, ended, sure = firstLive(KEYS[2], KEYS[3], now, ARGV[3], ARGV[4], ARGV[5])
   local reg = id and string.match(id, '^([^/]+)/')
-  if not reg then -- nobody, or an entry to drop, or one that names no registry
+  if not reg or not sure then -- nobody, an entry to drop, one that names no registry, or a poller passed over
     break
   end
   if kind == 'p' then
-    local soon = math.min(ARGV[4] + 0, math.max(ARGV[5] + 1, (lapse - due) / 3))
-    if due - now > soon then -- passed over
-      break
-    end
     if ended == 0 then
       redis.call('HSET', KEYS[3], id, f('p %d %d %d', due, lapse, now + math.max(due - now, 0) + ARGV[5]))
     end
