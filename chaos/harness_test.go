@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -328,6 +329,27 @@ func (c *child) wait(t *testing.T, d time.Duration) error {
 			}
 		case <-timer.C:
 			t.Fatalf("child still running after %v", d)
+		}
+	}
+}
+
+// every returns a fault that sends cmd to the server at addr every 150 ms
+// until stop closes, counting in n the rounds it took. A CLIENT command
+// (CLIENT KILL TYPE normal) kills the pub/sub connections too.
+func every(addr string, n *atomic.Int64, cmd ...any) func(stop <-chan struct{}) {
+	return func(stop <-chan struct{}) {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(150 * time.Millisecond):
+				if _, err := redistest.Do(addr, cmd[0].(string), cmd[1:]...); err == nil {
+					n.Add(1)
+				}
+				if cmd[0] == "CLIENT" {
+					_, _ = redistest.Do(addr, "CLIENT", "KILL", "TYPE", "pubsub")
+				}
+			}
 		}
 	}
 }

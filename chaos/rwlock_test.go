@@ -13,7 +13,6 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"golang.org/x/sys/unix"
 
-	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
 
@@ -161,23 +160,6 @@ func rwFree(t *testing.T, addr, prefix string, ttl time.Duration) time.Duration 
 
 func TestRWLockFaults(t *testing.T) {
 	const d = 3 * time.Second
-	every := func(srvAddr string, n *atomic.Int64, cmd ...any) func(stop <-chan struct{}) {
-		return func(stop <-chan struct{}) {
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(150 * time.Millisecond):
-					if _, err := redistest.Do(srvAddr, cmd[0].(string), cmd[1:]...); err == nil {
-						n.Add(1)
-					}
-					if cmd[0] == "CLIENT" {
-						_, _ = redistest.Do(srvAddr, "CLIENT", "KILL", "TYPE", "pubsub")
-					}
-				}
-			}
-		}
-	}
 	for i, tc := range []struct {
 		name string
 		cmd  []any

@@ -241,19 +241,7 @@ func TestSemaphoreFaults(t *testing.T) {
 	t.Run("client kill", func(t *testing.T) {
 		srv, res := startServer(t), startServer(t)
 		var kills atomic.Int64
-		sum, peak, over := semRun(t, srv.Addr, res.Addr, "chaos18b", d, func(stop <-chan struct{}) {
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(150 * time.Millisecond):
-					if _, err := redistest.Do(srv.Addr, "CLIENT", "KILL", "TYPE", "normal"); err == nil {
-						kills.Add(1)
-					}
-					_, _ = redistest.Do(srv.Addr, "CLIENT", "KILL", "TYPE", "pubsub")
-				}
-			}
-		})
+		sum, peak, over := semRun(t, srv.Addr, res.Addr, "chaos18b", d, every(srv.Addr, &kills, "CLIENT", "KILL", "TYPE", "normal"))
 		if over != 0 || sum["written"] == 0 {
 			t.Fatalf("client kill: %v, peak %d, %d entries over the limit of %d", sum, peak, over, semPermits)
 		}
