@@ -75,7 +75,7 @@ bench: redis-server servers ## micro-benchmarks, lockyard vs redsync and bsm/red
 
 CHAOS_REPORT ?= $(CURDIR)/chaos/figures.txt
 
-chaos: redis-server ## the fault suite: 19 scenarios on real redis-servers and toxiproxy, -race (chaos/, about 3 min); figures in chaos/figures.txt
+chaos: redis-server ## the fault suite: 20 scenarios on real redis-servers and toxiproxy, -race (chaos/, about 3 min); figures in chaos/figures.txt
 	rm -f $(CHAOS_REPORT)
 	cd chaos && CHAOS_REPORT=$(CHAOS_REPORT) $(GO) test -race -count=1 -timeout 14m -v .
 	cd chaos && $(GO) test -run '^$$' -fuzz FuzzDistinctKeys -fuzztime 15s .

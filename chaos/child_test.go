@@ -50,6 +50,16 @@ func runChild(role string) int {
 		if err = json.Unmarshal(args, &a); err == nil {
 			err = rwHold(a)
 		}
+	case "multicontend":
+		var a semArgs
+		if err = json.Unmarshal(args, &a); err == nil {
+			err = multiContend(a)
+		}
+	case "multihold":
+		var a semArgs
+		if err = json.Unmarshal(args, &a); err == nil {
+			err = multiHold(a)
+		}
 	case "hold":
 		var a holdArgs
 		if err = json.Unmarshal(args, &a); err == nil {
