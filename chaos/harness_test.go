@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -351,6 +352,56 @@ func every(addr string, n *atomic.Int64, cmd ...any) func(stop <-chan struct{}) 
 				}
 			}
 		}
+	}
+}
+
+// faultCases are the faults that scenarios 19 and 20 run under: none, and
+// CLIENT KILL and SCRIPT FLUSH every 150 ms.
+var faultCases = []struct {
+	name string
+	cmd  []any
+}{{"no fault", nil}, {"client kill", []any{"CLIENT", "KILL", "TYPE", "normal"}}, {"script flush", []any{"SCRIPT", "FLUSH"}}}
+
+// faultOf returns every's fault for cmd at addr, or no fault for no cmd.
+func faultOf(addr string, n *atomic.Int64, cmd []any) func(stop <-chan struct{}) {
+	if cmd == nil {
+		return func(<-chan struct{}) {}
+	}
+	return every(addr, n, cmd...)
+}
+
+// runChildren runs three children in role with a for a.Deadline while
+// fault runs, and returns the sums of fields in their "done" events.
+func runChildren(t *testing.T, role string, a semArgs, fault func(stop <-chan struct{}), fields ...string) map[string]int64 {
+	t.Helper()
+	var kids []*child
+	for range 3 {
+		kids = append(kids, spawn(t, role, a))
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); fault(stop) }()
+	sum := map[string]int64{}
+	for _, k := range kids {
+		ev := k.event(t, a.Deadline+30*time.Second, "done")
+		for _, f := range fields {
+			sum[f] += int64(ev[f].(float64))
+		}
+		mustNil(t, k.wait(t, 10*time.Second))
+	}
+	close(stop)
+	<-done
+	return sum
+}
+
+// countRelease releases le and counts a loss in lost, another error in
+// errs.
+func countRelease(le *registry.Lease, lost, errs *atomic.Int64) {
+	switch err := le.Release(context.Background()); {
+	case errors.Is(err, registry.ErrLockLost):
+		lost.Add(1)
+	case err != nil:
+		errs.Add(1)
 	}
 }
 

@@ -106,12 +106,7 @@ func multiContend(a semArgs) error {
 							}
 						}
 					}
-					switch err := le.Release(context.Background()); {
-					case errors.Is(err, registry.ErrLockLost):
-						lost.Add(1)
-					case err != nil:
-						errs.Add(1)
-					}
+					countRelease(le, &lost, &errs)
 				}
 			}()
 		}
@@ -127,23 +122,8 @@ func multiContend(a semArgs) error {
 // ever inside one key.
 func multiRun(t *testing.T, srvAddr, resAddr, prefix string, d time.Duration, fault func(stop <-chan struct{})) (sum map[string]int64, peak int) {
 	t.Helper()
-	var kids []*child
-	for range 3 {
-		kids = append(kids, spawn(t, "multicontend", semArgs{Addr: srvAddr, Res: resAddr, Prefix: prefix, TTL: time.Second, Deadline: d}))
-	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); fault(stop) }()
-	sum = map[string]int64{}
-	for _, k := range kids {
-		ev := k.event(t, d+30*time.Second, "done")
-		for _, f := range []string{"acquired", "written", "refused", "lost", "errors"} {
-			sum[f] += int64(ev[f].(float64))
-		}
-		mustNil(t, k.wait(t, 10*time.Second))
-	}
-	close(stop)
-	<-done
+	sum = runChildren(t, "multicontend", semArgs{Addr: srvAddr, Res: resAddr, Prefix: prefix, TTL: time.Second, Deadline: d},
+		fault, "acquired", "written", "refused", "lost", "errors")
 	for i := range multiKeys {
 		p, _ := resource{resAddr}.stats(t, multiKey(i))
 		peak = max(peak, p)
@@ -171,18 +151,12 @@ func allKeysFree(t *testing.T, addr, prefix string, ttl time.Duration) time.Dura
 
 func TestMultiKeyFaults(t *testing.T) {
 	const d = 3 * time.Second
-	for i, tc := range []struct {
-		name string
-		cmd  []any
-	}{{"no fault", nil}, {"client kill", []any{"CLIENT", "KILL", "TYPE", "normal"}}, {"script flush", []any{"SCRIPT", "FLUSH"}}} {
+	for i, tc := range faultCases {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, res := startServer(t), startServer(t)
 			prefix := "chaos20" + string(rune('a'+i))
 			var n atomic.Int64
-			fault := func(<-chan struct{}) {}
-			if tc.cmd != nil {
-				fault = every(srv.Addr, &n, tc.cmd...)
-			}
+			fault := faultOf(srv.Addr, &n, tc.cmd)
 			sum, peak := multiRun(t, srv.Addr, res.Addr, prefix, d, fault)
 			if peak > 1 || sum["written"] == 0 {
 				t.Fatalf("%s: %v, peak %d writers inside one key", tc.name, sum, peak)

@@ -103,12 +103,7 @@ func rwContend(a semArgs) error {
 							reads.Add(1)
 						}
 					}
-					switch err := le.Release(context.Background()); {
-					case errors.Is(err, registry.ErrLockLost):
-						lost.Add(1)
-					case err != nil:
-						errs.Add(1)
-					}
+					countRelease(le, &lost, &errs)
 				}
 			}()
 		}
@@ -122,23 +117,8 @@ func rwContend(a semArgs) error {
 // returns their summed counts and the resource's overlaps.
 func rwRun(t *testing.T, srvAddr, resAddr, prefix string, d time.Duration, fault func(stop <-chan struct{})) (sum map[string]int64, overlaps int) {
 	t.Helper()
-	var kids []*child
-	for range 3 {
-		kids = append(kids, spawn(t, "rwcontend", semArgs{Addr: srvAddr, Res: resAddr, Prefix: prefix, TTL: time.Second, Deadline: d}))
-	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); fault(stop) }()
-	sum = map[string]int64{}
-	for _, k := range kids {
-		ev := k.event(t, d+30*time.Second, "done")
-		for _, f := range []string{"reads", "writes", "lost", "errors"} {
-			sum[f] += int64(ev[f].(float64))
-		}
-		mustNil(t, k.wait(t, 10*time.Second))
-	}
-	close(stop)
-	<-done
+	sum = runChildren(t, "rwcontend", semArgs{Addr: srvAddr, Res: resAddr, Prefix: prefix, TTL: time.Second, Deadline: d},
+		fault, "reads", "writes", "lost", "errors")
 	overlaps, _ = redis.Int(do(t, resAddr, "GET", "rw:overlaps"), nil)
 	return sum, overlaps
 }
@@ -160,18 +140,12 @@ func rwFree(t *testing.T, addr, prefix string, ttl time.Duration) time.Duration 
 
 func TestRWLockFaults(t *testing.T) {
 	const d = 3 * time.Second
-	for i, tc := range []struct {
-		name string
-		cmd  []any
-	}{{"no fault", nil}, {"client kill", []any{"CLIENT", "KILL", "TYPE", "normal"}}, {"script flush", []any{"SCRIPT", "FLUSH"}}} {
+	for i, tc := range faultCases {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, res := startServer(t), startServer(t)
 			prefix := "chaos19" + string(rune('a'+i))
 			var n atomic.Int64
-			fault := func(<-chan struct{}) {}
-			if tc.cmd != nil {
-				fault = every(srv.Addr, &n, tc.cmd...)
-			}
+			fault := faultOf(srv.Addr, &n, tc.cmd)
 			sum, overlaps := rwRun(t, srv.Addr, res.Addr, prefix, d, fault)
 			if overlaps != 0 || sum["reads"] == 0 || sum["writes"] == 0 {
 				t.Fatalf("%s: %v, %d overlaps", tc.name, sum, overlaps)

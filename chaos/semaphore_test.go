@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -126,12 +125,7 @@ func semContend(a semArgs) error {
 							refused.Add(1)
 						}
 					}
-					switch err := le.Release(context.Background()); {
-					case errors.Is(err, registry.ErrLockLost):
-						lost.Add(1)
-					case err != nil:
-						errs.Add(1)
-					}
+					countRelease(le, &lost, &errs)
 				}
 			}()
 		}
@@ -181,24 +175,8 @@ func semHold(a semArgs) error {
 // entries.
 func semRun(t *testing.T, srvAddr, resAddr, prefix string, d time.Duration, fault func(stop <-chan struct{})) (sum map[string]int64, peak, over int) {
 	t.Helper()
-	var kids []*child
-	for range 3 {
-		kids = append(kids, spawn(t, "semcontend", semArgs{Addr: srvAddr, Res: resAddr, Prefix: prefix, Permits: semPermits,
-			TTL: time.Second, Deadline: d}))
-	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); fault(stop) }()
-	sum = map[string]int64{}
-	for _, k := range kids {
-		ev := k.event(t, d+30*time.Second, "done")
-		for _, f := range []string{"acquired", "written", "refused", "lost", "errors"} {
-			sum[f] += int64(ev[f].(float64))
-		}
-		mustNil(t, k.wait(t, 10*time.Second))
-	}
-	close(stop)
-	<-done
+	sum = runChildren(t, "semcontend", semArgs{Addr: srvAddr, Res: resAddr, Prefix: prefix, Permits: semPermits, TTL: time.Second, Deadline: d},
+		fault, "acquired", "written", "refused", "lost", "errors")
 	peak, _ = redis.Int(do(t, resAddr, "GET", "sem:peak"), nil)
 	over, _ = redis.Int(do(t, resAddr, "GET", "sem:over"), nil)
 	return sum, peak, over
