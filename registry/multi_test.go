@@ -69,6 +69,58 @@ func TestAcquireAllExcludesTheMutex(t *testing.T) {
 	}
 }
 
+// And the other way round: a RedisLock, and a Spring client's key (a value
+// of no lockyard registry, set with SET NX PX), keep a multi-key caller
+// out of a set that includes their key, and it takes none of the set; it
+// gets the set once the lock is unlocked, or once the Spring key expires.
+func TestAcquireAllKeptOutByTheMutex(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		pfx, ctx := prefix(t), bg(t)
+		r1, r2 := newRegPrefix(t, b.pool(t), pfx), newRegPrefix(t, b.pool(t), pfx)
+		l := obtain(t, r2, "b")
+		mustNil(t, l.LockContext(ctx))
+		if v := b.do(t, "SET", pfx+":d", "spring-client-uuid", "NX", "PX", 5000); v == nil {
+			t.Fatal("the Spring client's SET NX failed")
+		}
+		for _, set := range [][]string{{"a", "b"}, {"d", "a"}} {
+			if _, err := r1.TryAcquireAll(ctx, set, 0); !errors.Is(err, registry.ErrNotObtained) {
+				t.Fatalf("TryAcquireAll of %v: %v, want ErrNotObtained", set, err)
+			}
+			if n := b.do(t, "EXISTS", pfx+":a"); n != int64(0) {
+				t.Fatalf("TryAcquireAll of %v took a", set)
+			}
+		}
+		got := make(chan *registry.Lease, 1)
+		go func() {
+			le, err := r1.AcquireAll(ctx, []string{"a", "b"}, 0)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- le
+		}()
+		notWithin(t, got, 150*time.Millisecond, "AcquireAll beside a locked RedisLock")
+		mustNil(t, l.UnlockContext(ctx))
+		mustNil(t, recvWithin(t, got, 5*time.Second, "AcquireAll, once the RedisLock was unlocked").Release(ctx))
+		b.do(t, "SET", pfx+":d", "spring-client-uuid", "PX", 400) // its last 400 ms
+		go func() {
+			le, err := r1.AcquireAll(ctx, []string{"a", "d"}, 0)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- le
+		}()
+		notWithin(t, got, 100*time.Millisecond, "AcquireAll beside a Spring client's key")
+		if b.mr != nil { // the real server's clock runs on its own
+			b.mr.FastForward(400 * time.Millisecond)
+		}
+		le := recvWithin(t, got, 5*time.Second, "AcquireAll, once the Spring key expired")
+		if v, _ := redis.String(b.do(t, "GET", pfx+":d"), nil); v == "spring-client-uuid" || v == "" {
+			t.Fatalf("d holds %q, want the multi-key lease's token", v)
+		}
+		mustNil(t, le.Release(ctx))
+	})
+}
+
 // All or nothing: while one key is held, a waiting AcquireAll takes none
 // of the others, and gets them all once it is free.
 func TestAcquireAllAllOrNothing(t *testing.T) {
