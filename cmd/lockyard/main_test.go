@@ -697,6 +697,13 @@ func TestRunSeveralKeys(t *testing.T) {
 	if exists(t, a) || exists(t, b) || exists(t, c) {
 		t.Fatal("a key is still held after the runs")
 	}
+	// One key, and a "--" among the command's arguments: a "--" right
+	// after KEY keeps the one-key form, and the later "--" reaches the
+	// command.
+	if code, out := exitCode(t, lockyard("run", a, "--", "sh", "-c",
+		`test "$1" = "--" && test "$2" = "x" && test -z "$LOCKYARD_KEYS" && test "$LOCKYARD_KEY" = "lockyard:`+a+`"`, "sh", "--", "x")); code != 0 {
+		t.Fatalf("run KEY -- COMMAND with a \"--\" argument: exit %d, %s", code, out)
+	}
 	for _, args := range [][]string{{a, a}, {"--permits", "2", a, b}, {"-s", a, b}, {"-x", a, b}} {
 		if code, out := exitCode(t, lockyard(append(append([]string{"run"}, args...), "--", "true")...)); code != exitUsage {
 			t.Fatalf("run %v: exit %d (%s), want %d", args, code, out, exitUsage)

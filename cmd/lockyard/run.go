@@ -82,8 +82,10 @@ of the read-write lock on KEY, beside other -s holders, and with -x
 (--exclusive) its write side, alone. Everything below holds for a permit or
 a side as for the lock. Like flock(1),
 it waits until the lock is free; -n fails at once, -w/--wait gives up after a
-while (a duration, or a number of seconds as flock's -w). The "--" is
-optional; it is needed when COMMAND or its first argument begins with "-".
+while (a duration, or a number of seconds as flock's -w). With one key the
+"--" is optional; it is needed when COMMAND or its first argument begins
+with "-", or when an argument of COMMAND is "--" (a "--" that is not right
+after the first word ends a list of keys: lockyard run KEY -- git log -- PATH).
 
 Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to COMMAND, and the
 lock is released once it exits; while run still waits for the lock they end
