@@ -1,23 +1,27 @@
-// Command transfer moves money between accounts from 4 replicas at once:
-// each transfer reads two balances, waits a little (a fraud check), and
-// writes both back. Without a lock, transfers that share an account
-// overwrite each other and the books no longer balance; with
-// Registry.AcquireAll on both accounts they always do. Transfers lock their
-// two accounts in whatever order they name them (from, to): opposite
-// transfers never deadlock, and every one of them completes.
+// Command transfer moves money between accounts from 4 replicas at once,
+// each a process of its own: each transfer reads two balances, waits a
+// little (a fraud check), and writes both back. Without a lock, transfers
+// that share an account overwrite each other and the books no longer
+// balance; with Registry.AcquireAll on both accounts they always do.
+// Transfers lock their two accounts in whatever order they name them (from,
+// to): opposite transfers never deadlock, and every one of them completes.
 //
 // It starts an embedded Redis (miniredis) on a loopback port, or uses the
-// server at REDIS_ADDR when that is set, and prints a table.
+// server at REDIS_ADDR when that is set, runs itself again once per
+// replica, and prints a table.
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -40,9 +44,17 @@ var defaults = config{replicas: 4, workers: 2, accounts: 6, transfers: 40, check
 // opening is each account's opening balance.
 const opening = 1000
 
+// replicaEnv, when set, makes this program a replica: it makes the
+// transfers of the job that the variable holds (JSON) and prints its
+// report as one JSON line.
+const replicaEnv = "LOCKYARD_TRANSFER_REPLICA"
+
 func main() {
+	if js := os.Getenv(replicaEnv); js != "" {
+		os.Exit(replicaMain(js))
+	}
 	var c config
-	flag.IntVar(&c.replicas, "replicas", defaults.replicas, "replicas (registries)")
+	flag.IntVar(&c.replicas, "replicas", defaults.replicas, "replicas (processes, each with a registry)")
 	flag.IntVar(&c.workers, "workers", defaults.workers, "goroutines per replica")
 	flag.IntVar(&c.accounts, "accounts", defaults.accounts, "accounts")
 	flag.IntVar(&c.transfers, "transfers", defaults.transfers, "transfers per goroutine")
@@ -92,99 +104,205 @@ func run(w io.Writer, addr string, c config) error {
 	return tw.Flush()
 }
 
-// round runs every replica's transfers.
+// round runs every replica's transfers, each replica a process of its
+// own, and reads the books and the counters of the transfers afterwards.
 func round(addr string, locked bool, c config) (result, error) {
 	prefix := fmt.Sprintf("transfer-%d", time.Now().UnixNano())
-	account := func(i int) string { return fmt.Sprintf("%s:balance:%d", prefix, i) }
 	var res result
 	admin := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", addr) }}
 	defer admin.Close()
 	for i := range c.accounts {
-		if err := do(admin, "SET", account(i), opening); err != nil {
+		if err := do(admin, "SET", account(prefix, i), opening); err != nil {
 			return res, err
 		}
 	}
 	res.before = c.accounts * opening
+	exe, err := os.Executable()
+	if err != nil {
+		return res, err
+	}
+	js, err := json.Marshal(job{Addr: addr, Prefix: prefix, Locked: locked, Workers: c.workers,
+		Accounts: c.accounts, Transfers: c.transfers, Check: c.check})
+	if err != nil {
+		return res, err
+	}
 	var (
-		wg       sync.WaitGroup
-		errMu    sync.Mutex
-		firstErr error
-		inside   atomic.Int64
-		busy     = make([]atomic.Int32, c.accounts) // transfers running on each account
-		longest  atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs error
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	for range c.replicas {
-		pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", addr) }, MaxIdle: c.workers + 1}
-		defer pool.Close()
-		reg, err := registry.New(pool, prefix, registry.WithLockType(registry.PubSubLock))
-		if err != nil {
-			return res, err
-		}
-		defer reg.Close()
-		for range c.workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range c.transfers {
-					from := rand.N(c.accounts)
-					to := (from + 1 + rand.N(c.accounts-1)) % c.accounts
-					var lease *registry.Lease
-					if locked {
-						start := time.Now()
-						var err error
-						// Both accounts at once, named in the transfer's
-						// own order: no deadlock with the opposite one.
-						if lease, err = reg.AcquireAll(ctx, []string{fmt.Sprint("account-", from), fmt.Sprint("account-", to)}, 10*time.Second); err != nil {
-							errMu.Lock()
-							firstErr = errors.Join(firstErr, err)
-							errMu.Unlock()
-							return
-						}
-						for d := int64(time.Since(start)); d > longest.Load(); {
-							if longest.CompareAndSwap(longest.Load(), d) {
-								break
-							}
-						}
-					}
-					n := inside.Add(1)
-					for m := atomic.LoadInt64(&res.insideAtOnce); n > m && !atomic.CompareAndSwapInt64(&res.insideAtOnce, m, n); m = atomic.LoadInt64(&res.insideAtOnce) {
-					}
-					if x, y := busy[from].Add(1), busy[to].Add(1); x > 1 || y > 1 {
-						atomic.AddInt64(&res.sharedAccounts, 1)
-					}
-					err := move(pool, account(from), account(to), 1+rand.N(50), c.check)
-					busy[from].Add(-1)
-					busy[to].Add(-1)
-					inside.Add(-1)
-					if lease != nil {
-						err = errors.Join(err, lease.Release(ctx))
-					}
-					if err != nil {
-						errMu.Lock()
-						firstErr = errors.Join(firstErr, err)
-						errMu.Unlock()
-						return
-					}
-					atomic.AddInt64(&res.transfers, 1)
-				}
-			}()
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out bytes.Buffer
+			cmd := exec.Command(exe)
+			cmd.Env = append(os.Environ(), replicaEnv+"="+string(js))
+			cmd.Stdout, cmd.Stderr = &out, os.Stderr
+			err := cmd.Run()
+			var rep report
+			if jerr := json.Unmarshal(out.Bytes(), &rep); jerr != nil {
+				err = errors.Join(err, fmt.Errorf("a replica's report %q: %w", out.String(), jerr))
+			} else if rep.Err != "" {
+				err = errors.Join(err, errors.New(rep.Err))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			errs = errors.Join(errs, err)
+			res.transfers += rep.Transfers
+			res.longest = max(res.longest, rep.Longest)
+		}()
 	}
 	wg.Wait()
-	if firstErr != nil {
-		return res, firstErr
+	if errs != nil {
+		return res, errs
 	}
-	res.longest = time.Duration(longest.Load())
+	c0 := admin.Get()
+	defer c0.Close()
 	for i := range c.accounts {
-		n, err := redis.Int(admin.Get().Do("GET", account(i)))
+		n, err := redis.Int(c0.Do("GET", account(prefix, i)))
 		if err != nil {
 			return res, err
 		}
 		res.after += n
 	}
+	res.insideAtOnce, _ = redis.Int64(c0.Do("GET", prefix+":most"))
+	res.sharedAccounts, _ = redis.Int64(c0.Do("GET", prefix+":shared"))
 	return res, nil
+}
+
+// account is account i's balance key.
+func account(prefix string, i int) string { return fmt.Sprintf("%s:balance:%d", prefix, i) }
+
+// job is what a replica does: Workers goroutines make Transfers transfers
+// each between random accounts of Accounts, with AcquireAll if Locked.
+type job struct {
+	Addr, Prefix                 string
+	Locked                       bool
+	Workers, Accounts, Transfers int
+	Check                        time.Duration
+}
+
+// report is what a replica did: its transfers, its longest wait for a
+// pair of accounts, and its error.
+type report struct {
+	Transfers int64
+	Longest   time.Duration
+	Err       string
+}
+
+func replicaMain(js string) int {
+	var j job
+	err := json.Unmarshal([]byte(js), &j)
+	var rep report
+	if err == nil {
+		rep, err = replica(j)
+	}
+	if err != nil {
+		rep.Err = err.Error()
+	}
+	out, _ := json.Marshal(rep)
+	fmt.Println(string(out))
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+// enter counts a transfer in (KEYS: its two accounts' counters, the
+// transfers running, the most that ran at once, and the transfers that
+// found an account in another one); leave counts it out.
+var (
+	enter = redis.NewScript(5, `
+local x, y = redis.call('INCR', KEYS[1]), redis.call('INCR', KEYS[2])
+if x > 1 or y > 1 then redis.call('INCR', KEYS[5]) end
+local n = redis.call('INCR', KEYS[3])
+if n > tonumber(redis.call('GET', KEYS[4]) or '0') then redis.call('SET', KEYS[4], n) end
+return n`)
+	leave = redis.NewScript(3, `
+for _, k in ipairs(KEYS) do redis.call('DECR', k) end
+return 0`)
+)
+
+// replica makes one process's transfers: a registry of its own, and
+// j.Workers goroutines.
+func replica(j job) (report, error) {
+	var rep report
+	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", j.Addr) }, MaxIdle: j.Workers + 1}
+	defer pool.Close()
+	reg, err := registry.New(pool, j.Prefix, registry.WithLockType(registry.PubSubLock))
+	if err != nil {
+		return rep, err
+	}
+	defer reg.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var (
+		wg              sync.WaitGroup
+		errMu           sync.Mutex
+		firstErr        error
+		transfers, most atomic.Int64
+	)
+	fail := func(err error) {
+		errMu.Lock()
+		firstErr = errors.Join(firstErr, err)
+		errMu.Unlock()
+	}
+	busy := func(i int) string { return fmt.Sprintf("%s:busy:%d", j.Prefix, i) }
+	for range j.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range j.Transfers {
+				from := rand.N(j.Accounts)
+				to := (from + 1 + rand.N(j.Accounts-1)) % j.Accounts
+				var lease *registry.Lease
+				if j.Locked {
+					start := time.Now()
+					var err error
+					// Both accounts at once, named in the transfer's own
+					// order: no deadlock with the opposite one.
+					if lease, err = reg.AcquireAll(ctx, []string{fmt.Sprint("account-", from), fmt.Sprint("account-", to)}, 10*time.Second); err != nil {
+						fail(err)
+						return
+					}
+					for d := int64(time.Since(start)); d > most.Load(); {
+						if most.CompareAndSwap(most.Load(), d) {
+							break
+						}
+					}
+				}
+				err := counted(pool, enter, busy(from), busy(to), j.Prefix+":inside", j.Prefix+":most", j.Prefix+":shared")
+				if err == nil {
+					err = move(pool, account(j.Prefix, from), account(j.Prefix, to), 1+rand.N(50), j.Check)
+					err = errors.Join(err, counted(pool, leave, busy(from), busy(to), j.Prefix+":inside"))
+				}
+				if lease != nil {
+					err = errors.Join(err, lease.Release(ctx))
+				}
+				if err != nil {
+					fail(err)
+					return
+				}
+				transfers.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	rep.Transfers, rep.Longest = transfers.Load(), time.Duration(most.Load())
+	return rep, firstErr
+}
+
+// counted runs enter or leave on keys.
+func counted(pool *redis.Pool, s *redis.Script, keys ...string) error {
+	c := pool.Get()
+	defer c.Close()
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = k
+	}
+	_, err := s.Do(c, args...)
+	return err
 }
 
 // move reads both balances, waits check, and writes them back with sum

@@ -2,15 +2,26 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 )
 
+// TestMain runs the test binary as a replica when the demo runs it again
+// as one.
+func TestMain(m *testing.M) {
+	if js := os.Getenv(replicaEnv); js != "" {
+		os.Exit(replicaMain(js))
+	}
+	os.Exit(m.Run())
+}
+
 // With AcquireAll the books balance and no account is in two transfers at
 // once, every transfer completes, and transfers on disjoint accounts run
-// side by side; without a lock the books do not balance.
+// side by side, across the replicas' processes; without a lock the books
+// do not balance.
 func TestTransferDemo(t *testing.T) {
 	mr := miniredis.RunT(t)
 	c := config{replicas: 4, workers: 2, accounts: 6, transfers: 25, check: time.Millisecond}
