@@ -21,9 +21,10 @@ import (
 // random 3 of 8 keys with AcquireAll (fenced, renewed, TTL 1 s) and write
 // to each key's fenced resource (scenario 1's) while they hold them:
 //   - no fault, CLIENT KILL of every client connection every 150 ms, and
-//     SCRIPT FLUSH every 150 ms: at most one writer inside each key, every
-//     call returns, and afterwards one caller takes all 8 keys within
-//     their TTL (every lease free);
+//     SCRIPT FLUSH every 150 ms: at most one writer inside each key (and
+//     with no fault no error, loss or refused write), every call returns,
+//     and afterwards one caller takes all 8 keys within their TTL and 2 s
+//     (every lease free);
 //   - a holder of 4 keys SIGKILLed (TTL 1 s, renewed): a waiter on each of
 //     the 4 keys, each a RedisLock of its own, gets in within the TTL and
 //     a poll of the kill.
@@ -160,6 +161,9 @@ func TestMultiKeyFaults(t *testing.T) {
 			sum, peak := multiRun(t, srv.Addr, res.Addr, prefix, d, fault)
 			if peak > 1 || sum["written"] == 0 {
 				t.Fatalf("%s: %v, peak %d writers inside one key", tc.name, sum, peak)
+			}
+			if tc.cmd == nil && (sum["errors"] != 0 || sum["lost"] != 0 || sum["refused"] != 0) {
+				t.Fatalf("no fault: %v, want no error, loss or refused write", sum)
 			}
 			back := allKeysFree(t, srv.Addr, prefix, time.Second)
 			figure(t, 20, "several keys at once, 3 processes x 8 goroutines, a random %d of %d keys each, %s (%d rounds), %v: %d acquisitions, %d with every write accepted, peak %d inside a key, %d writes refused by a fence, %d lost, %d errors; all %d keys taken at once %s after (TTL 1s)",
