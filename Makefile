@@ -54,7 +54,7 @@ FAIRFLAGS ?= -reps 1
 SEMFLAGS ?= -reps 5 -dur 2s -peer sem/peer
 RWFLAGS ?= -reps 3 -dur 2s
 
-bench: redis-server servers ## micro-benchmarks, lockyard vs redsync and bsm/redislock (bench/, about 6 min on Redis 7.0, and where a 7.0 cycle's server time goes, bench/cycle, 1 min; then scenarios u and r on Redis 8.6 and Valkey 9.1 and scenario 4 on rueidis on 8.6, about 4 min), the fairness scenarios (bench/fair, about 2.5 min; FAIRFLAGS='-base REV' runs them against REV too, interleaved), then the semaphore against npm redis-semaphore (bench/sem with its fair floor, about 6 min; needs node and npm; SEMFLAGS='-base REV' runs lockyard at REV too), then the read-write lock on Redis 7.0 and 8.6 (bench/rw, about 2 min; RWFLAGS='-base REV') and its mix's ceiling by order of serving (bench/rw -model, 1 s, no Redis), then several keys at once against bsm/redislock ObtainMulti (bench/multi, about 4 min; MULTIFLAGS) and its random scenario's ceiling by way of waiting (bench/multi -model, 3 s, no Redis)
+bench: redis-server servers ## micro-benchmarks, lockyard vs redsync and bsm/redislock (bench/, about 6 min on Redis 7.0, and where a 7.0 cycle's server time goes, bench/cycle, 1 min; then scenarios u and r on Redis 8.6 and Valkey 9.1 and scenario 4 on rueidis on 8.6, about 4 min), the fairness scenarios (bench/fair, about 2.5 min; FAIRFLAGS='-base REV' runs them against REV too, interleaved), then the semaphore against npm redis-semaphore (bench/sem with its fair floor, about 6 min; needs node and npm; SEMFLAGS='-base REV' runs lockyard at REV too), then the read-write lock on Redis 7.0 and 8.6 (bench/rw, about 2 min; RWFLAGS='-base REV') and its mix's ceiling by order of serving (bench/rw -model, 1 s, no Redis), then several keys at once against bsm/redislock ObtainMulti (bench/multi, about 4 min; MULTIFLAGS) and its random scenario's ceiling by way of waiting (bench/multi -model, 3 s, no Redis), and that scenario on a 6-node Cluster (bench/multi -cluster, 30 s)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./internal/reentrant/ ./registry/
 	cd goredis && $(GO) test -run '^$$' -bench . -count 1 .
 	cd rueidis && $(GO) test -run '^$$' -bench . -count 1 .
@@ -72,6 +72,7 @@ bench: redis-server servers ## micro-benchmarks, lockyard vs redsync and bsm/red
 	cd bench && $(GO) run ./rw -model
 	cd bench && $(GO) run ./multi $(MULTIFLAGS)
 	cd bench && $(GO) run ./multi -model
+	cd bench && $(GO) run ./multi -cluster -reps 1 -dur 30s
 
 CHAOS_REPORT ?= $(CURDIR)/chaos/figures.txt
 

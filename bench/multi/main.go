@@ -20,6 +20,11 @@
 //   - uncontended: one goroutine locking 5 free keys and releasing them,
 //     back to back: scripts and commands per acquisition (each a round
 //     trip), Redis CPU per acquire-release cycle.
+//   - cluster (-cluster, lockyard alone): the random job on a 6-node
+//     Cluster (3 masters with a replica each), through the go-redis
+//     adapter, its 12 keys in several slots on every master: overlaps,
+//     failed calls, throughput, the smallest share and the longest wait.
+//     ObtainMulti takes no keys across slots (CROSSSLOT).
 //
 // Run it from bench/: go run ./multi. With -base REV it also runs
 // lockyard built at that git revision, in the same alternation (an A/B
@@ -50,6 +55,7 @@ import (
 	"github.com/lockyard/lockyard/bench/internal/abbuild"
 	"github.com/lockyard/lockyard/bench/internal/procs"
 	"github.com/lockyard/lockyard/bench/internal/stat"
+	lygoredis "github.com/lockyard/lockyard/goredis"
 	"github.com/lockyard/lockyard/internal/testkit/redistest"
 	"github.com/lockyard/lockyard/registry"
 )
@@ -75,6 +81,9 @@ type spec struct {
 	// Spin: lockyard's registries are SpinLock, polling every Retry,
 	// instead of PubSubLock.
 	Spin bool
+	// Cluster: the nodes of a Cluster, which lockyard reaches through the
+	// go-redis adapter (Addr unused).
+	Cluster []string
 }
 
 // report is what a process prints.
@@ -99,6 +108,7 @@ func main() {
 		base   = flag.String("base", "", "also run lockyard built at this git revision (A/B)")
 		mdl    = flag.Bool("model", false, "print the random scenario's ceiling by way of waiting (simulated, no Redis) and exit")
 		lock   = flag.String("lock", "pubsub", "lockyard's lock type: pubsub, or spin (SpinLock polling every -peer-retry)")
+		clu    = flag.Bool("cluster", false, "run the random job on a 6-node Cluster instead, lockyard alone (-reps runs of -dur)")
 	)
 	flag.Parse()
 	if *worker != "" {
@@ -110,6 +120,13 @@ func main() {
 	}
 	if *mdl {
 		if err := runMultiModel(*retry, 5, 20*time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, "multi:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *clu {
+		if err := runCluster(*reps, *dur); err != nil {
 			fmt.Fprintln(os.Stderr, "multi:", err)
 			os.Exit(1)
 		}
@@ -172,15 +189,7 @@ func run(reps int, dur time.Duration, only string, retry time.Duration, base str
 		name  string
 		procs func(impl string) []spec
 	}
-	random := func(impl string) []spec {
-		var ps []spec
-		for range 8 {
-			s := sp
-			s.Impl, s.Keys, s.Pick, s.Inflight, s.Hold = impl, keys(12), 3, 2, 2*time.Millisecond
-			ps = append(ps, s)
-		}
-		return ps
-	}
+	random := func(impl string) []spec { return randomJob(sp, impl) }
 	singles := func(impl string) []spec {
 		var ps []spec
 		for _, k := range keys(4) {
@@ -230,6 +239,64 @@ func run(reps int, dur time.Duration, only string, retry time.Duration, base str
 		print(sc, names, res, base)
 	}
 	return nil
+}
+
+// randomJob is the random job's processes: 8, each of 2 goroutines that
+// lock a random 3 of 12 keys for 2 ms.
+func randomJob(sp spec, impl string) []spec {
+	var ps []spec
+	for range 8 {
+		s := sp
+		s.Impl, s.Keys, s.Pick, s.Inflight, s.Hold = impl, keys(12), 3, 2, 2*time.Millisecond
+		ps = append(ps, s)
+	}
+	return ps
+}
+
+// runCluster runs lockyard's random job reps times for dur on a 6-node
+// Cluster and prints each run and the keys' slots.
+func runCluster(reps int, dur time.Duration) error {
+	c, err := redistest.StartCluster()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	conn, err := redigo.Dial("tcp", c.Addrs[0])
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	fmt.Printf("multi-key bench on a Cluster: %d runs of %v; 6 nodes (3 masters with a replica each) at %s; lockyard's registries PubSubLock, through the go-redis adapter\n\n",
+		reps, dur, strings.Join(c.Addrs, " "))
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "run\tkeys' slots (masters)\tacq/s\toverlaps\terrors\tmin share\tlongest wait ms\twait p99 ms")
+	for rep := range reps {
+		pfx := fmt.Sprintf("cluster%d-%d", rep, rand.N(1<<30))
+		slots, masters := map[int64]bool{}, map[string]bool{}
+		for _, k := range keys(12) {
+			slot, err := redigo.Int64(conn.Do("CLUSTER", "KEYSLOT", "bench-"+pfx+":"+k))
+			if err != nil {
+				return err
+			}
+			slots[slot] = true
+			m, err := c.MasterAddr(int(slot))
+			if err != nil {
+				return err
+			}
+			masters[m] = true
+		}
+		r, err := measure(conn, self, pfx, randomJob(spec{Dur: dur, Cluster: c.Addrs}, "lockyard"))
+		if err != nil {
+			return fmt.Errorf("cluster run %d: %w", rep+1, err)
+		}
+		fmt.Fprintf(tw, "%d\t%d (%d)\t%.0f\t%d\t%d\t%.2f\t%.1f\t%.1f\n", rep+1, len(slots), len(masters),
+			r.acqPerSec, r.overlaps, r.errors, r.minShare, r.longest, r.p99)
+	}
+	return tw.Flush()
 }
 
 // result is one run of one job.
@@ -473,6 +540,17 @@ func runWorker(js string) error {
 	var l locker
 	switch sp.Impl {
 	case "lockyard":
+		if len(sp.Cluster) > 0 {
+			rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: sp.Cluster, PoolSize: sp.Inflight + 2})
+			defer rdb.Close()
+			reg, err := registry.NewWithClient(lygoredis.NewClient(rdb), sp.Pfx, registry.WithLockType(registry.PubSubLock), registry.WithAutoRenew())
+			if err != nil {
+				return err
+			}
+			defer reg.Close()
+			l = lockyardLocker{reg}
+			break
+		}
 		pool := &redigo.Pool{MaxIdle: sp.Inflight + 2, Dial: func() (redigo.Conn, error) { return redigo.Dial("tcp", sp.Addr) }}
 		defer pool.Close()
 		opts := []registry.Option{registry.WithLockType(registry.PubSubLock), registry.WithAutoRenew()}

@@ -97,13 +97,13 @@ func (c *Cluster) Close() {
 // MasterOf returns the address of the master serving slot.
 func (c *Cluster) MasterOf(tb testing.TB, slot int) string {
 	tb.Helper()
-	m, err := c.master(slot)
+	m, err := c.MasterAddr(slot)
 	MustNil(tb, err)
 	return m
 }
 
-// master returns the address of the master serving slot.
-func (c *Cluster) master(slot int) (string, error) { return masterSeenBy(c.Addrs[0], slot) }
+// MasterAddr returns the address of the master serving slot.
+func (c *Cluster) MasterAddr(slot int) (string, error) { return masterSeenBy(c.Addrs[0], slot) }
 
 // masterSeenBy returns the address of the master serving slot in the view
 // of the node at addr.
@@ -133,7 +133,7 @@ func (c *Cluster) DoKey(key, cmd string, args ...any) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := c.master(slot)
+	m, err := c.MasterAddr(slot)
 	if err != nil {
 		return nil, err
 	}
