@@ -496,15 +496,22 @@ func ClusterMultiKey(t *testing.T, a Adapter) {
 		if _, err := r2.TryAcquireAll(ctx, []string{spread[len(spread)-1]}, 0); !errors.Is(err, registry.ErrNotObtained) {
 			t.Fatalf("TryAcquireAll of a held key: %v", err)
 		}
+		// Refused by the key of the highest slot, taken last in the global
+		// order: the earlier slots' keys, taken first, are given back.
+		full := le.Keys()[:len(spread)]
 		redistest.MustNil(t, le.Release(ctx))
-		// Refused by the last slot's key: the earlier slots' keys are given back.
-		last := spread[len(spread)-1]
-		held, err := r2.Acquire(ctx, last, 0)
+		lastAt := 0
+		for i := range full {
+			if c.KeySlot(t, full[i]) > c.KeySlot(t, full[lastAt]) {
+				lastAt = i
+			}
+		}
+		held, err := r2.Acquire(ctx, spread[lastAt], 0)
 		redistest.MustNil(t, err)
 		if _, err := r1.TryAcquireAll(ctx, spread, 0); !errors.Is(err, registry.ErrNotObtained) {
 			t.Fatalf("TryAcquireAll beside a held key: %v", err)
 		}
-		for _, k := range spread[:len(spread)-1] {
+		for _, k := range slices.Delete(slices.Clone(spread), lastAt, lastAt+1) {
 			redistest.WaitFor(t, 5*time.Second, "the keys taken before the refusal given back", func() bool {
 				tl, err := r2.TryAcquire(ctx, k, 0)
 				if err != nil {
