@@ -147,6 +147,9 @@ func TestRWLockFaults(t *testing.T) {
 			var n atomic.Int64
 			fault := faultOf(srv.Addr, &n, tc.cmd)
 			sum, overlaps := rwRun(t, srv.Addr, res.Addr, prefix, d, fault)
+			if tc.cmd != nil && n.Load() == 0 {
+				t.Fatalf("%s: no fault took", tc.name)
+			}
 			if overlaps != 0 || sum["reads"] == 0 || sum["writes"] == 0 {
 				t.Fatalf("%s: %v, %d overlaps", tc.name, sum, overlaps)
 			}
