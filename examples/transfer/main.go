@@ -109,7 +109,7 @@ func run(w io.Writer, addr string, c config) error {
 func round(addr string, locked bool, c config) (result, error) {
 	prefix := fmt.Sprintf("transfer-%d", time.Now().UnixNano())
 	var res result
-	admin := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", addr) }}
+	admin := newPool(addr, 1)
 	defer admin.Close()
 	for i := range c.accounts {
 		if err := do(admin, "SET", account(prefix, i), opening); err != nil {
@@ -126,6 +126,9 @@ func round(addr string, locked bool, c config) (result, error) {
 	if err != nil {
 		return res, err
 	}
+	// A replica that hangs (a Redis that stopped answering) is killed.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -136,12 +139,13 @@ func round(addr string, locked bool, c config) (result, error) {
 		go func() {
 			defer wg.Done()
 			var out bytes.Buffer
-			cmd := exec.Command(exe)
+			cmd := exec.CommandContext(ctx, exe)
 			cmd.Env = append(os.Environ(), replicaEnv+"="+string(js))
 			cmd.Stdout, cmd.Stderr = &out, os.Stderr
 			err := cmd.Run()
 			var rep report
-			if jerr := json.Unmarshal(out.Bytes(), &rep); jerr != nil {
+			lines := bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n")) // the report is its last line
+			if jerr := json.Unmarshal(lines[len(lines)-1], &rep); jerr != nil {
 				err = errors.Join(err, fmt.Errorf("a replica's report %q: %w", out.String(), jerr))
 			} else if rep.Err != "" {
 				err = errors.Join(err, errors.New(rep.Err))
@@ -166,9 +170,26 @@ func round(addr string, locked bool, c config) (result, error) {
 		}
 		res.after += n
 	}
-	res.insideAtOnce, _ = redis.Int64(c0.Do("GET", prefix+":most"))
-	res.sharedAccounts, _ = redis.Int64(c0.Do("GET", prefix+":shared"))
+	for _, f := range []struct {
+		key string
+		n   *int64
+	}{{prefix + ":most", &res.insideAtOnce}, {prefix + ":shared", &res.sharedAccounts}} {
+		n, err := redis.Int64(c0.Do("GET", f.key))
+		if err != nil && !errors.Is(err, redis.ErrNil) { // no counter: 0
+			return res, err
+		}
+		*f.n = n
+	}
 	return res, nil
+}
+
+// newPool returns a pool of connections to addr whose commands time out
+// after 10 s: a Redis that stops answering ends the demo with an error.
+func newPool(addr string, idle int) *redis.Pool {
+	return &redis.Pool{MaxIdle: idle, Dial: func() (redis.Conn, error) {
+		return redis.Dial("tcp", addr, redis.DialConnectTimeout(5*time.Second),
+			redis.DialReadTimeout(10*time.Second), redis.DialWriteTimeout(10*time.Second))
+	}}
 }
 
 // account is account i's balance key.
@@ -228,7 +249,7 @@ return 0`)
 // j.Workers goroutines.
 func replica(j job) (report, error) {
 	var rep report
-	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", j.Addr) }, MaxIdle: j.Workers + 1}
+	pool := newPool(j.Addr, j.Workers+1)
 	defer pool.Close()
 	reg, err := registry.New(pool, j.Prefix, registry.WithLockType(registry.PubSubLock))
 	if err != nil {
@@ -266,8 +287,8 @@ func replica(j job) (report, error) {
 						fail(err)
 						return
 					}
-					for d := int64(time.Since(start)); d > most.Load(); {
-						if most.CompareAndSwap(most.Load(), d) {
+					for d := int64(time.Since(start)); ; {
+						if o := most.Load(); d <= o || most.CompareAndSwap(o, d) {
 							break
 						}
 					}

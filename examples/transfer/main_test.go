@@ -20,8 +20,8 @@ func TestMain(m *testing.M) {
 
 // With AcquireAll the books balance and no account is in two transfers at
 // once, every transfer completes, and transfers on disjoint accounts run
-// side by side, across the replicas' processes; without a lock the books
-// do not balance.
+// side by side; the replicas are processes of their own; without a lock
+// the books do not balance.
 func TestTransferDemo(t *testing.T) {
 	mr := miniredis.RunT(t)
 	c := config{replicas: 4, workers: 2, accounts: 6, transfers: 25, check: time.Millisecond}
