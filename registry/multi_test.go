@@ -100,7 +100,11 @@ func TestAcquireAllKeptOutByTheMutex(t *testing.T) {
 		}()
 		notWithin(t, got, 150*time.Millisecond, "AcquireAll beside a locked RedisLock")
 		mustNil(t, l.UnlockContext(ctx))
-		mustNil(t, recvWithin(t, got, 5*time.Second, "AcquireAll, once the RedisLock was unlocked").Release(ctx))
+		if le := recvWithin(t, got, 5*time.Second, "AcquireAll, once the RedisLock was unlocked"); le == nil {
+			t.FailNow() // its error is reported
+		} else {
+			mustNil(t, le.Release(ctx))
+		}
 		b.do(t, "SET", pfx+":d", "spring-client-uuid", "PX", 400) // its last 400 ms
 		go func() {
 			le, err := r1.AcquireAll(ctx, []string{"a", "d"}, 0)
@@ -114,6 +118,9 @@ func TestAcquireAllKeptOutByTheMutex(t *testing.T) {
 			b.mr.FastForward(400 * time.Millisecond)
 		}
 		le := recvWithin(t, got, 5*time.Second, "AcquireAll, once the Spring key expired")
+		if le == nil {
+			t.FailNow() // its error is reported
+		}
 		if v, _ := redis.String(b.do(t, "GET", pfx+":d"), nil); v == "spring-client-uuid" || v == "" {
 			t.Fatalf("d holds %q, want the multi-key lease's token", v)
 		}

@@ -15,8 +15,10 @@
 // once, and -w/--wait gives up after a while: a duration (1m30s) or, as
 // flock's -w, a number of seconds (10, 0.5). --min-hold keeps the lock at
 // least that long from when it was taken: with -n, a fast job started on
-// many hosts at the same minute runs once. The "--" before the command is
-// optional.
+// many hosts at the same minute runs once. With one key the "--" before
+// the command is optional, unless the command begins with "-" or has a
+// "--" among its arguments: a "--" that is not right after the first word
+// ends a list of keys.
 //
 // Exit status of run: the command's status (128+N if a signal N killed it),
 // or one of:
