@@ -362,12 +362,34 @@ var faultCases = []struct {
 	cmd  []any
 }{{"no fault", nil}, {"client kill", []any{"CLIENT", "KILL", "TYPE", "normal"}}, {"script flush", []any{"SCRIPT", "FLUSH"}}}
 
-// faultOf returns every's fault for cmd at addr, or no fault for no cmd.
-func faultOf(addr string, n *atomic.Int64, cmd []any) func(stop <-chan struct{}) {
-	if cmd == nil {
-		return func(<-chan struct{}) {}
+// faultRun is one run of underFaults: the servers (Redis, and the
+// resource's), the key prefix, the fault to run, and its name.
+type faultRun struct {
+	srv, res *redistest.Server
+	prefix   string
+	name     string
+	faulty   bool // a fault runs (not "no fault")
+	fault    func(stop <-chan struct{})
+	rounds   *atomic.Int64 // the fault's rounds that took
+}
+
+// underFaults runs body once per fault of faultCases (a subtest each), on
+// servers of its own, with the key prefix scenario and a letter. A fault
+// that never took fails the run.
+func underFaults(t *testing.T, scenario string, body func(t *testing.T, r faultRun)) {
+	for i, tc := range faultCases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := faultRun{srv: startServer(t), res: startServer(t), prefix: scenario + string(rune('a'+i)),
+				name: tc.name, faulty: tc.cmd != nil, fault: func(<-chan struct{}) {}, rounds: new(atomic.Int64)}
+			if tc.cmd != nil {
+				r.fault = every(r.srv.Addr, r.rounds, tc.cmd...)
+			}
+			body(t, r)
+			if tc.cmd != nil && r.rounds.Load() == 0 {
+				t.Fatalf("%s: no fault took", tc.name)
+			}
+		})
 	}
-	return every(addr, n, cmd...)
 }
 
 // runChildren runs three children in role with a for a.Deadline while

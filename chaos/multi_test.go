@@ -151,27 +151,18 @@ func allKeysFree(t *testing.T, addr, prefix string, ttl time.Duration) time.Dura
 
 func TestMultiKeyFaults(t *testing.T) {
 	const d = 3 * time.Second
-	for i, tc := range faultCases {
-		t.Run(tc.name, func(t *testing.T) {
-			srv, res := startServer(t), startServer(t)
-			prefix := "chaos20" + string(rune('a'+i))
-			var n atomic.Int64
-			fault := faultOf(srv.Addr, &n, tc.cmd)
-			sum, peak := multiRun(t, srv.Addr, res.Addr, prefix, d, fault)
-			if peak > 1 || sum["written"] == 0 {
-				t.Fatalf("%s: %v, peak %d writers inside one key", tc.name, sum, peak)
-			}
-			if tc.cmd == nil && sum["errors"] != 0 {
-				t.Fatalf("no fault: %v, want no error", sum)
-			}
-			if tc.cmd != nil && n.Load() == 0 {
-				t.Fatalf("%s: no fault took", tc.name)
-			}
-			back := allKeysFree(t, srv.Addr, prefix, time.Second)
-			figure(t, 20, "several keys at once, 3 processes x 8 goroutines, a random %d of %d keys each, %s (%d rounds), %v: %d acquisitions, %d with every write accepted, peak %d inside a key, %d writes refused by a fence, %d lost, %d errors; all %d keys taken at once %s after (TTL 1s)",
-				multiTake, multiKeys, tc.name, n.Load(), d, sum["acquired"], sum["written"], peak, sum["refused"], sum["lost"], sum["errors"], multiKeys, ms(back))
-		})
-	}
+	underFaults(t, "chaos20", func(t *testing.T, r faultRun) {
+		sum, peak := multiRun(t, r.srv.Addr, r.res.Addr, r.prefix, d, r.fault)
+		if peak > 1 || sum["written"] == 0 {
+			t.Fatalf("%s: %v, peak %d writers inside one key", r.name, sum, peak)
+		}
+		if !r.faulty && sum["errors"] != 0 {
+			t.Fatalf("%s: %v, want no error", r.name, sum)
+		}
+		back := allKeysFree(t, r.srv.Addr, r.prefix, time.Second)
+		figure(t, 20, "several keys at once, 3 processes x 8 goroutines, a random %d of %d keys each, %s (%d rounds), %v: %d acquisitions, %d with every write accepted, peak %d inside a key, %d writes refused by a fence, %d lost, %d errors; all %d keys taken at once %s after (TTL 1s)",
+			multiTake, multiKeys, r.name, r.rounds.Load(), d, sum["acquired"], sum["written"], peak, sum["refused"], sum["lost"], sum["errors"], multiKeys, ms(back))
+	})
 }
 
 // multiHold is a child: it takes the first Permits keys of scenario 20 at

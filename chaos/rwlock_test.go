@@ -140,24 +140,15 @@ func rwFree(t *testing.T, addr, prefix string, ttl time.Duration) time.Duration 
 
 func TestRWLockFaults(t *testing.T) {
 	const d = 3 * time.Second
-	for i, tc := range faultCases {
-		t.Run(tc.name, func(t *testing.T) {
-			srv, res := startServer(t), startServer(t)
-			prefix := "chaos19" + string(rune('a'+i))
-			var n atomic.Int64
-			fault := faultOf(srv.Addr, &n, tc.cmd)
-			sum, overlaps := rwRun(t, srv.Addr, res.Addr, prefix, d, fault)
-			if tc.cmd != nil && n.Load() == 0 {
-				t.Fatalf("%s: no fault took", tc.name)
-			}
-			if overlaps != 0 || sum["reads"] == 0 || sum["writes"] == 0 {
-				t.Fatalf("%s: %v, %d overlaps", tc.name, sum, overlaps)
-			}
-			back := rwFree(t, srv.Addr, prefix, time.Second)
-			figure(t, 19, "read-write lock, 3 processes x 8 goroutines (80%% reads), %s (%d rounds), %v: %d reads, %d writes, %d overlaps, %d lost, %d errors; a writer got the key %s after (TTL 1s)",
-				tc.name, n.Load(), d, sum["reads"], sum["writes"], overlaps, sum["lost"], sum["errors"], ms(back))
-		})
-	}
+	underFaults(t, "chaos19", func(t *testing.T, r faultRun) {
+		sum, overlaps := rwRun(t, r.srv.Addr, r.res.Addr, r.prefix, d, r.fault)
+		if overlaps != 0 || sum["reads"] == 0 || sum["writes"] == 0 {
+			t.Fatalf("%s: %v, %d overlaps", r.name, sum, overlaps)
+		}
+		back := rwFree(t, r.srv.Addr, r.prefix, time.Second)
+		figure(t, 19, "read-write lock, 3 processes x 8 goroutines (80%% reads), %s (%d rounds), %v: %d reads, %d writes, %d overlaps, %d lost, %d errors; a writer got the key %s after (TTL 1s)",
+			r.name, r.rounds.Load(), d, sum["reads"], sum["writes"], overlaps, sum["lost"], sum["errors"], ms(back))
+	})
 }
 
 // rwHold is a child: it holds the read side (Permits 0) or the write side
