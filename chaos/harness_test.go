@@ -416,6 +416,20 @@ func runChildren(t *testing.T, role string, a semArgs, fault func(stop <-chan st
 	return sum
 }
 
+// freeAfter returns how long take took, given ttl + 2 s, on a fenced
+// registry of prefix at addr that polls every 20 ms, and releases what it
+// took: the faults left nothing held longer than its TTL.
+func freeAfter(t *testing.T, addr, prefix string, ttl time.Duration, take func(ctx context.Context, r *registry.Registry) (*registry.Lease, error)) time.Duration {
+	t.Helper()
+	r := newRegistry(t, newPool(addr), prefix, registry.WithFencing(), registry.WithIdleBetweenTries(20*time.Millisecond))
+	start := time.Now()
+	le, err := take(ctxFor(t, ttl+2*time.Second), r)
+	mustNil(t, err)
+	took := time.Since(start)
+	mustNil(t, le.Release(ctxFor(t, time.Second)))
+	return took
+}
+
 // countRelease releases le and counts a loss in lost, another error in
 // errs.
 func countRelease(le *registry.Lease, lost, errs *atomic.Int64) {

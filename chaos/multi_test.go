@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,73 +44,63 @@ func multiContend(a semArgs) error {
 	res := resource{a.Res}
 	ctx, cancel := context.WithTimeout(context.Background(), a.Deadline)
 	defer cancel()
-	var (
-		acquired, written, refused, lost, errs atomic.Int64
-		wg                                     sync.WaitGroup
-	)
-	for i := range 2 {
-		r, err := semRegistry(a, pool, i == 1)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rc, err := redis.Dial("tcp", a.Res)
-				if err != nil {
-					errs.Add(1)
-					return
+	var acquired, written, refused, lost, errs atomic.Int64
+	err := fourEach(a, pool, func(r *registry.Registry) (func(), error) {
+		return func() {
+			rc, err := redis.Dial("tcp", a.Res)
+			if err != nil {
+				errs.Add(1)
+				return
+			}
+			defer rc.Close()
+			for ctx.Err() == nil {
+				var keys []string
+				for _, k := range rand.Perm(multiKeys)[:multiTake] {
+					keys = append(keys, multiKey(k))
 				}
-				defer rc.Close()
-				for ctx.Err() == nil {
-					var keys []string
-					for _, k := range rand.Perm(multiKeys)[:multiTake] {
-						keys = append(keys, multiKey(k))
+				le, err := r.AcquireAll(ctx, keys, 0)
+				if err != nil {
+					// A wait gives up at once when its next try would
+					// come past the run's deadline: not an error.
+					if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+						errs.Add(1)
 					}
-					le, err := r.AcquireAll(ctx, keys, 0)
-					if err != nil {
-						// A wait gives up at once when its next try would
-						// come past the run's deadline: not an error.
-						if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+					continue
+				}
+				acquired.Add(1)
+				select {
+				case <-le.Lost(): // checked right before entering
+					lost.Add(1)
+				default:
+					tokens := le.Tokens()
+					var in []string
+					for j, k := range keys {
+						switch ok, err := res.enter(rc, k, tokens[j]); {
+						case err != nil:
+							errs.Add(1)
+						case !ok:
+							refused.Add(1)
+						default:
+							in = append(in, k)
+						}
+					}
+					if len(in) == len(keys) {
+						written.Add(1)
+					}
+					time.Sleep(time.Duration(1+rand.IntN(2)) * time.Millisecond)
+					for _, k := range in {
+						if res.leave(rc, k) != nil {
 							errs.Add(1)
 						}
-						continue
 					}
-					acquired.Add(1)
-					select {
-					case <-le.Lost(): // checked right before entering
-						lost.Add(1)
-					default:
-						tokens := le.Tokens()
-						var in []string
-						for j, k := range keys {
-							switch ok, err := res.enter(rc, k, tokens[j]); {
-							case err != nil:
-								errs.Add(1)
-							case !ok:
-								refused.Add(1)
-							default:
-								in = append(in, k)
-							}
-						}
-						if len(in) == len(keys) {
-							written.Add(1)
-						}
-						time.Sleep(time.Duration(1+rand.IntN(2)) * time.Millisecond)
-						for _, k := range in {
-							if res.leave(rc, k) != nil {
-								errs.Add(1)
-							}
-						}
-					}
-					countRelease(le, &lost, &errs)
 				}
-			}()
-		}
+				countRelease(le, &lost, &errs)
+			}
+		}, nil
+	})
+	if err != nil {
+		return err
 	}
-	wg.Wait()
 	emit(map[string]any{"event": "done", "acquired": acquired.Load(), "written": written.Load(),
 		"refused": refused.Load(), "lost": lost.Load(), "errors": errs.Load()})
 	return nil
@@ -136,17 +125,13 @@ func multiRun(t *testing.T, srvAddr, resAddr, prefix string, d time.Duration, fa
 // TTL.
 func allKeysFree(t *testing.T, addr, prefix string, ttl time.Duration) time.Duration {
 	t.Helper()
-	r := newRegistry(t, newPool(addr), prefix, registry.WithFencing(), registry.WithIdleBetweenTries(20*time.Millisecond))
 	var keys []string
 	for i := range multiKeys {
 		keys = append(keys, multiKey(i))
 	}
-	start := time.Now()
-	le, err := r.AcquireAll(ctxFor(t, ttl+2*time.Second), keys, 0)
-	mustNil(t, err)
-	took := time.Since(start)
-	mustNil(t, le.Release(ctxFor(t, time.Second)))
-	return took
+	return freeAfter(t, addr, prefix, ttl, func(ctx context.Context, r *registry.Registry) (*registry.Lease, error) {
+		return r.AcquireAll(ctx, keys, 0)
+	})
 }
 
 func TestMultiKeyFaults(t *testing.T) {

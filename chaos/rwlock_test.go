@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,62 +52,52 @@ func rwContend(a semArgs) error {
 	defer res.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), a.Deadline)
 	defer cancel()
-	var (
-		reads, writes, lost, errs atomic.Int64
-		wg                        sync.WaitGroup
-	)
-	for i := range 2 {
-		r, err := semRegistry(a, pool, i == 1)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
+	var reads, writes, lost, errs atomic.Int64
+	err := fourEach(a, pool, func(r *registry.Registry) (func(), error) {
 		l, err := r.RWLock("table")
 		if err != nil {
-			return err
+			return nil, err
 		}
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c := res.Get()
-				defer c.Close()
-				for ctx.Err() == nil {
-					side, acquire := "r", l.AcquireRead
-					if rand.IntN(5) == 0 {
-						side, acquire = "w", l.AcquireWrite
-					}
-					le, err := acquire(ctx, 0)
-					if err != nil {
-						// A wait gives up at once when its next try would
-						// come past the run's deadline: not an error.
-						if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-							errs.Add(1)
-						}
-						continue
-					}
-					select {
-					case <-le.Lost(): // checked right before entering
-						lost.Add(1)
-					default:
-						if _, err := rwRes.Do(c, append(rwResKeys(), side, "+")...); err != nil {
-							errs.Add(1)
-							break
-						}
-						time.Sleep(time.Duration(1+rand.IntN(2)) * time.Millisecond)
-						_, _ = rwRes.Do(c, append(rwResKeys(), side, "-")...)
-						if side == "w" {
-							writes.Add(1)
-						} else {
-							reads.Add(1)
-						}
-					}
-					countRelease(le, &lost, &errs)
+		return func() {
+			c := res.Get()
+			defer c.Close()
+			for ctx.Err() == nil {
+				side, acquire := "r", l.AcquireRead
+				if rand.IntN(5) == 0 {
+					side, acquire = "w", l.AcquireWrite
 				}
-			}()
-		}
+				le, err := acquire(ctx, 0)
+				if err != nil {
+					// A wait gives up at once when its next try would
+					// come past the run's deadline: not an error.
+					if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+						errs.Add(1)
+					}
+					continue
+				}
+				select {
+				case <-le.Lost(): // checked right before entering
+					lost.Add(1)
+				default:
+					if _, err := rwRes.Do(c, append(rwResKeys(), side, "+")...); err != nil {
+						errs.Add(1)
+						break
+					}
+					time.Sleep(time.Duration(1+rand.IntN(2)) * time.Millisecond)
+					_, _ = rwRes.Do(c, append(rwResKeys(), side, "-")...)
+					if side == "w" {
+						writes.Add(1)
+					} else {
+						reads.Add(1)
+					}
+				}
+				countRelease(le, &lost, &errs)
+			}
+		}, nil
+	})
+	if err != nil {
+		return err
 	}
-	wg.Wait()
 	emit(map[string]any{"event": "done", "reads": reads.Load(), "writes": writes.Load(), "lost": lost.Load(), "errors": errs.Load()})
 	return nil
 }
@@ -127,15 +116,13 @@ func rwRun(t *testing.T, srvAddr, resAddr, prefix string, d time.Duration, fault
 // the faults: no lease is left held longer than its TTL.
 func rwFree(t *testing.T, addr, prefix string, ttl time.Duration) time.Duration {
 	t.Helper()
-	r := newRegistry(t, newPool(addr), prefix, registry.WithFencing(), registry.WithIdleBetweenTries(20*time.Millisecond))
-	l, err := r.RWLock("table")
-	mustNil(t, err)
-	start := time.Now()
-	le, err := l.AcquireWrite(ctxFor(t, ttl+2*time.Second), 0)
-	mustNil(t, err)
-	took := time.Since(start)
-	mustNil(t, le.Release(ctxFor(t, time.Second)))
-	return took
+	return freeAfter(t, addr, prefix, ttl, func(ctx context.Context, r *registry.Registry) (*registry.Lease, error) {
+		l, err := r.RWLock("table")
+		if err != nil {
+			return nil, err
+		}
+		return l.AcquireWrite(ctx, 0)
+	})
 }
 
 func TestRWLockFaults(t *testing.T) {

@@ -71,6 +71,38 @@ func semRegistry(a semArgs, pool *redis.Pool, spin bool) (*registry.Registry, er
 	return registry.New(pool, a.Prefix, opts...)
 }
 
+// fourEach runs, on each of two registries of a (semRegistry's PubSubLock
+// and SpinLock), the body that each returns for it in four goroutines,
+// and returns once they all end; the registries are closed then. A
+// registry or body that cannot be made is an error.
+func fourEach(a semArgs, pool *redis.Pool, each func(r *registry.Registry) (func(), error)) error {
+	var (
+		wg   sync.WaitGroup
+		regs []*registry.Registry
+	)
+	defer func() { // the goroutines end before their registries close
+		wg.Wait()
+		for _, r := range regs {
+			r.Close()
+		}
+	}()
+	for i := range 2 {
+		r, err := semRegistry(a, pool, i == 1)
+		if err != nil {
+			return err
+		}
+		regs = append(regs, r)
+		body, err := each(r)
+		if err != nil {
+			return err
+		}
+		for range 4 {
+			wg.Go(body)
+		}
+	}
+	return nil
+}
+
 // semContend is a child: two registries of four goroutines each take
 // permits until Deadline, write to the resource while they hold one, and
 // report their counts.
@@ -80,57 +112,47 @@ func semContend(a semArgs) error {
 	defer res.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), a.Deadline)
 	defer cancel()
-	var (
-		acquired, written, refused, lost, errs atomic.Int64
-		wg                                     sync.WaitGroup
-	)
-	for i := range 2 {
-		r, err := semRegistry(a, pool, i == 1)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
+	var acquired, written, refused, lost, errs atomic.Int64
+	err := fourEach(a, pool, func(r *registry.Registry) (func(), error) {
 		s, err := r.Semaphore("exports", a.Permits)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c := res.Get()
-				defer c.Close()
-				for ctx.Err() == nil {
-					le, err := s.Acquire(ctx, 0)
-					if err != nil {
-						if ctx.Err() == nil {
-							errs.Add(1)
-						}
-						continue
+		return func() {
+			c := res.Get()
+			defer c.Close()
+			for ctx.Err() == nil {
+				le, err := s.Acquire(ctx, 0)
+				if err != nil {
+					if ctx.Err() == nil {
+						errs.Add(1)
 					}
-					acquired.Add(1)
-					select {
-					case <-le.Lost(): // checked right before the write
-						lost.Add(1)
-					default:
-						ok, err := redis.Int(semFence.Do(c, append(semFenceKeys(), le.Token(), a.Permits)...))
-						switch {
-						case err != nil:
-							errs.Add(1)
-						case ok == 1:
-							written.Add(1)
-							time.Sleep(time.Duration(1+rand.IntN(3)) * time.Millisecond)
-							_, _ = c.Do("DECR", "sem:occ")
-						default:
-							refused.Add(1)
-						}
-					}
-					countRelease(le, &lost, &errs)
+					continue
 				}
-			}()
-		}
+				acquired.Add(1)
+				select {
+				case <-le.Lost(): // checked right before the write
+					lost.Add(1)
+				default:
+					ok, err := redis.Int(semFence.Do(c, append(semFenceKeys(), le.Token(), a.Permits)...))
+					switch {
+					case err != nil:
+						errs.Add(1)
+					case ok == 1:
+						written.Add(1)
+						time.Sleep(time.Duration(1+rand.IntN(3)) * time.Millisecond)
+						_, _ = c.Do("DECR", "sem:occ")
+					default:
+						refused.Add(1)
+					}
+				}
+				countRelease(le, &lost, &errs)
+			}
+		}, nil
+	})
+	if err != nil {
+		return err
 	}
-	wg.Wait()
 	emit(map[string]any{"event": "done", "acquired": acquired.Load(), "written": written.Load(), "refused": refused.Load(),
 		"lost": lost.Load(), "errors": errs.Load()})
 	return nil
