@@ -18,49 +18,31 @@ import (
 	"github.com/lockyard/lockyard/registry"
 )
 
+// semRoles are the roles of scenarios 18-20, whose arguments are semArgs.
+var semRoles = map[string]func(semArgs) error{
+	"semcontend": semContend, "semhold": semHold,
+	"rwcontend": rwContend, "rwhold": rwHold,
+	"multicontend": multiContend, "multihold": multiHold,
+}
+
 // runChild runs the role of a re-executed test binary and returns its exit
 // code. Its arguments come as JSON in LOCKYARD_CHAOS_ARGS; it reports
 // events as JSON lines on stdout.
 func runChild(role string) int {
 	args := []byte(os.Getenv("LOCKYARD_CHAOS_ARGS"))
 	var err error
-	switch role {
-	case "contend":
+	switch f, ok := semRoles[role]; {
+	case ok:
+		var a semArgs
+		if err = json.Unmarshal(args, &a); err == nil {
+			err = f(a)
+		}
+	case role == "contend":
 		var a contendArgs
 		if err = json.Unmarshal(args, &a); err == nil {
 			err = contend(a)
 		}
-	case "semcontend":
-		var a semArgs
-		if err = json.Unmarshal(args, &a); err == nil {
-			err = semContend(a)
-		}
-	case "semhold":
-		var a semArgs
-		if err = json.Unmarshal(args, &a); err == nil {
-			err = semHold(a)
-		}
-	case "rwcontend":
-		var a semArgs
-		if err = json.Unmarshal(args, &a); err == nil {
-			err = rwContend(a)
-		}
-	case "rwhold":
-		var a semArgs
-		if err = json.Unmarshal(args, &a); err == nil {
-			err = rwHold(a)
-		}
-	case "multicontend":
-		var a semArgs
-		if err = json.Unmarshal(args, &a); err == nil {
-			err = multiContend(a)
-		}
-	case "multihold":
-		var a semArgs
-		if err = json.Unmarshal(args, &a); err == nil {
-			err = multiHold(a)
-		}
-	case "hold":
+	case role == "hold":
 		var a holdArgs
 		if err = json.Unmarshal(args, &a); err == nil {
 			err = holdRole(a)

@@ -91,13 +91,16 @@ func TestAcquireAllKeptOutByTheMutex(t *testing.T) {
 			}
 		}
 		got := make(chan *registry.Lease, 1)
-		go func() {
-			le, err := r1.AcquireAll(ctx, []string{"a", "b"}, 0)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- le
-		}()
+		acquireAll := func(keys ...string) { // in the background, into got
+			go func() {
+				le, err := r1.AcquireAll(ctx, keys, 0)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- le
+			}()
+		}
+		acquireAll("a", "b")
 		notWithin(t, got, 150*time.Millisecond, "AcquireAll beside a locked RedisLock")
 		mustNil(t, l.UnlockContext(ctx))
 		if le := recvWithin(t, got, 5*time.Second, "AcquireAll, once the RedisLock was unlocked"); le == nil {
@@ -106,13 +109,7 @@ func TestAcquireAllKeptOutByTheMutex(t *testing.T) {
 			mustNil(t, le.Release(ctx))
 		}
 		b.do(t, "SET", pfx+":d", "spring-client-uuid", "PX", 400) // its last 400 ms
-		go func() {
-			le, err := r1.AcquireAll(ctx, []string{"a", "d"}, 0)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- le
-		}()
+		acquireAll("a", "d")
 		notWithin(t, got, 100*time.Millisecond, "AcquireAll beside a Spring client's key")
 		if b.mr != nil { // the real server's clock runs on its own
 			b.mr.FastForward(400 * time.Millisecond)
