@@ -88,10 +88,14 @@ func TestSemaphoreTurnToldToItsRegistryAlone(t *testing.T) {
 		}
 		heard := heardOn(t, b, pfx)
 		// onlyTo fails t unless every message heard from the n-th on is on
-		// a turn channel of registry id, and there is one.
+		// a turn channel of registry id, and there is one: it waits for a
+		// message besides the probe, which comes first.
 		onlyTo := func(n int, id string) int {
 			t.Helper()
-			waitFor(t, time.Second, "the turn heard", func() bool { return len(heard()) > n })
+			waitFor(t, time.Second, "the turn heard", func() bool {
+				got := heard()
+				return len(got) > n && slices.ContainsFunc(got[n:], func(ch string) bool { return ch != w.ProbeChannel(id, ss[1].Key()) })
+			})
 			got := heard()
 			for _, ch := range got[n:] {
 				if ch == w.ProbeChannel(id, ss[1].Key()) {
