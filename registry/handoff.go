@@ -116,8 +116,8 @@ func (r *engine) handOff(ctx context.Context, key string, h *core.Hold, run *cor
 // about half the pass scripts. Where one permit runs and the others are
 // held long, that waiter waits up to freePassSpan and a hold longer than
 // with freePassSpan, and an instance that takes one permit a turn gets
-// fewer turns beside busy runs (README, "Free passes of a semaphore's
-// permits"). Not longer, and not in proportion to the permits: a polling
+// fewer turns beside busy runs (docs/PERFORMANCE.md, "Free passes of a
+// semaphore's permits"). Not longer, and not in proportion to the permits: a polling
 // waiter is given a turn only when a script runs within pollAhead (20ms)
 // of its next poll, and misses a whole poll interval otherwise.
 func (r *engine) freeSpan(holds int) time.Duration {
