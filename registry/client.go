@@ -79,7 +79,7 @@ type Subscription = core.Subscription
 //	}
 //
 // A registry whose Client has it (NewPoolClient's, and so New's, and the
-// go-redis adapter's) subscribes
+// go-redis and rueidis adapters') subscribes
 // to the release channels of the keys that its PubSubLock waiters wait for,
 // for as long as they wait and a little longer, instead of to every key's
 // (PSubscribe): a release is then delivered only to the processes that wait

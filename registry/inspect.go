@@ -83,7 +83,7 @@ type WaiterInfo struct {
 const inspectMost = 1000
 
 // Inspect reads what Redis holds for key now, without taking it or waiting: advisory, since it may change as soon
-// as it is read. Works for a lock and a semaphore, from any process.
+// as it is read. Works for a lock, a semaphore and a read-write lock, from any process.
 //
 // It runs one read-only script in the key's Cluster slot (lua/inspect.lua),
 // and one pipelined read of the labels of the registries it names (see

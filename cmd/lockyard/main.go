@@ -16,7 +16,7 @@
 // flock's -w, a number of seconds (10, 0.5). --min-hold keeps the lock at
 // least that long from when it was taken: with -n, a fast job started on
 // many hosts at the same minute runs once. With one key the "--" before
-// the command is optional, unless the command begins with "-" or has a
+// the command is optional (flags end at the key), unless the command has a
 // "--" among its arguments: a "--" that is not right after the first word
 // ends a list of keys.
 //

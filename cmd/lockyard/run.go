@@ -83,9 +83,9 @@ of the read-write lock on KEY, beside other -s holders, and with -x
 a side as for the lock. Like flock(1),
 it waits until the lock is free; -n fails at once, -w/--wait gives up after a
 while (a duration, or a number of seconds as flock's -w). With one key the
-"--" is optional; it is needed when COMMAND or its first argument begins
-with "-", or when an argument of COMMAND is "--" (a "--" that is not right
-after the first word ends a list of keys: lockyard run KEY -- git log -- PATH).
+"--" is optional (flags end at KEY); it is needed when an argument of
+COMMAND is "--" (a "--" that is not right after the first word ends a list
+of keys: lockyard run KEY -- git log -- PATH).
 
 Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to COMMAND, and the
 lock is released once it exits; while run still waits for the lock they end
